@@ -1,0 +1,56 @@
+"""Alembic environment for spark_pg.
+
+Runs migrations in one transaction. After an upgrade that ends at the head revision it applies every
+sql/ file (functions and views, CREATE OR REPLACE) in the same transaction. After a downgrade to base it
+drops its own version table, so nothing of spark_pg is left behind.
+
+Used programmatically by ``spark_pg.schema`` (which passes a connection) or from the command line with
+``alembic -x url=postgresql://...`` (or SPARK_PG_DATABASE_URL) from the repository root.
+"""
+
+from __future__ import annotations
+
+import os
+
+import psycopg
+from alembic import context
+from sqlalchemy import create_engine
+from sqlalchemy.pool import NullPool
+
+from spark_pg.schema import VERSION_TABLE, apply_sql
+
+
+def _run(connection) -> None:  # type: ignore[no-untyped-def]
+    context.configure(
+        connection=connection,
+        version_table=VERSION_TABLE,
+        version_table_schema="public",
+        transaction_per_migration=False,
+    )
+    with context.begin_transaction():
+        context.run_migrations()
+        heads = set(context.get_context().get_current_heads())
+        if heads and heads == set(context.script.get_heads()):
+            # the raw psycopg connection runs multi-statement files and leaves '%' alone
+            apply_sql(connection.connection.driver_connection)
+        elif not heads:
+            connection.exec_driver_sql(f"DROP TABLE IF EXISTS public.{VERSION_TABLE}")
+
+
+def main() -> None:
+    connection = context.config.attributes.get("connection")
+    if connection is not None:
+        _run(connection)
+        return
+    url = context.get_x_argument(as_dictionary=True).get("url") or os.environ.get("SPARK_PG_DATABASE_URL")
+    if not url:
+        raise SystemExit("pass -x url=postgresql://... or set SPARK_PG_DATABASE_URL")
+    engine = create_engine("postgresql+psycopg://", creator=lambda: psycopg.connect(url), poolclass=NullPool)
+    with engine.connect() as conn:
+        _run(conn)
+        conn.commit()
+
+
+if context.is_offline_mode():
+    raise SystemExit("spark_pg migrations run online only (sql/ files are applied against a live database)")
+main()

@@ -1,0 +1,240 @@
+"""Tuneables: defaults, then a YAML file, then environment variables, each validated.
+
+The file is ``$SPARK_PG_CONFIG`` if set (it must then exist), else ``config.yaml`` in the user config
+directory. It holds one mapping per section (``embedding: {model: ...}``). Every key also reads the
+environment variable ``SPARK_PG_<SECTION>_<KEY>`` (``home`` reads ``SPARK_PG_HOME``, ``database.url``
+reads ``SPARK_PG_DATABASE_URL``). Unknown keys, wrong types and out-of-range values raise
+:class:`~spark_pg.errors.ConfigError` naming the key and what is allowed.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import platformdirs
+import yaml
+
+from spark_pg.errors import ConfigError
+
+APP = "spark_pg"
+CONFIG_ENV = "SPARK_PG_CONFIG"
+MODEL_NAMES = ("all-MiniLM-L6-v2-int8", "BAAI/bge-small-en-v1.5")
+
+
+@dataclass(frozen=True)
+class Key:
+    """One tuneable: its dotted name, type, default, allowed range and meaning."""
+
+    name: str
+    kind: type
+    default: Any
+    help: str
+    lo: float | None = None
+    hi: float | None = None
+    choices: tuple[str, ...] | None = None
+    nullable: bool = False
+
+    @property
+    def env(self) -> str:
+        return "SPARK_PG_" + self.name.upper().replace(".", "_").replace("-", "_")
+
+    def allowed(self) -> str:
+        if self.choices:
+            return "one of " + ", ".join(self.choices)
+        if self.kind is bool:
+            return "true or false"
+        parts = []
+        if self.lo is not None:
+            parts.append(f">= {self.lo:g}")
+        if self.hi is not None:
+            parts.append(f"<= {self.hi:g}")
+        base = {int: "an integer", float: "a number", str: "a string", Path: "a path"}[self.kind]
+        text = base + (" " + " and ".join(parts) if parts else "")
+        return text + (" (or empty for none)" if self.nullable else "")
+
+
+KEYS: tuple[Key, ...] = (
+    Key("home", Path, None, "Folder for the embedded server's data and the model files "
+        "(default: the per-user data directory).", nullable=True),
+    Key("database.url", str, None, "PostgreSQL URL of an external server; empty means the embedded "
+        "server under `home`.", nullable=True),
+    Key("database.pool_min_size", int, 1, "Connections the pool keeps open.", lo=0, hi=64),
+    Key("database.pool_max_size", int, 4, "Most connections the pool opens.", lo=1, hi=256),
+    Key("database.statement_timeout_ms", int, 30000, "Statement timeout for spark_pg's sessions "
+        "(0 = none).", lo=0, hi=3_600_000),
+    Key("embedding.model", str, MODEL_NAMES[0], "Embedding model. The default works offline from "
+        "registry packages; BAAI/bge-small-en-v1.5 needs network on first use.", choices=MODEL_NAMES),
+    Key("embedding.model_dir", Path, None, "Folder holding the model files (default: "
+        "`home`/models/<model>).", nullable=True),
+    Key("embedding.cache_dir", Path, None, "fastembed's download cache (default: `home`/fastembed).",
+        nullable=True),
+    Key("embedding.threads", int, None, "ONNX Runtime threads (empty: one per core).", lo=1, hi=256,
+        nullable=True),
+    Key("embedding.batch_size", int, 16, "Texts per embedding call during ingest. Small batches avoid "
+        "padding every text to the longest one.", lo=1, hi=1024),
+    Key("ingest.chunk_rows", int, 500, "Rows embedded and written per step during ingest (progress "
+        "granularity; the whole file is still one transaction).", lo=1, hi=100_000),
+    Key("retrieval.k", int, 8, "How many memories a search returns by default.", lo=1, hi=1000),
+    Key("retrieval.min_similarity", float, 0.25, "Cosine similarity below which a semantic-only hit is "
+        "not returned. Calibrated for the default MiniLM model, whose related texts score 0.3-0.6.",
+        lo=-1.0, hi=1.0),
+)
+KEY_BY_NAME: dict[str, Key] = {k.name: k for k in KEYS}
+
+
+def default_config_path() -> Path:
+    return platformdirs.user_config_path(APP) / "config.yaml"
+
+
+def _coerce(key: Key, raw: Any, origin: str) -> Any:
+    """Turn a raw value (from YAML or an env string) into the key's type, or raise ConfigError."""
+
+    def bad(why: str) -> ConfigError:
+        return ConfigError(key.name, f"{why} (from {origin}); allowed: {key.allowed()}")
+
+    if raw is None or (isinstance(raw, str) and raw.strip() == ""):
+        if key.nullable:
+            return None
+        raise bad("must not be empty")
+    if key.kind is bool:
+        if isinstance(raw, bool):
+            return raw
+        if isinstance(raw, str) and raw.strip().lower() in ("true", "1", "yes", "on", "false", "0", "no", "off"):
+            return raw.strip().lower() in ("true", "1", "yes", "on")
+        raise bad(f"{raw!r} is not a boolean")
+    if key.kind in (int, float):
+        if isinstance(raw, bool):
+            raise bad(f"{raw!r} is not a number")
+        try:
+            num: int | float
+            if key.kind is int:
+                if isinstance(raw, float) and not raw.is_integer():
+                    raise ValueError
+                num = int(raw) if not isinstance(raw, str) else int(raw.strip())
+            else:
+                num = float(raw)
+        except (TypeError, ValueError):
+            raise bad(f"{raw!r} is not {'an integer' if key.kind is int else 'a number'}") from None
+        if isinstance(num, float) and not math.isfinite(num):
+            raise bad(f"{raw!r} is not finite")
+        if (key.lo is not None and num < key.lo) or (key.hi is not None and num > key.hi):
+            raise bad(f"{num!r} is out of range")
+        return num
+    if not isinstance(raw, str):
+        raise bad(f"{raw!r} is not a string")
+    if key.choices and raw not in key.choices:
+        raise bad(f"{raw!r} is not allowed")
+    if key.kind is Path:
+        return Path(raw).expanduser()
+    return raw
+
+
+def _flatten(data: Mapping[str, Any], origin: str) -> dict[str, Any]:
+    flat: dict[str, Any] = {}
+    for top, value in data.items():
+        if not isinstance(top, str):
+            raise ConfigError(str(top), f"keys must be strings (in {origin})")
+        if isinstance(value, Mapping):
+            for sub, v in value.items():
+                flat[f"{top}.{sub}"] = v
+        else:
+            flat[top] = value
+    return flat
+
+
+def _read_file(path: Path) -> dict[str, Any]:
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except yaml.YAMLError as exc:
+        raise ConfigError("(file)", f"{path} is not valid YAML: {exc}") from None
+    except OSError as exc:
+        raise ConfigError("(file)", f"cannot read {path}: {exc.strerror}") from None
+    if data is None:
+        return {}
+    if not isinstance(data, Mapping):
+        raise ConfigError("(file)", f"{path} must hold a mapping of sections, not {type(data).__name__}")
+    return _flatten(data, str(path))
+
+
+class Settings:
+    """Validated tuneables. Read them with the typed accessors (``settings.int("retrieval.k")``)."""
+
+    def __init__(self, values: Mapping[str, Any], config_file: Path | None = None) -> None:
+        self._values = dict(values)
+        self.config_file = config_file
+
+    def raw(self, name: str) -> Any:
+        if name not in KEY_BY_NAME:
+            raise ConfigError(name, "unknown key")
+        return self._values[name]
+
+    def int(self, name: str) -> int:
+        value = self.raw(name)
+        assert isinstance(value, int)
+        return value
+
+    def opt_int(self, name: str) -> int | None:
+        value = self.raw(name)
+        assert value is None or isinstance(value, int)
+        return value
+
+    def float(self, name: str) -> float:
+        return float(self.raw(name))
+
+    def str(self, name: str) -> str:
+        value = self.raw(name)
+        assert isinstance(value, str)
+        return value
+
+    def opt_str(self, name: str) -> str | None:
+        value = self.raw(name)
+        assert value is None or isinstance(value, str)
+        return value
+
+    def opt_path(self, name: str) -> Path | None:
+        value = self.raw(name)
+        assert value is None or isinstance(value, Path)
+        return value
+
+    @property
+    def home(self) -> Path:
+        return self.opt_path("home") or platformdirs.user_data_path(APP)
+
+    def as_dict(self) -> dict[str, Any]:
+        return dict(self._values)
+
+
+def load_settings(
+    overrides: Mapping[str, Any] | None = None,
+    *,
+    environ: Mapping[str, str] | None = None,
+    config_file: Path | None = None,
+) -> Settings:
+    """Defaults, then the YAML file, then ``SPARK_PG_*`` variables, then ``overrides``."""
+    env = os.environ if environ is None else environ
+    explicit = config_file or (Path(env[CONFIG_ENV]).expanduser() if env.get(CONFIG_ENV) else None)
+    path = explicit or default_config_path()
+    if explicit is not None and not explicit.is_file():
+        raise ConfigError("(file)", f"{CONFIG_ENV} points at {explicit}, which does not exist")
+    layers: list[tuple[str, dict[str, Any]]] = []
+    if path.is_file():
+        layers.append((str(path), _read_file(path)))
+    layers.append(("environment", {k.name: env[k.env] for k in KEYS if k.env in env}))
+    if overrides:
+        layers.append(("arguments", dict(overrides)))
+
+    values = {k.name: k.default for k in KEYS}
+    for origin, layer in layers:
+        for name, raw in layer.items():
+            key = KEY_BY_NAME.get(name)
+            if key is None:
+                raise ConfigError(name, f"unknown key (from {origin}); known keys: {', '.join(KEY_BY_NAME)}")
+            values[name] = _coerce(key, raw, f"{KEY_BY_NAME[name].env}" if origin == "environment" else origin)
+    if values["database.pool_min_size"] > values["database.pool_max_size"]:
+        raise ConfigError("database.pool_min_size", "must not exceed database.pool_max_size")
+    return Settings(values, path if path.is_file() else None)

@@ -1,0 +1,53 @@
+"""One exception hierarchy for everything spark_pg raises on purpose.
+
+Callers catch :class:`SparkPgError`; the subclasses say which part failed.
+"""
+
+from __future__ import annotations
+
+
+class SparkPgError(Exception):
+    """Base class of every error spark_pg raises deliberately."""
+
+
+class ConfigError(SparkPgError):
+    """A tuneable is missing, has the wrong type, or is out of its allowed range."""
+
+    def __init__(self, key: str, message: str) -> None:
+        self.key = key
+        super().__init__(f"config key {key!r}: {message}")
+
+
+class DatabaseError(SparkPgError):
+    """The database cannot be reached, started, or is not in the expected state."""
+
+
+class SchemaError(DatabaseError):
+    """The schema is missing or at an unexpected revision (run `spark-pg init`)."""
+
+
+class EmbeddingError(SparkPgError):
+    """An embedding model cannot be loaded or produced an unusable vector."""
+
+
+class ModelNotAvailable(EmbeddingError):
+    """The configured model's files are not installed; the message says how to get them."""
+
+
+class ModelMismatch(EmbeddingError):
+    """The configured model differs from the model the stored vectors were made with."""
+
+
+class InputError(SparkPgError, ValueError):
+    """A caller passed a bad value; the message names the parameter."""
+
+
+class IngestError(InputError):
+    """A row of an ingest file is invalid; nothing from that file was written."""
+
+    def __init__(self, source: str, line: int, field: str | None, message: str) -> None:
+        self.source = source
+        self.line = line
+        self.field = field
+        what = f", field {field!r}" if field else ""
+        super().__init__(f"{source} line {line}{what}: {message}")

@@ -1,0 +1,131 @@
+"""Install and upgrade the database: Alembic migrations (run once) and sql/ files (re-applied every time).
+
+``install(url)`` upgrades to the head revision; the Alembic environment then applies every
+``sql/NNN-name.sql`` file in name order inside the same transaction, so a fresh install and an
+upgraded database end identical and nothing is half-applied.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import psycopg
+
+from spark_pg.errors import SchemaError
+
+SQL_FILE = re.compile(r"^\d{3}-[a-z0-9][a-z0-9-]*\.sql$")
+VERSION_TABLE = "spark_alembic_version"  # in public: it must outlive `DROP SCHEMA spark` on downgrade
+
+
+def resource_dir(name: str) -> Path:
+    """``sql`` or ``alembic``: the repo folder in a source checkout, else the copy bundled in the wheel."""
+    here = Path(__file__).resolve().parent
+    for candidate in (here.parent / name, here / "_bundled" / name):
+        if candidate.is_dir():
+            return candidate
+    raise SchemaError(f"cannot find the {name!r} folder next to the spark_pg package; reinstall spark_pg")
+
+
+def sql_files() -> list[Path]:
+    """The sql/ files in apply order; any .sql file not named NNN-name.sql is an error."""
+    folder = resource_dir("sql")
+    files = sorted(folder.glob("*.sql"))
+    bad = [f.name for f in files if not SQL_FILE.match(f.name)]
+    if bad:
+        raise SchemaError(f"sql/ files must be named NNN-name.sql (lowercase): {', '.join(bad)}")
+    return files
+
+
+def apply_sql(conn: psycopg.Connection[Any]) -> list[str]:
+    """Run every sql/ file on ``conn`` (inside the caller's transaction); returns the names applied.
+
+    ``@vector_schema@`` in a file stands for the schema holding the pgvector extension (public unless
+    installed elsewhere), so functions can pin ``search_path`` to it and pg_catalog only.
+    """
+    row = conn.execute(
+        "SELECT quote_ident(extnamespace::regnamespace::text) FROM pg_extension WHERE extname = 'vector'"
+    ).fetchone()
+    if row is None:
+        raise SchemaError("the vector extension is not installed in this database")
+    vector_schema = str(row[0])
+    conn.execute("SELECT set_config('search_path', %s, true)", (f"pg_catalog, {vector_schema}",))
+    names = []
+    for path in sql_files():
+        conn.execute(path.read_text(encoding="utf-8").replace("@vector_schema@", vector_schema).encode())
+        names.append(path.name)
+    return names
+
+
+@contextmanager
+def _alembic(url: str) -> Iterator[tuple[Any, Any]]:
+    from alembic.config import Config
+    from sqlalchemy import create_engine
+    from sqlalchemy.pool import NullPool
+
+    engine = create_engine("postgresql+psycopg://", creator=lambda: psycopg.connect(url), poolclass=NullPool)
+    cfg = Config()
+    cfg.set_main_option("script_location", str(resource_dir("alembic")))
+    try:
+        with engine.connect() as connection:
+            cfg.attributes["connection"] = connection
+            yield cfg, connection
+    finally:
+        engine.dispose()
+
+
+def upgrade(url: str, revision: str = "head") -> None:
+    from alembic import command
+
+    with _alembic(url) as (cfg, connection):
+        command.upgrade(cfg, revision)
+        connection.commit()
+
+
+def downgrade(url: str, revision: str = "base") -> None:
+    from alembic import command
+
+    with _alembic(url) as (cfg, connection):
+        command.downgrade(cfg, revision)
+        connection.commit()
+
+
+def current_revision(url: str) -> str | None:
+    with psycopg.connect(url) as conn:
+        exists = conn.execute("SELECT to_regclass(%s)", (f"public.{VERSION_TABLE}",)).fetchone()
+        if not exists or exists[0] is None:
+            return None
+        row = conn.execute(f"SELECT version_num FROM public.{VERSION_TABLE}").fetchone()
+        return None if row is None else str(row[0])
+
+
+def head_revision() -> str:
+    from alembic.config import Config
+    from alembic.script import ScriptDirectory
+
+    cfg = Config()
+    cfg.set_main_option("script_location", str(resource_dir("alembic")))
+    head = ScriptDirectory.from_config(cfg).get_current_head()
+    assert head is not None
+    return head
+
+
+def install(url: str) -> str:
+    """Upgrade to head and (re-)apply sql/; safe to run any number of times. Returns the revision."""
+    upgrade(url, "head")
+    return head_revision()
+
+
+def require_current(conn: psycopg.Connection[Any]) -> None:
+    """Raise SchemaError unless the schema is installed at the head revision."""
+    row = conn.execute("SELECT to_regclass(%s)", (f"public.{VERSION_TABLE}",)).fetchone()
+    version = None
+    if row and row[0] is not None:
+        got = conn.execute(f"SELECT version_num FROM public.{VERSION_TABLE}").fetchone()
+        version = got[0] if got else None
+    if version != head_revision():
+        raise SchemaError(f"the database schema is at {version or 'nothing'}, not {head_revision()}: "
+                          "run `spark-pg init`")

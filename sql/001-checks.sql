@@ -1,0 +1,49 @@
+-- Input checks shared by the spark.* functions. Each raises with an errcode and names the parameter.
+-- 22004 null_value_not_allowed, 22023 invalid_parameter_value, 22000 data_exception.
+
+CREATE OR REPLACE FUNCTION spark._check_tenant(tenant text)
+RETURNS text
+LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
+SET search_path = pg_catalog, @vector_schema@, pg_temp
+AS $fn$
+BEGIN
+    IF tenant IS NULL THEN
+        RAISE EXCEPTION 'tenant must not be NULL' USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    IF tenant = '' OR length(tenant) > 128 THEN
+        RAISE EXCEPTION 'tenant must be 1 to 128 characters, got % characters', length(tenant)
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    RETURN tenant;
+END
+$fn$;
+COMMENT ON FUNCTION spark._check_tenant(text) IS
+    'Internal: raise 22004 for a NULL tenant, 22023 for an empty or over-long one; else return it.';
+
+CREATE OR REPLACE FUNCTION spark._check_k(k integer, max_k integer DEFAULT 1000)
+RETURNS integer
+LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
+SET search_path = pg_catalog, @vector_schema@, pg_temp
+AS $fn$
+BEGIN
+    IF k IS NULL THEN
+        RAISE EXCEPTION 'k must not be NULL' USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    -- a bound keeps one call from sorting a whole tenant: callers page instead
+    IF k < 1 OR k > max_k THEN
+        RAISE EXCEPTION 'k must be between 1 and %, got %', max_k, k USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    RETURN k;
+END
+$fn$;
+COMMENT ON FUNCTION spark._check_k(integer, integer) IS
+    'Internal: raise 22004 for a NULL k, 22023 unless 1 <= k <= max_k; else return k.';
+
+-- The tenant that holds the cold-start pack, visible to every tenant.
+CREATE OR REPLACE FUNCTION spark.system_tenant()
+RETURNS text
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+SET search_path = pg_catalog, @vector_schema@, pg_temp
+AS $fn$ SELECT '_system'::text $fn$;
+COMMENT ON FUNCTION spark.system_tenant() IS
+    'The reserved tenant whose memories (the cold-start pack of system defaults) every tenant can see.';

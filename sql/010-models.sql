@@ -1,0 +1,86 @@
+-- Embedding models: registration, the active model, and one partial HNSW index per model.
+
+CREATE OR REPLACE FUNCTION spark.ensure_model_index(model_id smallint)
+RETURNS text
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, @vector_schema@, pg_temp
+AS $fn$
+DECLARE
+    d integer;
+    idx text := format('memories_hnsw_m%s', model_id);
+BEGIN
+    IF model_id IS NULL THEN
+        RAISE EXCEPTION 'model_id must not be NULL' USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    SELECT m.dim INTO d FROM spark.embedding_models m WHERE m.id = model_id;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'model_id % is not a registered embedding model', model_id
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    -- a column without a fixed dimension is indexed per model through a typed expression
+    EXECUTE format(
+        'CREATE INDEX IF NOT EXISTS %I ON spark.memories USING hnsw ((embedding::vector(%s)) vector_cosine_ops) '
+        'WHERE embedding_model_id = %s', idx, d, model_id);
+    RETURN idx;
+END
+$fn$;
+COMMENT ON FUNCTION spark.ensure_model_index(smallint) IS
+    'Create (if missing) the partial HNSW cosine index for one model''s vectors. '
+    'model_id: spark.embedding_models.id. Returns the index name. 22023 for an unknown model.';
+
+CREATE OR REPLACE FUNCTION spark.register_model(
+    name text, dim integer, pooling text, max_tokens integer,
+    query_prefix text DEFAULT '', document_prefix text DEFAULT '')
+RETURNS smallint
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, @vector_schema@, pg_temp
+AS $fn$
+#variable_conflict use_variable
+DECLARE
+    mid smallint;
+    old record;
+BEGIN
+    IF name IS NULL OR name = '' THEN
+        RAISE EXCEPTION 'name must be a non-empty model name' USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF dim IS NULL OR dim < 1 OR dim > 2000 THEN
+        RAISE EXCEPTION 'dim must be between 1 and 2000 (HNSW limit), got %', dim
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF pooling IS NULL OR pooling NOT IN ('mean', 'cls') THEN
+        RAISE EXCEPTION 'pooling must be mean or cls, got %', pooling USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF max_tokens IS NULL OR max_tokens < 1 THEN
+        RAISE EXCEPTION 'max_tokens must be positive, got %', max_tokens USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    SELECT * INTO old FROM spark.embedding_models m WHERE m.name = register_model.name;
+    IF FOUND THEN
+        IF old.dim <> dim OR old.pooling <> pooling THEN
+            RAISE EXCEPTION 'model % is registered with dim % and % pooling, not dim % and % pooling',
+                name, old.dim, old.pooling, dim, pooling USING ERRCODE = 'data_exception';
+        END IF;
+        mid := old.id;
+    ELSE
+        INSERT INTO spark.embedding_models AS m (name, dim, pooling, max_tokens, query_prefix, document_prefix,
+                                                 active)
+        VALUES (name, dim, pooling, max_tokens, coalesce(query_prefix, ''), coalesce(document_prefix, ''),
+                NOT EXISTS (SELECT 1 FROM spark.embedding_models WHERE active))
+        RETURNING m.id INTO mid;
+    END IF;
+    PERFORM spark.ensure_model_index(mid);
+    RETURN mid;
+END
+$fn$;
+COMMENT ON FUNCTION spark.register_model(text, integer, text, integer, text, text) IS
+    'Register an embedding model (idempotent by name) and make sure its HNSW index exists. '
+    'name: model name; dim: vector dimension (1-2000); pooling: mean|cls; max_tokens: truncation length; '
+    'query_prefix/document_prefix: text prepended before embedding. The first model registered becomes '
+    'active. Returns the model id. 22023 for bad values, 22000 if the name exists with another dim.';
+
+CREATE OR REPLACE FUNCTION spark.active_model()
+RETURNS spark.embedding_models
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, @vector_schema@, pg_temp
+AS $fn$ SELECT * FROM spark.embedding_models WHERE active $fn$;
+COMMENT ON FUNCTION spark.active_model() IS
+    'The model whose vectors retrieval compares against (NULL fields when none is registered yet).';
