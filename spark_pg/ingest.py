@@ -1,0 +1,89 @@
+"""Write memories: batched embedding, COPY into a staging table, one upsert, all in one transaction.
+
+Re-ingesting a (tenant, key) updates the row instead of duplicating it. A failure anywhere (bad row,
+model error, database error) rolls the whole call back: nothing is half-written.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import psycopg
+from psycopg.types.json import Jsonb
+from tqdm import tqdm
+
+from spark_pg import queries
+from spark_pg.embedding import Embedder
+from spark_pg.errors import ModelMismatch
+from spark_pg.records import MemoryIn
+
+
+@dataclass(frozen=True)
+class IngestResult:
+    inserted: int
+    updated: int
+
+    @property
+    def total(self) -> int:
+        return self.inserted + self.updated
+
+
+def ensure_model(conn: psycopg.Connection[Any], embedder: Embedder) -> int:
+    """Register the embedder's model (committed) and return its id; refuse to mix models."""
+    spec = embedder.spec
+    with conn.transaction():
+        active = conn.execute(queries.ACTIVE_MODEL).fetchone()
+        if active is not None and active[1] != spec.name:
+            raise ModelMismatch(
+                f"the stored vectors were made by {active[1]}, but embedding.model is {spec.name}; "
+                f"set embedding.model to {active[1]} (re-embedding into a new model is a separate step)")
+        row = conn.execute(queries.REGISTER_MODEL, {
+            "name": spec.name, "dim": spec.dim, "pooling": spec.pooling, "max_tokens": spec.max_tokens,
+            "query_prefix": spec.query_prefix, "document_prefix": spec.document_prefix,
+        }).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+def _row(record: MemoryIn, vector: Any, model_id: int) -> tuple[Any, ...]:
+    return (record.tenant, record.key, record.kind, record.category, record.source, record.text, record.context,
+            record.descriptor, record.content_hash, record.importance, record.tier, record.priority,
+            record.created_at, Jsonb(record.metadata), vector, model_id)
+
+
+def ingest(
+    conn: psycopg.Connection[Any],
+    records: Sequence[MemoryIn],
+    embedder: Embedder,
+    *,
+    batch_size: int = 16,
+    chunk_rows: int = 500,
+    progress: bool = False,
+    label: str = "ingest",
+) -> IngestResult:
+    """Embed and upsert ``records`` in one transaction. Returns how many rows were inserted / updated."""
+    if not records:
+        return IngestResult(0, 0)
+    model_id = ensure_model(conn, embedder)
+    inserted = updated = 0
+    with conn.transaction(), conn.cursor() as cur, tqdm(
+        total=len(records), desc=label, unit="mem", disable=not progress, leave=True
+    ) as bar:
+        cur.execute(queries.CREATE_INGEST_TABLE)
+        for start in range(0, len(records), chunk_rows):
+            chunk = records[start:start + chunk_rows]
+            vectors = embedder.embed_documents([r.descriptor for r in chunk], batch_size=batch_size)
+            with cur.copy(queries.COPY_INGEST) as copy:
+                for record, vector in zip(chunk, vectors, strict=True):
+                    copy.write_row(_row(record, vector, model_id))
+            bar.update(len(chunk))
+        for sql in (queries.UPSERT_WITH_CREATED_AT, queries.UPSERT_KEEP_CREATED_AT):
+            cur.execute(sql, {"created_given": sql is queries.UPSERT_WITH_CREATED_AT})
+            for (was_insert,) in cur.fetchall():
+                if was_insert:
+                    inserted += 1
+                else:
+                    updated += 1
+    return IngestResult(inserted, updated)

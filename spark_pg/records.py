@@ -1,0 +1,226 @@
+"""Memory records: validation of one row, and reading JSONL / YAML files with line numbers.
+
+A file is validated completely before anything is written; the first bad row raises
+:class:`~spark_pg.errors.IngestError` naming the file, the line and the field.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, date, datetime
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from spark_pg.errors import IngestError
+
+KINDS = ("insight", "preference", "decision", "rule", "episode", "trace", "learning", "seed", "failure", "fact",
+         "note")
+TIERS = ("pinned", "active", "archive")
+PRIORITIES = ("critical", "high", "normal", "background")
+FIELDS = ("tenant", "key", "text", "kind", "category", "source", "context", "created_at", "importance", "tier",
+          "priority", "metadata")
+MAX_TEXT = 100_000  # characters; longer texts belong in a document store, not in a memory
+
+
+@dataclass(frozen=True)
+class MemoryIn:
+    """One validated memory, ready to embed and write."""
+
+    tenant: str
+    key: str
+    text: str
+    kind: str = "insight"
+    category: str = "general"
+    source: str = "user"
+    context: str | None = None
+    created_at: datetime | None = None  # None: now on insert, unchanged on update
+    importance: float = 0.5
+    tier: str = "active"
+    priority: str = "normal"
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def descriptor(self) -> str:
+        """What gets embedded and keyword-indexed."""
+        return self.text
+
+    @property
+    def content_hash(self) -> bytes:
+        return hashlib.sha256(self.descriptor.encode("utf-8")).digest()
+
+
+def default_key(text: str) -> str:
+    """Key for a row that has none: re-ingesting the same text then updates instead of duplicating."""
+    return "h:" + hashlib.sha256(text.strip().encode("utf-8")).hexdigest()[:24]
+
+
+def _text(row: Mapping[str, Any], name: str, where: tuple[str, int], *, max_len: int, required: bool = False,
+          default: str | None = None) -> str | None:
+    value = row.get(name)
+    if value is None:
+        if required:
+            raise IngestError(where[0], where[1], name, "is required")
+        return default
+    if not isinstance(value, str):
+        raise IngestError(where[0], where[1], name, f"must be a string, not {type(value).__name__}")
+    if not value.strip():
+        raise IngestError(where[0], where[1], name, "must not be empty")
+    if len(value) > max_len:
+        raise IngestError(where[0], where[1], name, f"is {len(value)} characters; the limit is {max_len}")
+    if "\x00" in value:
+        raise IngestError(where[0], where[1], name, "must not contain NUL characters")
+    return value
+
+
+def _choice(row: Mapping[str, Any], name: str, where: tuple[str, int], allowed: tuple[str, ...],
+            default: str) -> str:
+    value = row.get(name, default)
+    if value is None:
+        return default
+    if value not in allowed:
+        raise IngestError(where[0], where[1], name, f"{value!r} is not one of {', '.join(allowed)}")
+    return str(value)
+
+
+def _timestamp(value: Any, where: tuple[str, int]) -> datetime | None:
+    if value is None:
+        return None
+    if isinstance(value, datetime):
+        parsed = value
+    elif isinstance(value, date):
+        parsed = datetime(value.year, value.month, value.day)
+    elif isinstance(value, str):
+        try:
+            parsed = datetime.fromisoformat(value.strip().replace("Z", "+00:00"))
+        except ValueError:
+            raise IngestError(where[0], where[1], "created_at",
+                              f"{value!r} is not an ISO 8601 time such as 2024-05-01T13:56:00Z") from None
+    else:
+        raise IngestError(where[0], where[1], "created_at", f"must be an ISO 8601 string, not {type(value).__name__}")
+    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)  # naive times are taken as UTC
+
+
+def validate_row(row: Any, source: str, line: int, default_tenant: str | None = None) -> MemoryIn:
+    """Check one raw row (a mapping from JSON or YAML) and build a MemoryIn, or raise IngestError."""
+    where = (source, line)
+    if not isinstance(row, Mapping):
+        raise IngestError(source, line, None, f"each row must be an object, not {type(row).__name__}")
+    unknown = sorted(str(k) for k in row if k not in FIELDS)
+    if unknown:
+        raise IngestError(source, line, unknown[0], f"unknown field; allowed fields: {', '.join(FIELDS)}")
+    tenant = _text(row, "tenant", where, max_len=128, default=default_tenant)
+    if tenant is None:
+        raise IngestError(source, line, "tenant", "is required (in the row or with --tenant)")
+    text = _text(row, "text", where, max_len=MAX_TEXT, required=True)
+    assert text is not None
+    key = _text(row, "key", where, max_len=512) or default_key(text)
+    importance = row.get("importance", 0.5)
+    if importance is None:
+        importance = 0.5
+    if isinstance(importance, bool) or not isinstance(importance, int | float) or not 0 <= importance <= 1:
+        raise IngestError(source, line, "importance", f"must be a number from 0 to 1, got {importance!r}")
+    metadata = row.get("metadata") or {}
+    if not isinstance(metadata, Mapping):
+        raise IngestError(source, line, "metadata", f"must be an object, not {type(metadata).__name__}")
+    try:
+        metadata = json.loads(json.dumps(metadata, default=str))
+    except (TypeError, ValueError) as exc:
+        raise IngestError(source, line, "metadata", f"is not JSON-serialisable: {exc}") from None
+    return MemoryIn(
+        tenant=tenant,
+        key=key,
+        text=text,
+        kind=_choice(row, "kind", where, KINDS, "insight"),
+        category=_text(row, "category", where, max_len=64, default="general") or "general",
+        source=_text(row, "source", where, max_len=128, default="user") or "user",
+        context=_text(row, "context", where, max_len=MAX_TEXT),
+        created_at=_timestamp(row.get("created_at"), where),
+        importance=float(importance),
+        tier=_choice(row, "tier", where, TIERS, "active"),
+        priority=_choice(row, "priority", where, PRIORITIES, "normal"),
+        metadata=dict(metadata),
+    )
+
+
+class _LineLoader(yaml.SafeLoader):
+    """SafeLoader that remembers the line on which each mapping starts."""
+
+
+def _construct_mapping(loader: _LineLoader, node: yaml.MappingNode) -> dict[Any, Any]:
+    mapping = loader.construct_mapping(node, deep=True)
+    mapping["__line__"] = node.start_mark.line + 1
+    return mapping
+
+
+_LineLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
+
+
+def _strip_lines(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _strip_lines(v) for k, v in value.items() if k != "__line__"}
+    if isinstance(value, list):
+        return [_strip_lines(v) for v in value]
+    return value
+
+
+def _yaml_rows(path: Path, text: str) -> list[tuple[int, Any]]:
+    try:
+        data = yaml.load(text, Loader=_LineLoader)  # noqa: S506 - a SafeLoader subclass
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        line = mark.line + 1 if mark is not None else 1
+        raise IngestError(str(path), line, None, f"is not valid YAML: {getattr(exc, 'problem', exc)}") from None
+    if isinstance(data, dict) and set(data) - {"__line__"} == {"memories"}:
+        data = data["memories"]
+    if data is None:
+        return []
+    if not isinstance(data, list):
+        raise IngestError(str(path), 1, None, "a YAML file must be a list of memories (or {memories: [...]})")
+    rows = []
+    for item in data:
+        line = item.get("__line__", 1) if isinstance(item, dict) else 1
+        rows.append((line, _strip_lines(item)))
+    return rows
+
+
+def _jsonl_rows(path: Path, text: str) -> list[tuple[int, Any]]:
+    rows = []
+    for number, raw in enumerate(text.splitlines(), start=1):
+        if not raw.strip():
+            continue
+        try:
+            rows.append((number, json.loads(raw)))
+        except json.JSONDecodeError as exc:
+            raise IngestError(str(path), number, None, f"is not valid JSON: {exc.msg} at column {exc.colno}") from None
+    return rows
+
+
+def read_file(path: Path, default_tenant: str | None = None) -> list[MemoryIn]:
+    """Parse and validate a whole .jsonl / .json / .yaml / .yml file. Raises on the first bad row."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise IngestError(str(path), 1, None, f"is not UTF-8 text: {exc.reason}") from None
+    except OSError as exc:
+        raise IngestError(str(path), 0, None, f"cannot be read: {exc.strerror}") from None
+    suffix = path.suffix.lower()
+    if suffix in (".jsonl", ".ndjson"):
+        rows = _jsonl_rows(path, text)
+    elif suffix in (".yaml", ".yml"):
+        rows = _yaml_rows(path, text)
+    else:
+        raise IngestError(str(path), 0, None, "unknown file type: use .jsonl, .yaml or .yml")
+    records: list[MemoryIn] = []
+    seen: dict[tuple[str, str], int] = {}
+    for line, row in rows:
+        record = validate_row(row, str(path), line, default_tenant)
+        first = seen.setdefault((record.tenant, record.key), line)
+        if first != line:
+            raise IngestError(str(path), line, "key", f"{record.key!r} already appears on line {first}")
+        records.append(record)
+    return records
