@@ -13,10 +13,10 @@ from __future__ import annotations
 import os
 
 import psycopg
-from alembic import context
 from sqlalchemy import create_engine
 from sqlalchemy.pool import NullPool
 
+from alembic import context
 from spark_pg.schema import VERSION_TABLE, apply_sql
 
 

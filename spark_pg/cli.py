@@ -31,12 +31,13 @@ def cmd_db(args: argparse.Namespace) -> int:
         if args.action == "url":
             print(external)
             return 0
-        print(f"database.url is set ({_redact(external)}): spark-pg does not manage that server", file=sys.stderr)
+        print(
+            f"database.url is set ({_redact(external)}): spark-pg does not manage that server",
+            file=sys.stderr,
+        )
         return 0 if args.action == "status" else 2
     server = EmbeddedServer(settings.home)
-    if args.action == "up":
-        print(server.up())
-    elif args.action == "url":
+    if args.action == "up" or args.action == "url":
         print(server.up())
     elif args.action == "down":
         print("stopped" if server.down() else "not running")
@@ -72,7 +73,7 @@ def cmd_model(args: argparse.Namespace) -> int:
     from spark_pg.model_files import install_offline_model, is_installed
 
     settings = load_settings()
-    spec = MODELS[settings.str("embedding.model")]
+    spec = MODELS[settings.get_str("embedding.model")]
     folder = model_dir_for(settings)
     if args.action == "setup":
         if not spec.offline_files:
@@ -84,7 +85,10 @@ def cmd_model(args: argparse.Namespace) -> int:
     else:
         print(f"model: {spec.name} ({spec.dim} dims, {spec.pooling} pooling, max {spec.max_tokens} tokens)")
         if spec.offline_files:
-            print(f"files: {folder} ({'installed' if is_installed(folder) else 'missing: run spark-pg model setup'})")
+            print(
+                f"files: {folder} "
+                f"({'installed' if is_installed(folder) else 'missing: run spark-pg model setup'})"
+            )
     return 0
 
 
@@ -172,8 +176,24 @@ def cmd_demo(args: argparse.Namespace) -> int:
             print(f"> {query}")
             _print_hits(client.search("demo", query, k=3), width)
             print()
-    print(f"Try it in psql:  psql \"$(.venv/bin/spark-pg db url)\" -c \"SELECT key, category FROM spark.memories "
-          "WHERE tenant = 'demo'\"")
+    print(
+        'Try it in psql:  psql "$(.venv/bin/spark-pg db url)" -c "SELECT key, category FROM spark.memories '
+        "WHERE tenant = 'demo'\""
+    )
+    return 0
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    import os
+    import platform
+
+    from spark_pg import bench_ingest
+
+    with _client(args) as client:
+        result = bench_ingest.run(client, args.n, progress=not args.quiet)
+    print(f"ingest: {result.rows} short memories in {result.seconds:.2f} s = {result.rate:.0f} memories/s "
+          f"(embedding included; {os.cpu_count()} cores, {platform.machine()}, "
+          f"batch_size {client.settings.get_int('embedding.batch_size')})")
     return 0
 
 
@@ -187,7 +207,9 @@ def cmd_config(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="spark-pg", description="Retrieval layer for AI-agent memory on PostgreSQL.")
+    parser = argparse.ArgumentParser(
+        prog="spark-pg", description="Retrieval layer for AI-agent memory on PostgreSQL."
+    )
     parser.add_argument("--version", action="version", version=f"spark-pg {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
@@ -236,6 +258,12 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("demo", help="start, migrate, seed, load a sample and run a few queries")
     p.set_defaults(func=cmd_demo)
 
+    p = sub.add_parser("bench", help="benchmarks: ingest throughput")
+    p.add_argument("what", choices=("ingest",))
+    p.add_argument("--n", type=int, default=2000, help="how many memories")
+    p.add_argument("--quiet", action="store_true")
+    p.set_defaults(func=cmd_bench)
+
     p = sub.add_parser("config", help="show the effective tuneables")
     p.set_defaults(func=cmd_config)
     return parser
@@ -251,7 +279,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     except psycopg.Error as exc:
         state = getattr(exc, "sqlstate", None)
-        print(f"spark-pg: database error{f' [{state}]' if state else ''}: {str(exc).strip()}", file=sys.stderr)
+        print(
+            f"spark-pg: database error{f' [{state}]' if state else ''}: {str(exc).strip()}", file=sys.stderr
+        )
         return 1
 
 

@@ -59,7 +59,9 @@ class SparkClient:
     @property
     def conn(self) -> psycopg.Connection[Any]:
         if self._conn is None or self._conn.closed:
-            self._conn = connect(self.url, statement_timeout_ms=self.settings.int("database.statement_timeout_ms"))
+            self._conn = connect(
+                self.url, statement_timeout_ms=self.settings.get_int("database.statement_timeout_ms")
+            )
             schema.require_current(self._conn)
             self._conn.rollback()
         return self._conn
@@ -84,10 +86,18 @@ class SparkClient:
     def embedder(self) -> Embedder:
         return load_embedder(self.settings)
 
-    def ingest_records(self, records: list[MemoryIn], *, progress: bool = False, label: str = "ingest"
-                       ) -> IngestResult:
-        return ingest(self.conn, records, self.embedder, batch_size=self.settings.int("embedding.batch_size"),
-                      chunk_rows=self.settings.int("ingest.chunk_rows"), progress=progress, label=label)
+    def ingest_records(
+        self, records: list[MemoryIn], *, progress: bool = False, label: str = "ingest"
+    ) -> IngestResult:
+        return ingest(
+            self.conn,
+            records,
+            self.embedder,
+            batch_size=self.settings.get_int("embedding.batch_size"),
+            chunk_rows=self.settings.get_int("ingest.chunk_rows"),
+            progress=progress,
+            label=label,
+        )
 
     def add(self, tenant: str, text: str, **fields: Any) -> IngestResult:
         """Store one memory (fields as in an ingest file: key, kind, category, source, importance, ...)."""
@@ -106,8 +116,9 @@ class SparkClient:
         seeded = [MemoryIn(**{**r.__dict__, "kind": "seed", "source": "system_default"}) for r in records]
         return self.ingest_records(seeded, progress=progress, label="cold-start pack")
 
-    def search(self, tenant: str, query: str, k: int | None = None, min_similarity: float | None = None
-               ) -> list[SearchHit]:
+    def search(
+        self, tenant: str, query: str, k: int | None = None, min_similarity: float | None = None
+    ) -> list[SearchHit]:
         """Plain semantic search over the tenant's memories and the cold-start pack."""
         if not query or not query.strip():
             raise InputError("query must not be empty")
@@ -115,8 +126,9 @@ class SparkClient:
         params = {
             "tenant": tenant,
             "embedding": vector,
-            "k": self.settings.int("retrieval.k") if k is None else k,
-            "min_similarity": self.settings.float("retrieval.min_similarity") if min_similarity is None
+            "k": self.settings.get_int("retrieval.k") if k is None else k,
+            "min_similarity": self.settings.get_float("retrieval.min_similarity")
+            if min_similarity is None
             else min_similarity,
         }
         with self.conn.transaction():

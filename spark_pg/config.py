@@ -59,30 +59,88 @@ class Key:
 
 
 KEYS: tuple[Key, ...] = (
-    Key("home", Path, None, "Folder for the embedded server's data and the model files "
-        "(default: the per-user data directory).", nullable=True),
-    Key("database.url", str, None, "PostgreSQL URL of an external server; empty means the embedded "
-        "server under `home`.", nullable=True),
+    Key(
+        "home",
+        Path,
+        None,
+        "Folder for the embedded server's data and the model files (default: the per-user data directory).",
+        nullable=True,
+    ),
+    Key(
+        "database.url",
+        str,
+        None,
+        "PostgreSQL URL of an external server; empty means the embedded server under `home`.",
+        nullable=True,
+    ),
     Key("database.pool_min_size", int, 1, "Connections the pool keeps open.", lo=0, hi=64),
     Key("database.pool_max_size", int, 4, "Most connections the pool opens.", lo=1, hi=256),
-    Key("database.statement_timeout_ms", int, 30000, "Statement timeout for spark_pg's sessions "
-        "(0 = none).", lo=0, hi=3_600_000),
-    Key("embedding.model", str, MODEL_NAMES[0], "Embedding model. The default works offline from "
-        "registry packages; BAAI/bge-small-en-v1.5 needs network on first use.", choices=MODEL_NAMES),
-    Key("embedding.model_dir", Path, None, "Folder holding the model files (default: "
-        "`home`/models/<model>).", nullable=True),
-    Key("embedding.cache_dir", Path, None, "fastembed's download cache (default: `home`/fastembed).",
-        nullable=True),
-    Key("embedding.threads", int, None, "ONNX Runtime threads (empty: one per core).", lo=1, hi=256,
-        nullable=True),
-    Key("embedding.batch_size", int, 16, "Texts per embedding call during ingest. Small batches avoid "
-        "padding every text to the longest one.", lo=1, hi=1024),
-    Key("ingest.chunk_rows", int, 500, "Rows embedded and written per step during ingest (progress "
-        "granularity; the whole file is still one transaction).", lo=1, hi=100_000),
+    Key(
+        "database.statement_timeout_ms",
+        int,
+        30000,
+        "Statement timeout for spark_pg's sessions (0 = none).",
+        lo=0,
+        hi=3_600_000,
+    ),
+    Key(
+        "embedding.model",
+        str,
+        MODEL_NAMES[0],
+        "Embedding model. The default works offline from "
+        "registry packages; BAAI/bge-small-en-v1.5 needs network on first use.",
+        choices=MODEL_NAMES,
+    ),
+    Key(
+        "embedding.model_dir",
+        Path,
+        None,
+        "Folder holding the model files (default: `home`/models/<model>).",
+        nullable=True,
+    ),
+    Key(
+        "embedding.cache_dir",
+        Path,
+        None,
+        "fastembed's download cache (default: `home`/fastembed).",
+        nullable=True,
+    ),
+    Key(
+        "embedding.threads",
+        int,
+        None,
+        "ONNX Runtime threads (empty: one per core).",
+        lo=1,
+        hi=256,
+        nullable=True,
+    ),
+    Key(
+        "embedding.batch_size",
+        int,
+        16,
+        "Texts per embedding call during ingest. Small batches avoid padding every text to the longest one.",
+        lo=1,
+        hi=1024,
+    ),
+    Key(
+        "ingest.chunk_rows",
+        int,
+        500,
+        "Rows embedded and written per step during ingest (progress "
+        "granularity; the whole file is still one transaction).",
+        lo=1,
+        hi=100_000,
+    ),
     Key("retrieval.k", int, 8, "How many memories a search returns by default.", lo=1, hi=1000),
-    Key("retrieval.min_similarity", float, 0.25, "Cosine similarity below which a semantic-only hit is "
+    Key(
+        "retrieval.min_similarity",
+        float,
+        0.25,
+        "Cosine similarity below which a semantic-only hit is "
         "not returned. Calibrated for the default MiniLM model, whose related texts score 0.3-0.6.",
-        lo=-1.0, hi=1.0),
+        lo=-1.0,
+        hi=1.0,
+    ),
 )
 KEY_BY_NAME: dict[str, Key] = {k.name: k for k in KEYS}
 
@@ -104,7 +162,16 @@ def _coerce(key: Key, raw: Any, origin: str) -> Any:
     if key.kind is bool:
         if isinstance(raw, bool):
             return raw
-        if isinstance(raw, str) and raw.strip().lower() in ("true", "1", "yes", "on", "false", "0", "no", "off"):
+        if isinstance(raw, str) and raw.strip().lower() in (
+            "true",
+            "1",
+            "yes",
+            "on",
+            "false",
+            "0",
+            "no",
+            "off",
+        ):
             return raw.strip().lower() in ("true", "1", "yes", "on")
         raise bad(f"{raw!r} is not a boolean")
     if key.kind in (int, float):
@@ -162,7 +229,7 @@ def _read_file(path: Path) -> dict[str, Any]:
 
 
 class Settings:
-    """Validated tuneables. Read them with the typed accessors (``settings.int("retrieval.k")``)."""
+    """Validated tuneables. Read them with the typed accessors (``settings.get_int("retrieval.k")``)."""
 
     def __init__(self, values: Mapping[str, Any], config_file: Path | None = None) -> None:
         self._values = dict(values)
@@ -173,7 +240,7 @@ class Settings:
             raise ConfigError(name, "unknown key")
         return self._values[name]
 
-    def int(self, name: str) -> int:
+    def get_int(self, name: str) -> int:
         value = self.raw(name)
         assert isinstance(value, int)
         return value
@@ -183,10 +250,10 @@ class Settings:
         assert value is None or isinstance(value, int)
         return value
 
-    def float(self, name: str) -> float:
+    def get_float(self, name: str) -> float:
         return float(self.raw(name))
 
-    def str(self, name: str) -> str:
+    def get_str(self, name: str) -> str:
         value = self.raw(name)
         assert isinstance(value, str)
         return value
@@ -234,7 +301,9 @@ def load_settings(
             key = KEY_BY_NAME.get(name)
             if key is None:
                 raise ConfigError(name, f"unknown key (from {origin}); known keys: {', '.join(KEY_BY_NAME)}")
-            values[name] = _coerce(key, raw, f"{KEY_BY_NAME[name].env}" if origin == "environment" else origin)
+            values[name] = _coerce(
+                key, raw, f"{KEY_BY_NAME[name].env}" if origin == "environment" else origin
+            )
     if values["database.pool_min_size"] > values["database.pool_max_size"]:
         raise ConfigError("database.pool_min_size", "must not exceed database.pool_max_size")
     return Settings(values, path if path.is_file() else None)

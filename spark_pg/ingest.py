@@ -38,19 +38,42 @@ def ensure_model(conn: psycopg.Connection[Any], embedder: Embedder) -> int:
         if active is not None and active[1] != spec.name:
             raise ModelMismatch(
                 f"the stored vectors were made by {active[1]}, but embedding.model is {spec.name}; "
-                f"set embedding.model to {active[1]} (re-embedding into a new model is a separate step)")
-        row = conn.execute(queries.REGISTER_MODEL, {
-            "name": spec.name, "dim": spec.dim, "pooling": spec.pooling, "max_tokens": spec.max_tokens,
-            "query_prefix": spec.query_prefix, "document_prefix": spec.document_prefix,
-        }).fetchone()
+                f"set embedding.model to {active[1]} (re-embedding into a new model is a separate step)"
+            )
+        row = conn.execute(
+            queries.REGISTER_MODEL,
+            {
+                "name": spec.name,
+                "dim": spec.dim,
+                "pooling": spec.pooling,
+                "max_tokens": spec.max_tokens,
+                "query_prefix": spec.query_prefix,
+                "document_prefix": spec.document_prefix,
+            },
+        ).fetchone()
     assert row is not None
     return int(row[0])
 
 
 def _row(record: MemoryIn, vector: Any, model_id: int) -> tuple[Any, ...]:
-    return (record.tenant, record.key, record.kind, record.category, record.source, record.text, record.context,
-            record.descriptor, record.content_hash, record.importance, record.tier, record.priority,
-            record.created_at, Jsonb(record.metadata), vector, model_id)
+    return (
+        record.tenant,
+        record.key,
+        record.kind,
+        record.category,
+        record.source,
+        record.text,
+        record.context,
+        record.descriptor,
+        record.content_hash,
+        record.importance,
+        record.tier,
+        record.priority,
+        record.created_at,
+        Jsonb(record.metadata),
+        vector,
+        model_id,
+    )
 
 
 def ingest(
@@ -68,12 +91,15 @@ def ingest(
         return IngestResult(0, 0)
     model_id = ensure_model(conn, embedder)
     inserted = updated = 0
-    with conn.transaction(), conn.cursor() as cur, tqdm(
-        total=len(records), desc=label, unit="mem", disable=not progress, leave=True
-    ) as bar:
+    with (
+        conn.transaction(),
+        conn.cursor() as cur,
+        tqdm(total=len(records), desc=label, unit="mem", disable=not progress, leave=True) as bar,
+    ):
+        cur.execute(queries.DROP_INGEST_TABLE)  # a savepoint-nested earlier call may have left it
         cur.execute(queries.CREATE_INGEST_TABLE)
         for start in range(0, len(records), chunk_rows):
-            chunk = records[start:start + chunk_rows]
+            chunk = records[start : start + chunk_rows]
             vectors = embedder.embed_documents([r.descriptor for r in chunk], batch_size=batch_size)
             with cur.copy(queries.COPY_INGEST) as copy:
                 for record, vector in zip(chunk, vectors, strict=True):

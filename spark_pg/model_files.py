@@ -35,7 +35,9 @@ TOKENIZER_CONFIG = {
     "mask_token": "[MASK]",
     "tokenizer_class": "BertTokenizer",
 }
-SPECIAL_TOKENS = {k: TOKENIZER_CONFIG[k] for k in ("pad_token", "cls_token", "sep_token", "unk_token", "mask_token")}
+SPECIAL_TOKENS = {
+    k: TOKENIZER_CONFIG[k] for k in ("pad_token", "cls_token", "sep_token", "unk_token", "mask_token")
+}
 
 
 def _sha256(path: Path) -> str:

@@ -10,8 +10,26 @@ SELECT spark.register_model(name => %(name)s, dim => %(dim)s, pooling => %(pooli
 
 ACTIVE_MODEL = "SELECT id, name, dim FROM spark.active_model() WHERE id IS NOT NULL"
 
-INGEST_COLUMNS = ("tenant", "key", "kind", "category", "source", "text", "context", "descriptor", "content_hash",
-                  "importance", "tier", "priority", "created_at", "metadata", "embedding", "embedding_model_id")
+INGEST_COLUMNS = (
+    "tenant",
+    "key",
+    "kind",
+    "category",
+    "source",
+    "text",
+    "context",
+    "descriptor",
+    "content_hash",
+    "importance",
+    "tier",
+    "priority",
+    "created_at",
+    "metadata",
+    "embedding",
+    "embedding_model_id",
+)
+
+DROP_INGEST_TABLE = "DROP TABLE IF EXISTS pg_temp._spark_ingest"
 
 CREATE_INGEST_TABLE = """
 CREATE TEMP TABLE _spark_ingest (
@@ -27,7 +45,8 @@ _UPSERT = """
 INSERT INTO spark.memories AS m (tenant, key, kind, category, source, text, context, descriptor, content_hash,
                                  importance, tier, priority, created_at, metadata, embedding,
                                  embedding_model_id, embedded_at)
-SELECT tenant, key, kind, category, source, text, context, descriptor, content_hash, importance, tier, priority,
+SELECT tenant, key, kind, category, source, text, context, descriptor, content_hash, importance, tier,
+       priority,
        coalesce(created_at, now()), metadata, embedding, embedding_model_id,
        CASE WHEN embedding IS NULL THEN NULL ELSE now() END
 FROM _spark_ingest

@@ -18,12 +18,35 @@ import yaml
 
 from spark_pg.errors import IngestError
 
-KINDS = ("insight", "preference", "decision", "rule", "episode", "trace", "learning", "seed", "failure", "fact",
-         "note")
+KINDS = (
+    "insight",
+    "preference",
+    "decision",
+    "rule",
+    "episode",
+    "trace",
+    "learning",
+    "seed",
+    "failure",
+    "fact",
+    "note",
+)
 TIERS = ("pinned", "active", "archive")
 PRIORITIES = ("critical", "high", "normal", "background")
-FIELDS = ("tenant", "key", "text", "kind", "category", "source", "context", "created_at", "importance", "tier",
-          "priority", "metadata")
+FIELDS = (
+    "tenant",
+    "key",
+    "text",
+    "kind",
+    "category",
+    "source",
+    "context",
+    "created_at",
+    "importance",
+    "tier",
+    "priority",
+    "metadata",
+)
 MAX_TEXT = 100_000  # characters; longer texts belong in a document store, not in a memory
 
 
@@ -59,8 +82,15 @@ def default_key(text: str) -> str:
     return "h:" + hashlib.sha256(text.strip().encode("utf-8")).hexdigest()[:24]
 
 
-def _text(row: Mapping[str, Any], name: str, where: tuple[str, int], *, max_len: int, required: bool = False,
-          default: str | None = None) -> str | None:
+def _text(
+    row: Mapping[str, Any],
+    name: str,
+    where: tuple[str, int],
+    *,
+    max_len: int,
+    required: bool = False,
+    default: str | None = None,
+) -> str | None:
     value = row.get(name)
     if value is None:
         if required:
@@ -77,8 +107,9 @@ def _text(row: Mapping[str, Any], name: str, where: tuple[str, int], *, max_len:
     return value
 
 
-def _choice(row: Mapping[str, Any], name: str, where: tuple[str, int], allowed: tuple[str, ...],
-            default: str) -> str:
+def _choice(
+    row: Mapping[str, Any], name: str, where: tuple[str, int], allowed: tuple[str, ...], default: str
+) -> str:
     value = row.get(name, default)
     if value is None:
         return default
@@ -98,10 +129,16 @@ def _timestamp(value: Any, where: tuple[str, int]) -> datetime | None:
         try:
             parsed = datetime.fromisoformat(value.strip().replace("Z", "+00:00"))
         except ValueError:
-            raise IngestError(where[0], where[1], "created_at",
-                              f"{value!r} is not an ISO 8601 time such as 2024-05-01T13:56:00Z") from None
+            raise IngestError(
+                where[0],
+                where[1],
+                "created_at",
+                f"{value!r} is not an ISO 8601 time such as 2024-05-01T13:56:00Z",
+            ) from None
     else:
-        raise IngestError(where[0], where[1], "created_at", f"must be an ISO 8601 string, not {type(value).__name__}")
+        raise IngestError(
+            where[0], where[1], "created_at", f"must be an ISO 8601 string, not {type(value).__name__}"
+        )
     return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)  # naive times are taken as UTC
 
 
@@ -170,11 +207,13 @@ def _strip_lines(value: Any) -> Any:
 
 def _yaml_rows(path: Path, text: str) -> list[tuple[int, Any]]:
     try:
-        data = yaml.load(text, Loader=_LineLoader)  # noqa: S506 - a SafeLoader subclass
+        data = yaml.load(text, Loader=_LineLoader)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         line = mark.line + 1 if mark is not None else 1
-        raise IngestError(str(path), line, None, f"is not valid YAML: {getattr(exc, 'problem', exc)}") from None
+        raise IngestError(
+            str(path), line, None, f"is not valid YAML: {getattr(exc, 'problem', exc)}"
+        ) from None
     if isinstance(data, dict) and set(data) - {"__line__"} == {"memories"}:
         data = data["memories"]
     if data is None:
@@ -196,7 +235,9 @@ def _jsonl_rows(path: Path, text: str) -> list[tuple[int, Any]]:
         try:
             rows.append((number, json.loads(raw)))
         except json.JSONDecodeError as exc:
-            raise IngestError(str(path), number, None, f"is not valid JSON: {exc.msg} at column {exc.colno}") from None
+            raise IngestError(
+                str(path), number, None, f"is not valid JSON: {exc.msg} at column {exc.colno}"
+            ) from None
     return rows
 
 

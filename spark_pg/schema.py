@@ -127,5 +127,6 @@ def require_current(conn: psycopg.Connection[Any]) -> None:
         got = conn.execute(f"SELECT version_num FROM public.{VERSION_TABLE}").fetchone()
         version = got[0] if got else None
     if version != head_revision():
-        raise SchemaError(f"the database schema is at {version or 'nothing'}, not {head_revision()}: "
-                          "run `spark-pg init`")
+        raise SchemaError(
+            f"the database schema is at {version or 'nothing'}, not {head_revision()}: run `spark-pg init`"
+        )

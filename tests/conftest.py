@@ -1,0 +1,141 @@
+"""Database and model fixtures.
+
+Server order: PG_TEST_DSN if set, else a testcontainers pgvector/pgvector container when a Docker engine
+answers, else the embedded server (its own data directory under pytest's temp folder, stopped at the end).
+The session gets a fresh database with the schema installed; `conn` rolls back after each test;
+`fresh_db` gives an empty database for install/upgrade tests.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+from spark_pg import schema
+from spark_pg.config import Settings, load_settings
+from spark_pg.db import EmbeddedServer, connect
+from spark_pg.embedding import Embedder, load_embedder, model_dir_for
+from spark_pg.model_files import install_offline_model
+
+
+def _docker_url() -> Iterator[str] | None:
+    try:
+        import docker
+
+        docker.from_env().ping()
+    except Exception:
+        return None
+    try:
+        from testcontainers.postgres import PostgresContainer
+    except ImportError:  # older layout
+        from testcontainers.community.postgres import PostgresContainer  # type: ignore[no-redef]
+
+    def run() -> Iterator[str]:
+        with PostgresContainer("pgvector/pgvector:pg17", driver=None) as container:
+            yield container.get_connection_url()
+
+    return run()
+
+
+@pytest.fixture(scope="session")
+def server_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """Admin URL of the PostgreSQL + pgvector server the tests use."""
+    if os.environ.get("PG_TEST_DSN"):
+        yield os.environ["PG_TEST_DSN"]
+        return
+    container = _docker_url()
+    if container is not None:
+        yield from container
+        return
+    server = EmbeddedServer(tmp_path_factory.mktemp("pg-home"))
+    try:
+        yield server.up()
+    finally:
+        server.down()
+
+
+def with_dbname(url: str, dbname: str) -> str:
+    params = conninfo_to_dict(url)
+    params["dbname"] = dbname
+    return make_conninfo(**params)
+
+
+def _create_db(server: str) -> str:
+    name = f"spark_test_{uuid.uuid4().hex[:10]}"
+    with psycopg.connect(server, autocommit=True) as admin:
+        admin.execute(f'CREATE DATABASE "{name}"')
+    return name
+
+
+def _drop_db(server: str, name: str) -> None:
+    with psycopg.connect(server, autocommit=True) as admin:
+        admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture(scope="session")
+def db_url(server_url: str) -> Iterator[str]:
+    """A database with the schema installed, shared by the session."""
+    name = _create_db(server_url)
+    url = with_dbname(server_url, name)
+    schema.install(url)
+    try:
+        yield url
+    finally:
+        _drop_db(server_url, name)
+
+
+@pytest.fixture
+def fresh_db(server_url: str) -> Iterator[str]:
+    """An empty database, dropped after the test."""
+    name = _create_db(server_url)
+    try:
+        yield with_dbname(server_url, name)
+    finally:
+        _drop_db(server_url, name)
+
+
+@pytest.fixture
+def conn(db_url: str) -> Iterator[psycopg.Connection[Any]]:
+    """A connection whose work is rolled back at the end of the test."""
+    connection = connect(db_url)
+    try:
+        with connection.transaction(force_rollback=True):
+            yield connection
+    finally:
+        connection.close()
+
+
+@pytest.fixture(scope="session")
+def model_settings(tmp_path_factory: pytest.TempPathFactory) -> Settings:
+    """Settings whose model folder is the user's (installed once by `make`), everything else default."""
+    settings = load_settings()
+    install_offline_model(model_dir_for(settings))
+    return settings
+
+
+@pytest.fixture(scope="session")
+def embedder(model_settings: Settings) -> Embedder:
+    return load_embedder(model_settings)
+
+
+@pytest.fixture
+def tenant() -> str:
+    """A tenant name no other test uses."""
+    return f"t-{uuid.uuid4().hex[:12]}"
+
+
+@pytest.fixture
+def cli_env(db_url: str, model_settings: Settings, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> str:
+    """Point the CLI at the test database (and no user config file)."""
+    monkeypatch.setenv("SPARK_PG_DATABASE_URL", db_url)
+    config = tmp_path / "config.yaml"
+    config.write_text("embedding:\n  model_dir: " + str(model_dir_for(model_settings)) + "\n")
+    monkeypatch.setenv("SPARK_PG_CONFIG", str(config))
+    return db_url

@@ -1,0 +1,110 @@
+"""The spark-pg command line, run in-process against the test database."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from spark_pg.cli import main
+
+
+def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_init_twice_is_harmless(cli_env: str, capsys: pytest.CaptureFixture[str]) -> None:
+    for _ in range(2):
+        code, out, _ = run(capsys, "init")
+        assert code == 0 and "revision 0001_foundation" in out
+
+
+def test_add_then_search(cli_env: str, tenant: str, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(
+        capsys,
+        "add",
+        "--tenant",
+        tenant,
+        "--key",
+        "physics",
+        "--kind",
+        "failure",
+        "Game physics jitter came from a variable timestep; use a fixed 1/60 s step",
+    )
+    assert (code, out.strip()) == (0, "added")
+    code, out, _ = run(
+        capsys,
+        "add",
+        "--tenant",
+        tenant,
+        "--key",
+        "physics",
+        "Game physics jitter: always use a fixed timestep",
+    )
+    assert (code, out.strip()) == (0, "updated")
+    code, out, _ = run(capsys, "search", "--tenant", tenant, "--k", "2", "--json", "fixing game physics")
+    assert code == 0
+    hits = json.loads(out)
+    assert hits[0]["key"] == "physics" and hits[0]["text"].endswith("fixed timestep")
+    assert "semantic similarity" in hits[0]["reason"]
+
+
+def test_ingest_reports_counts_and_rate(
+    cli_env: str, tenant: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "m.yaml"
+    path.write_text("- text: one memory\n- text: another memory\n  category: misc\n")
+    code, out, _ = run(capsys, "ingest", str(path), "--tenant", tenant, "--quiet")
+    assert code == 0 and out.startswith("2 inserted, 0 updated")
+    assert "memories/s" in out
+
+
+def test_bad_file_names_line_and_field(
+    cli_env: str, tenant: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "bad.yaml"
+    path.write_text("- text: fine\n- text: not fine\n  tier: frozen\n")
+    code, _, err = run(capsys, "ingest", str(path), "--tenant", tenant)
+    assert code == 2
+    assert "bad.yaml line 2, field 'tier'" in err and "pinned, active, archive" in err
+
+
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        (("search", "--tenant", "", "x"), "[22023]"),
+        (("search", "--k", "0", "x"), "k must be between 1 and 1000"),
+        (("add", "--tenant", "t", "--importance", "3", "x"), "field 'importance'"),
+        (("add", "--tenant", "t", "--kind", "gossip", "x"), "field 'kind'"),
+    ],
+)
+def test_bad_arguments_get_clear_errors(
+    cli_env: str, capsys: pytest.CaptureFixture[str], argv: tuple[str, ...], expected: str
+) -> None:
+    code, _, err = run(capsys, *argv)
+    assert code in (1, 2)
+    assert expected in err
+
+
+def test_config_errors_name_the_key(
+    cli_env: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("SPARK_PG_RETRIEVAL_K", "0")
+    code, _, err = run(capsys, "config")
+    assert code == 2
+    assert "retrieval.k" in err and ">= 1" in err
+
+
+def test_db_url_with_external_server_prints_it(cli_env: str, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(capsys, "db", "url")
+    assert (code, out.strip()) == (0, cli_env)
+
+
+def test_seed_and_model_info(cli_env: str, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(capsys, "seed", "--quiet")
+    assert code == 0 and out.startswith("cold-start pack:")
+    code, out, _ = run(capsys, "model", "info")
+    assert code == 0 and "all-MiniLM-L6-v2-int8 (384 dims" in out and "installed" in out

@@ -1,0 +1,67 @@
+"""The embedded server survives clients killed with SIGKILL, and its own SIGKILL, and stays stoppable."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import psutil
+import psycopg
+import pytest
+
+from spark_pg.db import EmbeddedServer
+
+CLIENT = """
+import sys, time
+from spark_pg.db import EmbeddedServer
+print(EmbeddedServer(__import__('pathlib').Path(sys.argv[1])).up(), flush=True)
+time.sleep(120)
+"""
+
+
+@pytest.fixture
+def home(tmp_path: Path) -> Iterator[Path]:
+    yield tmp_path
+    EmbeddedServer(tmp_path).down()
+
+
+def test_sigkilled_client_leaves_the_server_usable_and_stoppable(home: Path) -> None:
+    with subprocess.Popen(
+        [sys.executable, "-c", CLIENT, str(home)], stdout=subprocess.PIPE, text=True
+    ) as client:
+        assert client.stdout is not None
+        url = client.stdout.readline().strip()
+        assert url.startswith("postgresql://")
+        client.send_signal(signal.SIGKILL)
+        client.wait(timeout=10)
+
+    server = EmbeddedServer(home)
+    status = server.status()
+    assert status.running and status.url == url
+    with psycopg.connect(server.up()) as conn:
+        assert conn.execute("SELECT 1").fetchone() == (1,)
+    assert server.down() is True
+    assert server.status().running is False
+    assert server.down() is False  # stopping twice is not an error
+
+
+def test_server_recovers_after_its_postmaster_is_sigkilled(home: Path) -> None:
+    server = EmbeddedServer(home)
+    url = server.up()
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("CREATE TABLE survives (x int); INSERT INTO survives VALUES (42)")
+    pid = server.status().pid
+    assert pid is not None
+    os.kill(pid, signal.SIGKILL)
+    psutil.wait_procs([psutil.Process(pid)] if psutil.pid_exists(pid) else [], timeout=10)
+    deadline = time.monotonic() + 10
+    while server.status().running and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert server.status().running is False
+    with psycopg.connect(server.up()) as conn:  # restarts, replays WAL
+        assert conn.execute("SELECT x FROM survives").fetchone() == (42,)

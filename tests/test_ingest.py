@@ -1,0 +1,159 @@
+"""Ingest: batched embedding, bulk upsert, updates instead of duplicates, all-or-nothing files."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from spark_pg.client import SparkClient
+from spark_pg.config import Settings
+from spark_pg.errors import IngestError, ModelMismatch
+from spark_pg.ingest import ingest
+from spark_pg.records import read_file
+
+
+@pytest.fixture
+def client(db_url: str, model_settings: Settings) -> Iterator[SparkClient]:
+    with SparkClient(model_settings, url=db_url) as c:
+        yield c
+
+
+def write_jsonl(path: Path, rows: list[dict[str, object]]) -> Path:
+    path.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    return path
+
+
+def stored(client: SparkClient, tenant: str) -> dict[str, tuple[object, ...]]:
+    with client.conn.transaction():
+        rows = client.conn.execute(
+            """SELECT x.key, x.text, x.kind, x.category, x.importance, x.created_at, x.embedding IS NOT NULL,
+                      m.name, x.metadata
+               FROM spark.memories x LEFT JOIN spark.embedding_models m ON m.id = x.embedding_model_id
+               WHERE x.tenant = %s""",
+            (tenant,),
+        ).fetchall()
+    return {r[0]: r[1:] for r in rows}
+
+
+def test_ingest_jsonl_embeds_and_stores_every_field(client: SparkClient, tenant: str, tmp_path: Path) -> None:
+    path = write_jsonl(
+        tmp_path / "m.jsonl",
+        [
+            {
+                "key": "a",
+                "text": "Run tests before pushing",
+                "kind": "rule",
+                "category": "git",
+                "importance": 0.9,
+                "created_at": "2024-05-01T10:00:00Z",
+                "metadata": {"from": "test"},
+            },
+            {"text": "Prefers dark mode", "kind": "preference"},
+        ],
+    )
+    result = client.ingest_file(path, tenant)
+    assert (result.inserted, result.updated) == (2, 0)
+    rows = stored(client, tenant)
+    assert len(rows) == 2
+    text, kind, category, importance, created, embedded, model, metadata = rows["a"]
+    assert (text, kind, category, embedded, model, metadata) == (
+        "Run tests before pushing",
+        "rule",
+        "git",
+        True,
+        "all-MiniLM-L6-v2-int8",
+        {"from": "test"},
+    )
+    assert importance == pytest.approx(0.9)
+    assert created.isoformat() == "2024-05-01T10:00:00+00:00"  # type: ignore[attr-defined]
+    assert any(k.startswith("h:") for k in rows)  # keyless row got a content key
+
+
+def test_reingesting_updates_instead_of_duplicating(client: SparkClient, tenant: str, tmp_path: Path) -> None:
+    rows = [
+        {"key": "a", "text": "first wording", "created_at": "2024-01-01T00:00:00Z"},
+        {"text": "no key here"},
+    ]
+    client.ingest_file(write_jsonl(tmp_path / "1.jsonl", rows), tenant)
+    before = stored(client, tenant)
+    rows[0] = {"key": "a", "text": "second wording"}  # no created_at: the stored one is kept
+    result = client.ingest_file(write_jsonl(tmp_path / "2.jsonl", rows), tenant)
+    assert (result.inserted, result.updated) == (0, 2)
+    after = stored(client, tenant)
+    assert len(after) == 2
+    assert after["a"][0] == "second wording"
+    assert after["a"][4] == before["a"][4]
+
+
+def test_a_bad_row_writes_nothing_from_the_file(client: SparkClient, tenant: str, tmp_path: Path) -> None:
+    path = write_jsonl(
+        tmp_path / "bad.jsonl",
+        [
+            {"key": "ok", "text": "fine row"},
+            {"key": "bad", "text": "bad importance", "importance": 7},
+        ],
+    )
+    with pytest.raises(IngestError) as info:
+        client.ingest_file(path, tenant)
+    assert (info.value.line, info.value.field) == (2, "importance")
+    assert stored(client, tenant) == {}
+
+
+def test_a_database_failure_late_in_the_file_rolls_everything_back(
+    client: SparkClient, tenant: str, tmp_path: Path
+) -> None:
+    # 30 rows in chunks of 500 would be one chunk: force several chunks, then fail on the last row
+    path = write_jsonl(
+        tmp_path / "late.jsonl", [{"key": f"k{i}", "text": f"memory number {i}"} for i in range(30)]
+    )
+    records = read_file(path, tenant)
+    with client.conn.transaction():
+        client.conn.execute("ALTER TABLE spark.memories ADD CONSTRAINT no_k29 CHECK (key <> 'k29') NOT VALID")
+    try:
+        with pytest.raises(psycopg.errors.CheckViolation):
+            ingest(client.conn, records, client.embedder, chunk_rows=7)
+    finally:
+        with client.conn.transaction():
+            client.conn.execute("ALTER TABLE spark.memories DROP CONSTRAINT no_k29")
+    assert stored(client, tenant) == {}
+
+
+def test_add_one_memory_and_find_it(client: SparkClient, tenant: str) -> None:
+    client.add(
+        tenant,
+        "Always run alembic upgrade head on a copy of production first",
+        key="mig",
+        kind="rule",
+        category="database",
+    )
+    hits = client.search(tenant, "how should I run database migrations", k=3)
+    assert hits and hits[0].key == "mig"
+    assert not hits[0].system_default
+    assert "semantic similarity" in hits[0].reason
+
+
+def test_configured_model_must_match_the_stored_vectors(
+    client: SparkClient, tenant: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    client.add(tenant, "something to make sure a model is registered")
+    from spark_pg.embedding import ModelSpec
+
+    other = ModelSpec("some-other-model", "x", 384, "mean", 256)
+    monkeypatch.setattr(client.embedder, "spec", other)
+    with pytest.raises(ModelMismatch, match="all-MiniLM-L6-v2-int8"):
+        client.add(tenant, "a memory under the wrong model")
+    monkeypatch.undo()
+
+
+def test_seed_pack_is_shared_and_idempotent(client: SparkClient) -> None:
+    first = client.load_seed_pack()
+    second = client.load_seed_pack()
+    assert 20 <= first.total <= 30
+    assert second.inserted == 0 and second.updated == first.total
+    hits = client.search("brand-new-tenant", "git push --force to main", k=3)
+    assert hits and all(h.system_default for h in hits)
+    assert any("push" in h.text for h in hits)

@@ -1,0 +1,119 @@
+"""Install, upgrade and downgrade: Alembic owns the tables, sql/ the functions."""
+
+from __future__ import annotations
+
+import psycopg
+import pytest
+from alembic.config import Config
+from alembic.script import ScriptDirectory
+
+from spark_pg import schema
+
+SNAPSHOT_QUERIES = {
+    "columns": """
+        SELECT table_name, column_name, data_type, is_nullable, column_default, generation_expression
+        FROM information_schema.columns WHERE table_schema = 'spark' ORDER BY 1, 2""",
+    "indexes": "SELECT indexname, indexdef FROM pg_indexes WHERE schemaname = 'spark' ORDER BY 1",
+    "constraints": """
+        SELECT conrelid::regclass::text, conname, pg_get_constraintdef(oid)
+        FROM pg_constraint WHERE connamespace = 'spark'::regnamespace ORDER BY 1, 2""",
+    "functions": """
+        SELECT p.oid::regprocedure::text, md5(pg_get_functiondef(p.oid)), p.provolatile, p.proconfig,
+               obj_description(p.oid, 'pg_proc')
+        FROM pg_proc p WHERE p.pronamespace = 'spark'::regnamespace ORDER BY 1""",
+    "version": "SELECT version_num FROM public.spark_alembic_version",
+}
+
+
+def snapshot(url: str) -> dict[str, list[tuple[object, ...]]]:
+    with psycopg.connect(url) as conn:
+        return {name: conn.execute(sql).fetchall() for name, sql in SNAPSHOT_QUERIES.items()}
+
+
+def revisions() -> list[str]:
+    cfg = Config()
+    cfg.set_main_option("script_location", str(schema.resource_dir("alembic")))
+    return [s.revision for s in reversed(list(ScriptDirectory.from_config(cfg).walk_revisions()))]
+
+
+def test_fresh_install_has_the_expected_objects(db_url: str) -> None:
+    snap = snapshot(db_url)
+    tables = {row[0] for row in snap["columns"]}
+    assert {"memories", "embedding_models", "install_info"} <= tables
+    functions = {row[0].split("(")[0] for row in snap["functions"]}
+    assert {"spark.search_semantic", "spark.register_model", "spark.active_model"} <= functions
+    assert any("gin (tsv)" in row[1] for row in snap["indexes"])
+    assert snap["version"] == [(schema.head_revision(),)]
+
+
+def test_install_twice_changes_nothing(fresh_db: str) -> None:
+    schema.install(fresh_db)
+    first = snapshot(fresh_db)
+    schema.install(fresh_db)
+    assert snapshot(fresh_db) == first
+
+
+def test_stepwise_upgrade_equals_fresh_install(fresh_db: str, db_url: str) -> None:
+    for revision in revisions():
+        schema.upgrade(fresh_db, revision)
+        assert schema.current_revision(fresh_db) == revision
+    assert snapshot(fresh_db) == snapshot(db_url)
+
+
+def test_downgrade_to_base_leaves_nothing_then_reinstalls(fresh_db: str, db_url: str) -> None:
+    schema.install(fresh_db)
+    schema.downgrade(fresh_db, "base")
+    with psycopg.connect(fresh_db) as conn:
+        assert conn.execute("SELECT count(*) FROM pg_namespace WHERE nspname = 'spark'").fetchone() == (0,)
+        assert conn.execute("SELECT to_regclass('public.spark_alembic_version')").fetchone() == (None,)
+        assert conn.execute("SELECT count(*) FROM pg_extension WHERE extname = 'vector'").fetchone() == (0,)
+        assert conn.execute(
+            "SELECT count(*) FROM pg_proc WHERE proname LIKE '%search_semantic%'"
+        ).fetchone() == (0,)
+    assert schema.current_revision(fresh_db) is None
+    schema.install(fresh_db)
+    assert snapshot(fresh_db) == snapshot(db_url)
+
+
+def test_downgrade_keeps_a_vector_extension_it_did_not_create(fresh_db: str) -> None:
+    with psycopg.connect(fresh_db, autocommit=True) as conn:
+        conn.execute("CREATE EXTENSION vector")
+    schema.install(fresh_db)
+    schema.downgrade(fresh_db, "base")
+    with psycopg.connect(fresh_db) as conn:
+        assert conn.execute("SELECT count(*) FROM pg_extension WHERE extname = 'vector'").fetchone() == (1,)
+        assert conn.execute("SELECT count(*) FROM pg_namespace WHERE nspname = 'spark'").fetchone() == (0,)
+
+
+def test_a_failing_sql_file_leaves_nothing_half_applied(
+    fresh_db: str, monkeypatch: pytest.MonkeyPatch, tmp_path
+) -> None:  # type: ignore[no-untyped-def]
+    broken = tmp_path / "sql"
+    broken.mkdir()
+    (broken / "001-ok.sql").write_text("CREATE FUNCTION spark.ok() RETURNS int LANGUAGE sql AS 'SELECT 1';")
+    (broken / "002-broken.sql").write_text("CREATE FUNCTION spark.broken( RETURNS;")
+    real = schema.resource_dir
+    monkeypatch.setattr(schema, "resource_dir", lambda name: broken if name == "sql" else real(name))
+    with pytest.raises(psycopg.errors.SyntaxError):
+        schema.install(fresh_db)
+    with psycopg.connect(fresh_db) as conn:
+        assert conn.execute("SELECT count(*) FROM pg_namespace WHERE nspname = 'spark'").fetchone() == (0,)
+    assert schema.current_revision(fresh_db) is None
+
+
+def test_misnamed_sql_file_is_rejected(monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    (tmp_path / "sql").mkdir()
+    (tmp_path / "sql" / "functions.sql").write_text("SELECT 1;")
+    monkeypatch.setattr(schema, "resource_dir", lambda name: tmp_path / name)
+    with pytest.raises(schema.SchemaError, match=r"NNN-name\.sql"):
+        schema.sql_files()
+
+
+def test_every_spark_function_pins_search_path_and_is_documented(conn: psycopg.Connection) -> None:  # type: ignore[type-arg]
+    rows = conn.execute("""
+        SELECT p.oid::regprocedure::text, p.proconfig, obj_description(p.oid, 'pg_proc')
+        FROM pg_proc p WHERE p.pronamespace = 'spark'::regnamespace""").fetchall()
+    assert rows
+    for name, config, comment in rows:
+        assert config and any(c.startswith("search_path=pg_catalog") for c in config), name
+        assert comment, f"{name} has no COMMENT"

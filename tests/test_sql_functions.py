@@ -1,0 +1,177 @@
+"""spark.* functions called as any SQL client would: edges and errors, table-driven."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import psycopg
+import pytest
+from psycopg import errors
+
+Conn = psycopg.Connection[Any]
+DIM = 384
+
+
+def vec(*head: float) -> str:
+    values = list(head) + [0.0] * (DIM - len(head))
+    return "[" + ",".join(str(v) for v in values) + "]"
+
+
+@pytest.fixture
+def model_id(conn: Conn) -> int:
+    row = conn.execute("SELECT spark.register_model('test-model', %s, 'mean', 256)", (DIM,)).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+def insert(conn: Conn, tenant: str, key: str, embedding: str | None, model_id: int | None) -> None:
+    conn.execute(
+        """INSERT INTO spark.memories
+            (tenant, key, text, descriptor, content_hash, embedding, embedding_model_id)
+           VALUES (%s, %s, %s, %s, '\\x00', %s::vector, %s)""",
+        (tenant, key, f"text {key}", f"text {key}", embedding, model_id if embedding else None),
+    )
+
+
+@pytest.fixture
+def corpus(conn: Conn, model_id: int, tenant: str) -> str:
+    insert(conn, tenant, "near", vec(1, 0.1), model_id)
+    insert(conn, tenant, "far", vec(0, 1), model_id)
+    insert(conn, tenant, "pending", None, None)  # awaiting its embedding
+    insert(conn, "other-tenant", "secret", vec(1, 0.1), model_id)
+    insert(conn, "_system", "seed", vec(1, 0.3), model_id)
+    return tenant
+
+
+def search(
+    conn: Conn, tenant: str | None, embedding: str | None, k: Any = 8, min_similarity: Any = -1
+) -> list[tuple[Any, ...]]:
+    return conn.execute(
+        "SELECT key, system_default, similarity FROM spark.search_semantic("
+        "tenant => %s, query_embedding => %s::vector, k => %s, min_similarity => %s)",
+        (tenant, embedding, k, min_similarity),
+    ).fetchall()
+
+
+def test_search_orders_by_similarity_and_includes_the_cold_start_pack(conn: Conn, corpus: str) -> None:
+    rows = search(conn, corpus, vec(1, 0.1))
+    assert [r[0] for r in rows] == ["near", "seed", "far"]
+    assert rows[0][2] == pytest.approx(1.0, abs=1e-5)
+    assert [r[1] for r in rows] == [False, True, False]
+
+
+def test_search_never_returns_another_tenants_memories(conn: Conn, corpus: str) -> None:
+    assert "secret" not in {r[0] for r in search(conn, corpus, vec(1, 0.1), k=1000)}
+
+
+def test_empty_tenant_gets_only_the_cold_start_pack(conn: Conn, corpus: str) -> None:
+    assert search(conn, "nobody-here", vec(1, 0.1)) == [("seed", True, pytest.approx(0.9817, abs=1e-3))]
+
+
+def test_k_limits_and_min_similarity_gates(conn: Conn, corpus: str) -> None:
+    assert [r[0] for r in search(conn, corpus, vec(1, 0.1), k=1)] == ["near"]
+    assert [r[0] for r in search(conn, corpus, vec(1, 0.1), min_similarity=0.95)] == ["near", "seed"]
+    assert len(search(conn, corpus, vec(1, 0.1), k=1000)) == 3  # huge k: everything embedded, no error
+
+
+def test_no_model_registered_returns_nothing(conn: Conn) -> None:
+    assert search(conn, "anyone", vec(1)) == []
+
+
+@pytest.mark.parametrize(
+    ("tenant", "embedding", "k", "min_sim", "error", "names"),
+    [
+        (None, vec(1), 8, -1, errors.NullValueNotAllowed, "tenant"),
+        ("", vec(1), 8, -1, errors.InvalidParameterValue, "tenant"),
+        ("x" * 129, vec(1), 8, -1, errors.InvalidParameterValue, "tenant"),
+        ("t", None, 8, -1, errors.NullValueNotAllowed, "query_embedding"),
+        ("t", vec(1), 0, -1, errors.InvalidParameterValue, "k"),
+        ("t", vec(1), -5, -1, errors.InvalidParameterValue, "k"),
+        ("t", vec(1), 1001, -1, errors.InvalidParameterValue, "k"),
+        ("t", vec(1), None, -1, errors.NullValueNotAllowed, "k"),
+        ("t", vec(1), 8, 1.5, errors.InvalidParameterValue, "min_similarity"),
+        ("t", vec(1), 8, None, errors.InvalidParameterValue, "min_similarity"),
+        ("t", "[1,2,3]", 8, -1, errors.DataException, "query_embedding has 3 dimensions"),
+        ("t", vec(), 8, -1, errors.InvalidParameterValue, "zero vector"),
+    ],
+)
+def test_search_rejects_bad_input(
+    conn: Conn,
+    model_id: int,
+    tenant: str | None,
+    embedding: str | None,
+    k: Any,
+    min_sim: Any,
+    error: type[Exception],
+    names: str,
+) -> None:
+    with pytest.raises(error, match=names), conn.transaction():
+        search(conn, tenant, embedding, k, min_sim)
+
+
+def test_nan_vectors_are_refused_by_pgvector(conn: Conn, model_id: int) -> None:
+    with pytest.raises(errors.DataException, match="NaN"), conn.transaction():
+        search(conn, "t", "[NaN" + ",0" * (DIM - 1) + "]")
+
+
+@pytest.mark.parametrize(
+    ("args", "error", "names"),
+    [
+        (("", 384, "mean", 256), errors.InvalidParameterValue, "name"),
+        (("m", 0, "mean", 256), errors.InvalidParameterValue, "dim"),
+        (("m", 2001, "mean", 256), errors.InvalidParameterValue, "dim"),
+        (("m", 384, "max", 256), errors.InvalidParameterValue, "pooling"),
+        (("m", 384, "mean", 0), errors.InvalidParameterValue, "max_tokens"),
+        (("m", None, "mean", 256), errors.InvalidParameterValue, "dim"),
+    ],
+)
+def test_register_model_rejects_bad_input(
+    conn: Conn, args: tuple[Any, ...], error: type[Exception], names: str
+) -> None:
+    with pytest.raises(error, match=names), conn.transaction():
+        conn.execute("SELECT spark.register_model(%s, %s, %s, %s)", args)
+
+
+def test_register_model_is_idempotent_and_guards_dimension(conn: Conn, model_id: int) -> None:
+    again = conn.execute("SELECT spark.register_model('test-model', %s, 'mean', 256)", (DIM,)).fetchone()
+    assert again == (model_id,)
+    with pytest.raises(errors.DataException, match="registered with dim 384"), conn.transaction():
+        conn.execute("SELECT spark.register_model('test-model', 768, 'mean', 256)")
+    index = conn.execute(
+        "SELECT indexdef FROM pg_indexes WHERE indexname = %s", (f"memories_hnsw_m{model_id}",)
+    ).fetchone()
+    assert index is not None and "hnsw" in index[0] and f"embedding_model_id = {model_id}" in index[0]
+    active = conn.execute("SELECT name, dim FROM spark.active_model()").fetchone()
+    assert active == ("test-model", DIM)
+
+
+def test_ensure_model_index_rejects_unknown_model(conn: Conn) -> None:
+    with pytest.raises(errors.InvalidParameterValue, match="model_id 32000"), conn.transaction():
+        conn.execute("SELECT spark.ensure_model_index(32000::smallint)")
+    with pytest.raises(errors.NullValueNotAllowed, match="model_id"), conn.transaction():
+        conn.execute("SELECT spark.ensure_model_index(NULL)")
+
+
+def test_filtered_vector_search_uses_the_hnsw_index_on_a_large_table(conn: Conn, model_id: int) -> None:
+    # (a small tenant may get an exact scan instead, which is cheaper and exact)
+    conn.execute(
+        """
+        INSERT INTO spark.memories
+            (tenant, key, text, descriptor, content_hash, embedding, embedding_model_id)
+        SELECT CASE WHEN g %% 10 = 0 THEN 'small' ELSE 'big' END, 'k' || g, 'x', 'x', '\\x00',
+               (SELECT array_agg(random())::vector FROM generate_series(1, %s) WHERE g > 0), %s
+        FROM generate_series(1, 2000) g""",
+        (DIM, model_id),
+    )
+    conn.execute("ANALYZE spark.memories")
+    plan = "\n".join(
+        r[0]
+        for r in conn.execute(
+            f"""
+        EXPLAIN SELECT id FROM spark.memories
+        WHERE embedding_model_id = {model_id} AND tenant IN ('big', '_system')
+        ORDER BY embedding::vector({DIM}) <=> %s::vector({DIM}) LIMIT 10""",
+            (vec(1),),
+        ).fetchall()
+    )
+    assert f"memories_hnsw_m{model_id}" in plan, plan
