@@ -14,15 +14,58 @@ from dataclasses import dataclass
 from spark_pg.client import SparkClient
 from spark_pg.records import MemoryIn
 
-_ACTIONS = ("Run", "Check", "Avoid", "Prefer", "Always use", "Never skip", "Document", "Cache", "Validate", "Log")
-_OBJECTS = ("the database migration", "unit tests", "the deploy script", "API tokens", "the retry loop",
-            "config files", "the CI cache", "error messages", "the auth middleware", "feature flags",
-            "the physics timestep", "SQL queries", "the docker image", "rate limits", "the search index")
-_CONTEXTS = ("before pushing to main", "when the build is red", "in staging first", "for every release",
-             "after editing models.py", "when latency spikes", "on the payments service", "during code review",
-             "before a long refactor", "when the user asks for speed", "in the nightly job", "on large inputs")
-_REASONS = ("because it failed last week", "since it saves an hour", "to keep the history clean",
-            "as the user prefers", "to avoid silent data loss", "so rollbacks stay cheap", "")
+_ACTIONS = (
+    "Run",
+    "Check",
+    "Avoid",
+    "Prefer",
+    "Always use",
+    "Never skip",
+    "Document",
+    "Cache",
+    "Validate",
+    "Log",
+)
+_OBJECTS = (
+    "the database migration",
+    "unit tests",
+    "the deploy script",
+    "API tokens",
+    "the retry loop",
+    "config files",
+    "the CI cache",
+    "error messages",
+    "the auth middleware",
+    "feature flags",
+    "the physics timestep",
+    "SQL queries",
+    "the docker image",
+    "rate limits",
+    "the search index",
+)
+_CONTEXTS = (
+    "before pushing to main",
+    "when the build is red",
+    "in staging first",
+    "for every release",
+    "after editing models.py",
+    "when latency spikes",
+    "on the payments service",
+    "during code review",
+    "before a long refactor",
+    "when the user asks for speed",
+    "in the nightly job",
+    "on large inputs",
+)
+_REASONS = (
+    "because it failed last week",
+    "since it saves an hour",
+    "to keep the history clean",
+    "as the user prefers",
+    "to avoid silent data loss",
+    "so rollbacks stay cheap",
+    "",
+)
 
 
 @dataclass(frozen=True)

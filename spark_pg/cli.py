@@ -191,9 +191,11 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
     with _client(args) as client:
         result = bench_ingest.run(client, args.n, progress=not args.quiet)
-    print(f"ingest: {result.rows} short memories in {result.seconds:.2f} s = {result.rate:.0f} memories/s "
-          f"(embedding included; {os.cpu_count()} cores, {platform.machine()}, "
-          f"batch_size {client.settings.get_int('embedding.batch_size')})")
+    print(
+        f"ingest: {result.rows} short memories in {result.seconds:.2f} s = {result.rate:.0f} memories/s "
+        f"(embedding included; {os.cpu_count()} cores, {platform.machine()}, "
+        f"batch_size {client.settings.get_int('embedding.batch_size')})"
+    )
     return 0
 
 

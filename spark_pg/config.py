@@ -73,8 +73,6 @@ KEYS: tuple[Key, ...] = (
         "PostgreSQL URL of an external server; empty means the embedded server under `home`.",
         nullable=True,
     ),
-    Key("database.pool_min_size", int, 1, "Connections the pool keeps open.", lo=0, hi=64),
-    Key("database.pool_max_size", int, 4, "Most connections the pool opens.", lo=1, hi=256),
     Key(
         "database.statement_timeout_ms",
         int,
@@ -304,6 +302,4 @@ def load_settings(
             values[name] = _coerce(
                 key, raw, f"{KEY_BY_NAME[name].env}" if origin == "environment" else origin
             )
-    if values["database.pool_min_size"] > values["database.pool_max_size"]:
-        raise ConfigError("database.pool_min_size", "must not exceed database.pool_max_size")
     return Settings(values, path if path.is_file() else None)

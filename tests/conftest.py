@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -91,14 +92,30 @@ def db_url(server_url: str) -> Iterator[str]:
         _drop_db(server_url, name)
 
 
+@contextmanager
+def temp_database(server: str, *, install: bool) -> Iterator[str]:
+    name = _create_db(server)
+    url = with_dbname(server, name)
+    try:
+        if install:
+            schema.install(url)
+        yield url
+    finally:
+        _drop_db(server, name)
+
+
 @pytest.fixture
 def fresh_db(server_url: str) -> Iterator[str]:
     """An empty database, dropped after the test."""
-    name = _create_db(server_url)
-    try:
-        yield with_dbname(server_url, name)
-    finally:
-        _drop_db(server_url, name)
+    with temp_database(server_url, install=False) as url:
+        yield url
+
+
+@pytest.fixture
+def installed_db(server_url: str) -> Iterator[str]:
+    """A database with a fresh install and nothing else, dropped after the test."""
+    with temp_database(server_url, install=True) as url:
+        yield url
 
 
 @pytest.fixture

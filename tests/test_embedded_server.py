@@ -65,3 +65,30 @@ def test_server_recovers_after_its_postmaster_is_sigkilled(home: Path) -> None:
     assert server.status().running is False
     with psycopg.connect(server.up()) as conn:  # restarts, replays WAL
         assert conn.execute("SELECT x FROM survives").fetchone() == (42,)
+
+
+def test_psql_connects_with_the_printed_url(home: Path) -> None:
+    import shutil
+
+    from spark_pg.db import _pgserver
+
+    pg = _pgserver().postgres_server
+    psql = shutil.which("psql") or str(pg.POSTGRES_VERSIONS[pg.TARGET_POSTGRES_VERSION] / "psql")
+    env = {**os.environ, "SPARK_PG_HOME": str(home)}
+    env.pop("SPARK_PG_DATABASE_URL", None)
+    url = subprocess.run(
+        [sys.executable, "-m", "spark_pg.cli", "db", "url"],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    ).stdout.strip()
+    out = subprocess.run(
+        [psql, url, "-Atc", "SELECT name FROM pg_available_extensions WHERE name = 'vector'"],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=30,
+    ).stdout
+    assert out.strip() == "vector"

@@ -130,7 +130,7 @@ def test_add_one_memory_and_find_it(client: SparkClient, tenant: str) -> None:
         kind="rule",
         category="database",
     )
-    hits = client.search(tenant, "how should I run database migrations", k=3)
+    hits = client.search(tenant, "alembic upgrade head on production", k=3)
     assert hits and hits[0].key == "mig"
     assert not hits[0].system_default
     assert "semantic similarity" in hits[0].reason

@@ -53,14 +53,14 @@ def test_install_twice_changes_nothing(fresh_db: str) -> None:
     assert snapshot(fresh_db) == first
 
 
-def test_stepwise_upgrade_equals_fresh_install(fresh_db: str, db_url: str) -> None:
+def test_stepwise_upgrade_equals_fresh_install(fresh_db: str, installed_db: str) -> None:
     for revision in revisions():
         schema.upgrade(fresh_db, revision)
         assert schema.current_revision(fresh_db) == revision
-    assert snapshot(fresh_db) == snapshot(db_url)
+    assert snapshot(fresh_db) == snapshot(installed_db)
 
 
-def test_downgrade_to_base_leaves_nothing_then_reinstalls(fresh_db: str, db_url: str) -> None:
+def test_downgrade_to_base_leaves_nothing_then_reinstalls(fresh_db: str, installed_db: str) -> None:
     schema.install(fresh_db)
     schema.downgrade(fresh_db, "base")
     with psycopg.connect(fresh_db) as conn:
@@ -72,7 +72,7 @@ def test_downgrade_to_base_leaves_nothing_then_reinstalls(fresh_db: str, db_url:
         ).fetchone() == (0,)
     assert schema.current_revision(fresh_db) is None
     schema.install(fresh_db)
-    assert snapshot(fresh_db) == snapshot(db_url)
+    assert snapshot(fresh_db) == snapshot(installed_db)
 
 
 def test_downgrade_keeps_a_vector_extension_it_did_not_create(fresh_db: str) -> None:

@@ -2,14 +2,36 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 import psycopg
 import pytest
 from psycopg import errors
 
+from spark_pg.db import connect
+from tests.conftest import temp_database
+
 Conn = psycopg.Connection[Any]
 DIM = 384
+
+
+@pytest.fixture(scope="module")
+def sql_db(server_url: str) -> Iterator[str]:
+    """This module's own fresh install: no model registered, no seed pack, unless a test adds them."""
+    with temp_database(server_url, install=True) as url:
+        yield url
+
+
+@pytest.fixture
+def conn(sql_db: str) -> Iterator[Conn]:
+    """Work rolled back at the end of each test."""
+    connection = connect(sql_db)
+    try:
+        with connection.transaction(force_rollback=True):
+            yield connection
+    finally:
+        connection.close()
 
 
 def vec(*head: float) -> str:
