@@ -6,8 +6,10 @@ import argparse
 import json
 import shutil
 import sys
+import textwrap
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import psycopg
 
@@ -15,8 +17,11 @@ from spark_pg import __version__
 from spark_pg.config import KEYS, load_settings
 from spark_pg.errors import SparkPgError
 
+if TYPE_CHECKING:
+    from spark_pg.client import SearchHit, SparkClient
 
-def _client(args: argparse.Namespace):  # type: ignore[no-untyped-def]
+
+def _client(args: argparse.Namespace) -> SparkClient:
     from spark_pg.client import SparkClient
 
     return SparkClient(load_settings())
@@ -108,6 +113,7 @@ def cmd_ingest(args: argparse.Namespace) -> int:
     import time
 
     with _client(args) as client:
+        client.embedder, client.conn  # noqa: B018 - load the model and connect before the clock starts
         started = time.perf_counter()
         result = client.ingest_file(Path(args.file), args.tenant, progress=not args.quiet)
         elapsed = time.perf_counter() - started
@@ -123,16 +129,15 @@ def cmd_seed(args: argparse.Namespace) -> int:
     return 0
 
 
-def _print_hits(hits: Sequence[object], width: int) -> None:
+def _print_hits(hits: Sequence[SearchHit], width: int) -> None:
     if not hits:
         print("  (nothing relevant enough: an empty answer beats a bad one)")
         return
+    room = max(40, min(width, 110) - 5)
     for rank, hit in enumerate(hits, start=1):
-        text = getattr(hit, "text")  # noqa: B009
-        room = max(30, width - 8)
-        shown = text if len(text) <= room else text[: room - 1] + "…"
-        print(f"  {rank}. {shown}")
-        print(f"     why: {getattr(hit, 'reason')}")  # noqa: B009
+        lines = textwrap.wrap(hit.text, room) or [""]
+        print(f"  {rank}. " + "\n     ".join(lines))
+        print(f"     why: {hit.reason}")
 
 
 def cmd_search(args: argparse.Namespace) -> int:

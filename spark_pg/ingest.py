@@ -1,5 +1,7 @@
 """Write memories: batched embedding, COPY into a staging table, one upsert, all in one transaction.
 
+Rows whose content is unchanged since the active model embedded them are not embedded again.
+
 Re-ingesting a (tenant, key) updates the row instead of duplicating it. A failure anywhere (bad row,
 model error, database error) rolls the whole call back: nothing is half-written.
 """
@@ -55,7 +57,7 @@ def ensure_model(conn: psycopg.Connection[Any], embedder: Embedder) -> int:
     return int(row[0])
 
 
-def _row(record: MemoryIn, vector: Any, model_id: int) -> tuple[Any, ...]:
+def _row(record: MemoryIn, vector: Any, model_id: int | None) -> tuple[Any, ...]:
     return (
         record.tenant,
         record.key,
@@ -74,6 +76,16 @@ def _row(record: MemoryIn, vector: Any, model_id: int) -> tuple[Any, ...]:
         vector,
         model_id,
     )
+
+
+def _already_embedded(cur: psycopg.Cursor[Any], chunk: Sequence[MemoryIn], model_id: int) -> set[int]:
+    """Positions in ``chunk`` whose stored row has the same content, embedded by this model."""
+    cur.execute(
+        queries.EMBEDDED_HASHES,
+        {"tenants": [r.tenant for r in chunk], "keys": [r.key for r in chunk], "model_id": model_id},
+    )
+    stored = {(t, k): bytes(h) for t, k, h in cur.fetchall()}
+    return {i for i, r in enumerate(chunk) if stored.get((r.tenant, r.key)) == r.content_hash}
 
 
 def ingest(
@@ -100,10 +112,14 @@ def ingest(
         cur.execute(queries.CREATE_INGEST_TABLE)
         for start in range(0, len(records), chunk_rows):
             chunk = records[start : start + chunk_rows]
-            vectors = embedder.embed_documents([r.descriptor for r in chunk], batch_size=batch_size)
+            unchanged = _already_embedded(cur, chunk, model_id)
+            todo = [i for i in range(len(chunk)) if i not in unchanged]
+            vectors = embedder.embed_documents([chunk[i].descriptor for i in todo], batch_size=batch_size)
+            by_pos = dict(zip(todo, vectors, strict=True))
             with cur.copy(queries.COPY_INGEST) as copy:
-                for record, vector in zip(chunk, vectors, strict=True):
-                    copy.write_row(_row(record, vector, model_id))
+                for i, record in enumerate(chunk):
+                    vector = by_pos.get(i)
+                    copy.write_row(_row(record, vector, model_id if vector is not None else None))
             bar.update(len(chunk))
         for sql in (queries.UPSERT_WITH_CREATED_AT, queries.UPSERT_KEEP_CREATED_AT):
             cur.execute(sql, {"created_given": sql is queries.UPSERT_WITH_CREATED_AT})

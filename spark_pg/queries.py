@@ -55,14 +55,28 @@ ON CONFLICT (tenant, key) DO UPDATE SET
     kind = EXCLUDED.kind, category = EXCLUDED.category, source = EXCLUDED.source, text = EXCLUDED.text,
     context = EXCLUDED.context, descriptor = EXCLUDED.descriptor, content_hash = EXCLUDED.content_hash,
     importance = EXCLUDED.importance, tier = EXCLUDED.tier, priority = EXCLUDED.priority,
-    metadata = EXCLUDED.metadata, embedding = EXCLUDED.embedding,
-    embedding_model_id = EXCLUDED.embedding_model_id, embedded_at = EXCLUDED.embedded_at,
+    metadata = EXCLUDED.metadata,
+    embedding = CASE WHEN {keep} THEN m.embedding ELSE EXCLUDED.embedding END,
+    embedding_model_id = CASE WHEN {keep} THEN m.embedding_model_id ELSE EXCLUDED.embedding_model_id END,
+    embedded_at = CASE WHEN {keep} THEN m.embedded_at ELSE EXCLUDED.embedded_at END,
     updated_at = now(){created_at}
 RETURNING (xmax = 0) AS inserted
 """
-# Rows that give created_at overwrite it on update; rows that do not keep the stored one.
-UPSERT_WITH_CREATED_AT = _UPSERT.replace("{created_at}", ", created_at = EXCLUDED.created_at")
-UPSERT_KEEP_CREATED_AT = _UPSERT.replace("{created_at}", "")
+# A staged row without a vector whose content is unchanged keeps the stored vector (ingest skipped
+# embedding it); rows that give created_at overwrite it on update, rows that do not keep the stored one.
+_KEEP_VECTOR = "(EXCLUDED.embedding IS NULL AND m.content_hash = EXCLUDED.content_hash)"
+UPSERT_WITH_CREATED_AT = _UPSERT.replace("{keep}", _KEEP_VECTOR).replace(
+    "{created_at}", ", created_at = EXCLUDED.created_at"
+)
+UPSERT_KEEP_CREATED_AT = _UPSERT.replace("{keep}", _KEEP_VECTOR).replace("{created_at}", "")
+
+# (tenant, key, content_hash) of rows already embedded by a model, for one batch of keys
+EMBEDDED_HASHES = """
+SELECT m.tenant, m.key, m.content_hash
+FROM spark.memories m
+JOIN unnest(%(tenants)s::text[], %(keys)s::text[]) AS k(tenant, key) ON m.tenant = k.tenant AND m.key = k.key
+WHERE m.embedding_model_id = %(model_id)s
+"""
 
 SEARCH_SEMANTIC = """
 SELECT memory_id, system_default, key, text, kind, category, source, similarity

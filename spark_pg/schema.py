@@ -7,6 +7,7 @@ upgraded database end identical and nothing is half-applied.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -102,6 +103,7 @@ def current_revision(url: str) -> str | None:
         return None if row is None else str(row[0])
 
 
+@functools.cache
 def head_revision() -> str:
     from alembic.config import Config
     from alembic.script import ScriptDirectory

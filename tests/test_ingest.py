@@ -157,3 +157,35 @@ def test_seed_pack_is_shared_and_idempotent(client: SparkClient) -> None:
     hits = client.search("brand-new-tenant", "git push --force to main", k=3)
     assert hits and all(h.system_default for h in hits)
     assert any("push" in h.text for h in hits)
+
+
+def test_unchanged_texts_are_not_embedded_again(
+    client: SparkClient, tenant: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    rows: list[dict[str, object]] = [{"key": f"k{i}", "text": f"stable memory {i}"} for i in range(5)]
+    client.ingest_file(write_jsonl(tmp_path / "1.jsonl", rows), tenant)
+    embedded: list[str] = []
+    original = client.embedder.embed_documents
+
+    def counting(texts: list[str], batch_size: int = 16) -> list[object]:
+        embedded.extend(texts)
+        return original(texts, batch_size)  # type: ignore[return-value]
+
+    monkeypatch.setattr(client.embedder, "embed_documents", counting)
+    rows[0] = {"key": "k0", "text": "a changed memory"}
+    rows[1] = {"key": "k1", "text": "stable memory 1", "category": "recategorised"}
+    result = client.ingest_file(write_jsonl(tmp_path / "2.jsonl", rows), tenant)
+    assert (result.inserted, result.updated) == (0, 5)
+    assert embedded == ["a changed memory"]
+    after = stored(client, tenant)
+    assert all(row[5] for row in after.values())  # every row still has its vector
+    assert after["k1"][2] == "recategorised"
+    with client.conn.transaction():
+        sims = dict(
+            client.conn.execute(
+                "SELECT key, 1 - (embedding <=> %s) FROM spark.memories WHERE tenant = %s",
+                (original(["a changed memory"])[0], tenant),
+            ).fetchall()
+        )
+    assert sims["k0"] == pytest.approx(1.0, abs=1e-5)
+    assert sims["k2"] < 0.99
