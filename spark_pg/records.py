@@ -209,7 +209,8 @@ def _yaml_rows(path: Path, text: str) -> list[tuple[int, Any]]:
     try:
         data = yaml.load(text, Loader=_LineLoader)
     except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
+        # where the unclosed construct began, if the parser says; else where it gave up
+        mark = getattr(exc, "context_mark", None) or getattr(exc, "problem_mark", None)
         line = mark.line + 1 if mark is not None else 1
         raise IngestError(
             str(path), line, None, f"is not valid YAML: {getattr(exc, 'problem', exc)}"
