@@ -49,10 +49,9 @@ class Key:
         if self.kind is bool:
             return "true or false"
         parts = []
-        if self.lo is not None:
-            parts.append(f">= {self.lo:g}")
-        if self.hi is not None:
-            parts.append(f"<= {self.hi:g}")
+        for op, bound in ((">=", self.lo), ("<=", self.hi)):
+            if bound is not None:
+                parts.append(f"{op} {int(bound)}" if self.kind is int else f"{op} {bound:g}")
         base = {int: "an integer", float: "a number", str: "a string", Path: "a path"}[self.kind]
         text = base + (" " + " and ".join(parts) if parts else "")
         return text + (" (or empty for none)" if self.nullable else "")
@@ -217,6 +216,8 @@ def _read_file(path: Path) -> dict[str, Any]:
         data = yaml.safe_load(path.read_text(encoding="utf-8"))
     except yaml.YAMLError as exc:
         raise ConfigError("(file)", f"{path} is not valid YAML: {exc}") from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError("(file)", f"{path} is not UTF-8 text: {exc.reason}") from None
     except OSError as exc:
         raise ConfigError("(file)", f"cannot read {path}: {exc.strerror}") from None
     if data is None:
@@ -285,7 +286,8 @@ def load_settings(
     explicit = config_file or (Path(env[CONFIG_ENV]).expanduser() if env.get(CONFIG_ENV) else None)
     path = explicit or default_config_path()
     if explicit is not None and not explicit.is_file():
-        raise ConfigError("(file)", f"{CONFIG_ENV} points at {explicit}, which does not exist")
+        origin = "the config_file argument" if config_file else CONFIG_ENV
+        raise ConfigError("(file)", f"{origin} points at {explicit}, which does not exist or is not a file")
     layers: list[tuple[str, dict[str, Any]]] = []
     if path.is_file():
         layers.append((str(path), _read_file(path)))

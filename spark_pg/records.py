@@ -184,30 +184,12 @@ def validate_row(row: Any, source: str, line: int, default_tenant: str | None = 
     )
 
 
-class _LineLoader(yaml.SafeLoader):
-    """SafeLoader that remembers the line on which each mapping starts."""
-
-
-def _construct_mapping(loader: _LineLoader, node: yaml.MappingNode) -> dict[Any, Any]:
-    mapping = loader.construct_mapping(node, deep=True)
-    mapping["__line__"] = node.start_mark.line + 1
-    return mapping
-
-
-_LineLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
-
-
-def _strip_lines(value: Any) -> Any:
-    if isinstance(value, dict):
-        return {k: _strip_lines(v) for k, v in value.items() if k != "__line__"}
-    if isinstance(value, list):
-        return [_strip_lines(v) for v in value]
-    return value
-
-
 def _yaml_rows(path: Path, text: str) -> list[tuple[int, Any]]:
+    """The rows of a YAML list (or ``{memories: [...]}``), each with the line its item starts on."""
+    loader = yaml.SafeLoader(text)
     try:
-        data = yaml.load(text, Loader=_LineLoader)
+        root = loader.get_single_node()
+        data = loader.construct_document(root) if root is not None else None
     except yaml.YAMLError as exc:
         # where the unclosed construct began, if the parser says; else where it gave up
         mark = getattr(exc, "context_mark", None) or getattr(exc, "problem_mark", None)
@@ -215,17 +197,16 @@ def _yaml_rows(path: Path, text: str) -> list[tuple[int, Any]]:
         raise IngestError(
             str(path), line, None, f"is not valid YAML: {getattr(exc, 'problem', exc)}"
         ) from None
-    if isinstance(data, dict) and set(data) - {"__line__"} == {"memories"}:
+    finally:
+        loader.dispose()
+    if isinstance(data, dict) and set(data) == {"memories"} and isinstance(root, yaml.MappingNode):
         data = data["memories"]
+        root = root.value[0][1]
     if data is None:
         return []
-    if not isinstance(data, list):
+    if not isinstance(data, list) or not isinstance(root, yaml.SequenceNode):
         raise IngestError(str(path), 1, None, "a YAML file must be a list of memories (or {memories: [...]})")
-    rows = []
-    for item in data:
-        line = item.get("__line__", 1) if isinstance(item, dict) else 1
-        rows.append((line, _strip_lines(item)))
-    return rows
+    return [(node.start_mark.line + 1, item) for node, item in zip(root.value, data, strict=True)]
 
 
 def _jsonl_rows(path: Path, text: str) -> list[tuple[int, Any]]:
@@ -243,7 +224,7 @@ def _jsonl_rows(path: Path, text: str) -> list[tuple[int, Any]]:
 
 
 def read_file(path: Path, default_tenant: str | None = None) -> list[MemoryIn]:
-    """Parse and validate a whole .jsonl / .json / .yaml / .yml file. Raises on the first bad row."""
+    """Parse and validate a whole .jsonl / .ndjson / .yaml / .yml file. Raises on the first bad row."""
     try:
         text = path.read_text(encoding="utf-8")
     except UnicodeDecodeError as exc:
@@ -261,8 +242,9 @@ def read_file(path: Path, default_tenant: str | None = None) -> list[MemoryIn]:
     seen: dict[tuple[str, str], int] = {}
     for line, row in rows:
         record = validate_row(row, str(path), line, default_tenant)
-        first = seen.setdefault((record.tenant, record.key), line)
-        if first != line:
+        first = seen.get((record.tenant, record.key))
+        if first is not None:
             raise IngestError(str(path), line, "key", f"{record.key!r} already appears on line {first}")
+        seen[(record.tenant, record.key)] = line
         records.append(record)
     return records

@@ -1,0 +1,442 @@
+"""Unit tests of spark_pg.records: row validation and ingest-file reading. No database, no model."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from datetime import UTC, datetime, timedelta, timezone
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from spark_pg.errors import IngestError, InputError
+from spark_pg.records import FIELDS, MAX_TEXT, MemoryIn, default_key, read_file, validate_row
+
+SRC = "rows.jsonl"
+
+
+def write(tmp_path: Path, name: str, text: str) -> Path:
+    path = tmp_path / name
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def jsonl(*rows: dict[str, Any] | str) -> str:
+    """One line per row; a str row is written verbatim (blank lines, broken JSON)."""
+    return "\n".join(r if isinstance(r, str) else json.dumps(r) for r in rows) + "\n"
+
+
+def ingest_error(path: Path, default_tenant: str | None = "t") -> IngestError:
+    with pytest.raises(IngestError) as info:
+        read_file(path, default_tenant)
+    return info.value
+
+
+# --- validate_row ---------------------------------------------------------------------------------------
+
+
+def test_validate_row_all_fields() -> None:
+    row = {
+        "tenant": "acme",
+        "key": "k-1",
+        "text": "Prefer tabs.",
+        "kind": "preference",
+        "category": "style",
+        "source": "agent",
+        "context": "code review",
+        "created_at": "2024-05-01T13:56:00Z",
+        "importance": 1,
+        "tier": "pinned",
+        "priority": "high",
+        "metadata": {"a": [1, 2], "b": {"c": "d"}},
+    }
+    assert set(row) == set(FIELDS)
+    record = validate_row(row, SRC, 3)
+    assert record == MemoryIn(
+        tenant="acme",
+        key="k-1",
+        text="Prefer tabs.",
+        kind="preference",
+        category="style",
+        source="agent",
+        context="code review",
+        created_at=datetime(2024, 5, 1, 13, 56, tzinfo=UTC),
+        importance=1.0,
+        tier="pinned",
+        priority="high",
+        metadata={"a": [1, 2], "b": {"c": "d"}},
+    )
+    assert isinstance(record.importance, float)
+    assert isinstance(record.metadata, dict)
+    assert record.descriptor == "Prefer tabs."
+    assert record.content_hash == hashlib.sha256(b"Prefer tabs.").digest()
+
+
+def test_validate_row_defaults() -> None:
+    record = validate_row({"text": "hello"}, SRC, 1, default_tenant="t")
+    assert record == MemoryIn(tenant="t", key=default_key("hello"), text="hello")
+    assert (record.kind, record.category, record.source) == ("insight", "general", "user")
+    assert (record.tier, record.priority, record.importance) == ("active", "normal", 0.5)
+    assert record.context is None
+    assert record.created_at is None
+    assert record.metadata == {}
+
+
+@pytest.mark.parametrize("name", ["kind", "tier", "priority", "importance", "metadata", "created_at", "key"])
+def test_validate_row_null_means_default(name: str) -> None:
+    record = validate_row({"text": "x", name: None}, SRC, 1, default_tenant="t")
+    assert record == validate_row({"text": "x"}, SRC, 1, default_tenant="t")
+
+
+@pytest.mark.parametrize(
+    ("raw", "expected"),
+    [
+        ("2024-05-01T13:56:00", datetime(2024, 5, 1, 13, 56, tzinfo=UTC)),  # naive -> UTC
+        ("2024-05-01T13:56:00Z", datetime(2024, 5, 1, 13, 56, tzinfo=UTC)),
+        (" 2024-05-01T13:56:00Z ", datetime(2024, 5, 1, 13, 56, tzinfo=UTC)),
+        ("2024-05-01 13:56:00.250000Z", datetime(2024, 5, 1, 13, 56, 0, 250000, tzinfo=UTC)),
+        ("2024-05-01", datetime(2024, 5, 1, tzinfo=UTC)),
+        (
+            "2024-05-01T13:56:00+02:00",
+            datetime(2024, 5, 1, 13, 56, tzinfo=timezone(timedelta(hours=2))),
+        ),
+        (datetime(2024, 5, 1, 13, 56), datetime(2024, 5, 1, 13, 56, tzinfo=UTC)),
+        (datetime(2024, 5, 1).date(), datetime(2024, 5, 1, tzinfo=UTC)),
+    ],
+)
+def test_created_at_parsing(raw: Any, expected: datetime) -> None:
+    created = validate_row({"text": "x", "created_at": raw}, SRC, 1, "t").created_at
+    assert created == expected
+    assert created is not None and created.tzinfo is not None
+    assert created.utcoffset() == expected.utcoffset()
+
+
+@pytest.mark.parametrize("raw", [0, 0.0, 0.25, 1, 1.0])
+def test_importance_accepted(raw: float) -> None:
+    importance = validate_row({"text": "x", "importance": raw}, SRC, 1, "t").importance
+    assert importance == float(raw)
+    assert type(importance) is float
+
+
+def test_metadata_is_a_json_copy() -> None:
+    meta: dict[str, Any] = {"when": datetime(2024, 1, 2, 3, 4, 5), "n": 1, "nested": {"xs": (1, 2)}}
+    record = validate_row({"text": "x", "metadata": meta}, SRC, 1, "t")
+    assert record.metadata == {"when": "2024-01-02 03:04:05", "n": 1, "nested": {"xs": [1, 2]}}
+    record.metadata["n"] = 2
+    assert meta["n"] == 1  # the caller's dict is not shared
+
+
+def test_tenant_default_used_only_when_row_has_none() -> None:
+    assert validate_row({"text": "x"}, SRC, 1, default_tenant="dflt").tenant == "dflt"
+    assert validate_row({"text": "x", "tenant": None}, SRC, 1, default_tenant="dflt").tenant == "dflt"
+    assert validate_row({"text": "x", "tenant": "own"}, SRC, 1, default_tenant="dflt").tenant == "own"
+    assert validate_row({"text": "x", "tenant": "own"}, SRC, 1).tenant == "own"
+
+
+def test_default_key_is_stable_and_text_derived() -> None:
+    key = default_key("The sky is blue.")
+    assert key == "h:" + hashlib.sha256(b"The sky is blue.").hexdigest()[:24]
+    assert len(key) == 2 + 24
+    assert default_key("The sky is blue.") == key
+    assert default_key("  The sky is blue.\n") == key  # surrounding whitespace ignored
+    assert default_key("The sky is green.") != key
+    assert default_key("the sky is blue.") != key
+
+
+def test_validate_row_default_key_same_text_same_key() -> None:
+    a = validate_row({"text": "same"}, SRC, 1, "t")
+    b = validate_row({"text": "same", "kind": "rule"}, "other.yaml", 9, "u")
+    c = validate_row({"text": "different"}, SRC, 1, "t")
+    assert a.key == b.key == default_key("same")
+    assert c.key != a.key
+    assert validate_row({"text": "same", "key": "explicit"}, SRC, 1, "t").key == "explicit"
+
+
+BAD_ROWS: list[Any] = [
+    pytest.param({"tenant": "t"}, "text", "is required", id="missing-text"),
+    pytest.param({"tenant": "t", "text": ""}, "text", "must not be empty", id="empty-text"),
+    pytest.param({"tenant": "t", "text": "  \n"}, "text", "must not be empty", id="blank-text"),
+    pytest.param({"tenant": "t", "text": 5}, "text", "must be a string, not int", id="int-text"),
+    pytest.param({"tenant": "t", "text": ["a"]}, "text", "must be a string, not list", id="list-text"),
+    pytest.param({"tenant": "t", "text": "a\x00b"}, "text", "NUL", id="nul-text"),
+    pytest.param(
+        {"tenant": "t", "text": "x" * (MAX_TEXT + 1)}, "text", f"the limit is {MAX_TEXT}", id="long-text"
+    ),
+    pytest.param({"tenant": "t", "text": "x", "colour": "red"}, "colour", "unknown field", id="unknown"),
+    pytest.param(
+        {"tenant": "t", "text": "x", "kind": "thought"}, "kind", "'thought' is not one of", id="kind"
+    ),
+    pytest.param({"tenant": "t", "text": "x", "kind": "Rule"}, "kind", "is not one of", id="kind-case"),
+    pytest.param({"tenant": "t", "text": "x", "tier": "hot"}, "tier", "'hot' is not one of", id="tier"),
+    pytest.param(
+        {"tenant": "t", "text": "x", "priority": "urgent"},
+        "priority",
+        "'urgent' is not one of",
+        id="priority",
+    ),
+    pytest.param({"tenant": "t", "text": "x", "importance": 1.5}, "importance", "from 0 to 1", id="imp-high"),
+    pytest.param({"tenant": "t", "text": "x", "importance": -0.1}, "importance", "from 0 to 1", id="imp-low"),
+    pytest.param({"tenant": "t", "text": "x", "importance": True}, "importance", "True", id="imp-bool"),
+    pytest.param({"tenant": "t", "text": "x", "importance": False}, "importance", "False", id="imp-false"),
+    pytest.param({"tenant": "t", "text": "x", "importance": "0.5"}, "importance", "'0.5'", id="imp-str"),
+    pytest.param({"tenant": "t", "text": "x", "importance": math.nan}, "importance", "nan", id="imp-nan"),
+    pytest.param({"tenant": "t", "text": "x", "metadata": [1]}, "metadata", "not list", id="meta-list"),
+    pytest.param({"tenant": "t", "text": "x", "metadata": "a=b"}, "metadata", "not str", id="meta-str"),
+    pytest.param({"tenant": "t", "text": "x", "metadata": 3}, "metadata", "not int", id="meta-int"),
+    pytest.param(
+        {"tenant": "t", "text": "x", "created_at": "yesterday"}, "created_at", "'yesterday'", id="time-str"
+    ),
+    pytest.param(
+        {"tenant": "t", "text": "x", "created_at": "2024-13-01"}, "created_at", "ISO 8601", id="time-month"
+    ),
+    pytest.param(
+        {"tenant": "t", "text": "x", "created_at": 1714571760}, "created_at", "not int", id="time-int"
+    ),
+    pytest.param({"text": "x"}, "tenant", "is required", id="no-tenant"),
+    pytest.param({"text": "x", "tenant": ""}, "tenant", "must not be empty", id="empty-tenant"),
+    pytest.param({"text": "x", "tenant": 7}, "tenant", "must be a string", id="int-tenant"),
+    pytest.param({"text": "x", "tenant": "t" * 129}, "tenant", "the limit is 128", id="long-tenant"),
+    pytest.param({"tenant": "t", "text": "x", "key": 12}, "key", "must be a string", id="int-key"),
+    pytest.param({"tenant": "t", "text": "x", "key": ""}, "key", "must not be empty", id="empty-key"),
+    pytest.param(
+        {"tenant": "t", "text": "x", "category": "c" * 65}, "category", "limit is 64", id="category"
+    ),
+    pytest.param({"tenant": "t", "text": "x", "source": 1}, "source", "must be a string", id="source"),
+    pytest.param({"tenant": "t", "text": "x", "context": ""}, "context", "must not be empty", id="context"),
+]
+
+
+@pytest.mark.parametrize(("row", "field", "fragment"), BAD_ROWS)
+def test_validate_row_rejects(row: dict[str, Any], field: str, fragment: str) -> None:
+    with pytest.raises(IngestError) as info:
+        validate_row(row, SRC, 42)
+    err = info.value
+    assert (err.source, err.line, err.field) == (SRC, 42, field)
+    assert fragment in str(err)
+    assert str(err).startswith(f"{SRC} line 42, field {field!r}: ")
+
+
+@pytest.mark.parametrize("row", [["text", "x"], "text", 3, None])
+def test_validate_row_rejects_non_objects(row: Any) -> None:
+    with pytest.raises(IngestError) as info:
+        validate_row(row, SRC, 5, "t")
+    assert (info.value.line, info.value.field) == (5, None)
+    assert f"each row must be an object, not {type(row).__name__}" in str(info.value)
+
+
+def test_ingest_error_is_an_input_error() -> None:
+    err = IngestError("f.jsonl", 3, None, "boom")
+    assert isinstance(err, InputError)
+    assert isinstance(err, ValueError)
+    assert str(err) == "f.jsonl line 3: boom"
+
+
+# --- read_file: JSONL -----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["m.jsonl", "m.ndjson", "M.JSONL"])
+def test_read_jsonl(tmp_path: Path, name: str) -> None:
+    path = write(
+        tmp_path,
+        name,
+        jsonl(
+            {"text": "first", "tenant": "a"}, "", "   ", {"text": "second", "kind": "rule"}, {"text": "third"}
+        ),
+    )
+    records = read_file(path, default_tenant="dflt")
+    assert [r.text for r in records] == ["first", "second", "third"]
+    assert [r.tenant for r in records] == ["a", "dflt", "dflt"]
+    assert records[1].kind == "rule"
+    assert [r.key for r in records] == [default_key(t) for t in ("first", "second", "third")]
+
+
+def test_read_jsonl_crlf_and_no_trailing_newline(tmp_path: Path) -> None:
+    path = write(tmp_path, "m.jsonl", '{"text": "a"}\r\n\r\n{"text": "b"}')
+    assert [r.text for r in read_file(path, "t")] == ["a", "b"]
+
+
+@pytest.mark.parametrize(
+    ("lines", "line"),
+    [
+        (['{"text": "a"}', "", '{"text": "b",}'], 3),
+        (["{not json"], 1),
+        (['{"text": "a"}', '{"text": "b"}', "", "", '["unterminated'], 5),
+    ],
+)
+def test_read_jsonl_bad_json_line(tmp_path: Path, lines: list[str], line: int) -> None:
+    path = write(tmp_path, "m.jsonl", jsonl(*lines))
+    err = ingest_error(path)
+    assert (err.source, err.line, err.field) == (str(path), line, None)
+    assert "is not valid JSON" in str(err)
+    assert "at column" in str(err)
+
+
+def test_read_jsonl_bad_row_reports_its_line(tmp_path: Path) -> None:
+    path = write(tmp_path, "m.jsonl", jsonl({"text": "a"}, "", {"text": "b"}, {"text": "c", "tier": "hot"}))
+    err = ingest_error(path)
+    assert (err.source, err.line, err.field) == (str(path), 4, "tier")
+
+
+def test_read_jsonl_missing_tenant_without_default(tmp_path: Path) -> None:
+    path = write(tmp_path, "m.jsonl", jsonl({"text": "a", "tenant": "x"}, {"text": "b"}))
+    err = ingest_error(path, default_tenant=None)
+    assert (err.line, err.field) == (2, "tenant")
+
+
+# --- read_file: YAML ------------------------------------------------------------------------------------
+
+YAML_LIST = """\
+- text: first
+  tenant: a
+  metadata:
+    nested: {x: 1}
+- text: second
+  created_at: 2024-05-01 13:56:00
+  importance: 0.75
+- text: third
+  created_at: 2024-05-01
+"""
+
+YAML_MEMORIES = """\
+memories:
+  - text: first
+    tenant: a
+    metadata:
+      nested: {x: 1}
+  - text: second
+    created_at: 2024-05-01 13:56:00
+    importance: 0.75
+  - text: third
+    created_at: 2024-05-01
+"""
+
+
+@pytest.mark.parametrize(
+    ("name", "text"),
+    [("m.yaml", YAML_LIST), ("m.yml", YAML_LIST), ("m.YAML", YAML_LIST), ("m.yaml", YAML_MEMORIES)],
+)
+def test_read_yaml(tmp_path: Path, name: str, text: str) -> None:
+    records = read_file(write(tmp_path, name, text), default_tenant="dflt")
+    assert [r.text for r in records] == ["first", "second", "third"]
+    assert [r.tenant for r in records] == ["a", "dflt", "dflt"]
+    assert records[0].metadata == {"nested": {"x": 1}}  # no line-number bookkeeping leaks out
+    assert records[1].created_at == datetime(2024, 5, 1, 13, 56, tzinfo=UTC)
+    assert records[1].importance == 0.75
+    assert records[2].created_at == datetime(2024, 5, 1, tzinfo=UTC)
+
+
+@pytest.mark.parametrize(
+    ("text", "line", "field"),
+    [
+        (YAML_LIST.replace("  importance: 0.75", "  importance: 2"), 5, "importance"),
+        (YAML_LIST.replace("  importance: 0.75", "  kind: nope"), 5, "kind"),
+        (YAML_LIST.replace("- text: third", "- text: ''"), 8, "text"),
+        (YAML_MEMORIES.replace("    importance: 0.75", "    tier: hot"), 6, "tier"),
+        (YAML_MEMORIES.replace("    importance: 0.75", "    bogus: 1"), 6, "bogus"),
+        ("# comment\n\n- text: a\n-\n  text: b\n  kind: nope\n", 5, "kind"),
+        ("[{text: a}, {text: b, tier: hot}]\n", 1, "tier"),
+    ],
+)
+def test_read_yaml_bad_row_line(tmp_path: Path, text: str, line: int, field: str) -> None:
+    path = write(tmp_path, "m.yaml", text)
+    err = ingest_error(path)
+    assert (err.source, err.line, err.field) == (str(path), line, field)
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["- text: [unclosed\n- text: b\n", "- text: a\n  kind: 'x\n", "- text: a\n tenant: b\n", "a: b: c\n"],
+)
+def test_read_yaml_syntax_error(tmp_path: Path, text: str) -> None:
+    path = write(tmp_path, "m.yaml", text)
+    err = ingest_error(path)
+    assert err.source == str(path)
+    assert err.field is None
+    assert err.line >= 1
+    assert "is not valid YAML" in str(err)
+
+
+def test_read_yaml_syntax_error_line(tmp_path: Path) -> None:
+    path = write(tmp_path, "m.yaml", "- text: a\n\n- text: b\n- text: c\n  kind: x: y\n- text: d\n")
+    err = ingest_error(path)
+    assert err.line == 5
+    assert "mapping values are not allowed here" in str(err)
+
+
+@pytest.mark.parametrize("text", ["just a string\n", "42\n", "text: hello\ntenant: t\n", "memories: 3\n"])
+def test_read_yaml_wrong_shape(tmp_path: Path, text: str) -> None:
+    path = write(tmp_path, "m.yaml", text)
+    err = ingest_error(path)
+    assert (err.line, err.field) == (1, None)
+    assert "must be a list of memories" in str(err)
+
+
+@pytest.mark.parametrize("text", ["", "\n\n", "# only a comment\n", "memories:\n", "[]\n", "memories: []\n"])
+def test_read_yaml_empty(tmp_path: Path, text: str) -> None:
+    assert read_file(write(tmp_path, "m.yaml", text), "t") == []
+
+
+# --- read_file: duplicates, file types, encoding ---------------------------------------------------------
+
+
+def test_duplicate_default_key_in_jsonl(tmp_path: Path) -> None:
+    path = write(tmp_path, "m.jsonl", jsonl({"text": "same"}, {"text": "other"}, "", {"text": "same"}))
+    err = ingest_error(path)
+    assert (err.line, err.field) == (4, "key")
+    assert f"{default_key('same')!r} already appears on line 1" in str(err)
+
+
+def test_duplicate_explicit_key_in_yaml(tmp_path: Path) -> None:
+    text = "- {key: k, text: a}\n- {key: j, text: b}\n- {key: k, text: c}\n"
+    err = ingest_error(write(tmp_path, "m.yaml", text))
+    assert (err.line, err.field) == (3, "key")
+    assert "'k' already appears on line 1" in str(err)
+
+
+def test_same_key_in_different_tenants_is_fine(tmp_path: Path) -> None:
+    path = write(tmp_path, "m.jsonl", jsonl({"tenant": "a", "text": "x"}, {"tenant": "b", "text": "x"}))
+    records = read_file(path)
+    assert [(r.tenant, r.key) for r in records] == [("a", default_key("x")), ("b", default_key("x"))]
+
+
+def test_duplicate_on_one_yaml_line(tmp_path: Path) -> None:
+    path = write(tmp_path, "m.yaml", "[{tenant: t, text: a}, {tenant: t, text: a}]\n")
+    err = ingest_error(path)
+    assert (err.line, err.field) == (1, "key")
+
+
+def test_read_yaml_non_mapping_row_line(tmp_path: Path) -> None:
+    path = write(tmp_path, "m.yaml", "- text: a\n  tenant: t\n- just a string\n")
+    err = ingest_error(path)
+    assert (err.line, err.field) == (3, None)
+
+
+@pytest.mark.parametrize("name", ["m.txt", "m.csv", "m"])
+def test_unknown_suffix(tmp_path: Path, name: str) -> None:
+    path = write(tmp_path, name, jsonl({"text": "a"}))
+    err = ingest_error(path)
+    assert (err.source, err.field) == (str(path), None)
+    assert "unknown file type" in str(err)
+
+
+@pytest.mark.parametrize("name", ["m.jsonl", "m.yaml"])
+def test_non_utf8_bytes(tmp_path: Path, name: str) -> None:
+    path = tmp_path / name
+    path.write_bytes(b'{"text": "caf\xe9"}\n')
+    err = ingest_error(path)
+    assert (err.source, err.line, err.field) == (str(path), 1, None)
+    assert "is not UTF-8 text" in str(err)
+
+
+def test_missing_file(tmp_path: Path) -> None:
+    path = tmp_path / "absent.jsonl"
+    err = ingest_error(path)
+    assert (err.source, err.line, err.field) == (str(path), 0, None)
+    assert "cannot be read" in str(err)
+
+
+@pytest.mark.parametrize(("name", "text"), [("m.jsonl", ""), ("m.jsonl", "\n \n\t\n"), ("m.ndjson", "")])
+def test_empty_jsonl(tmp_path: Path, name: str, text: str) -> None:
+    assert read_file(write(tmp_path, name, text), "t") == []
