@@ -9,7 +9,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -113,7 +113,7 @@ class SparkClient:
         pack = resources.files("spark_pg") / "data" / "seed_pack.yaml"
         with resources.as_file(pack) as path:
             records = read_file(path, SYSTEM_TENANT)
-        seeded = [MemoryIn(**{**r.__dict__, "kind": "seed", "source": "system_default"}) for r in records]
+        seeded = [replace(r, kind="seed", source="system_default") for r in records]
         return self.ingest_records(seeded, progress=progress, label="cold-start pack")
 
     def search(
