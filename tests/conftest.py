@@ -8,8 +8,10 @@ The session gets a fresh database with the schema installed; `conn` rolls back a
 
 from __future__ import annotations
 
+import gc
 import os
 import uuid
+import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -27,12 +29,24 @@ from spark_pg.model_files import install_offline_model
 
 
 def _docker_url() -> Iterator[str] | None:
+    """A container's URL generator when a Docker engine answers, else None."""
     try:
         import docker
-
-        docker.from_env().ping()
-    except Exception:
+    except ImportError:
         return None
+    # the failed probe leaves docker-py's socket to the garbage collector: collect it here, not mid-test
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ResourceWarning)
+        try:
+            client = docker.from_env()
+            try:
+                client.ping()
+            finally:
+                client.close()
+        except Exception:
+            return None
+        finally:
+            gc.collect()
     try:
         from testcontainers.postgres import PostgresContainer
     except ImportError:  # older layout
