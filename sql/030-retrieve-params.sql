@@ -1,0 +1,125 @@
+-- Parameters of spark.retrieve: defaults, validation, precision modes.
+
+CREATE OR REPLACE FUNCTION spark.retrieve_defaults()
+RETURNS jsonb
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+SET search_path = pg_catalog, @vector_schema@, pg_temp
+AS $fn$
+SELECT jsonb_build_object(
+    'as_of', NULL,                 -- evaluate as if now were this time (ISO 8601); NULL = now()
+    'fusion', 'weighted',          -- weighted | rrf
+    'precision_mode', 'adaptive',  -- high_recall | adaptive | high_precision
+    'pool_semantic', 40,           -- HNSW nearest neighbours (iterative scan, tenant-filtered)
+    'pool_keyword_recent', 20,     -- OR-keyword matches inside the recent window, best rank first
+    'pool_keyword_old', 30,        -- OR-keyword matches older than the window, by rank x importance
+    'pool_recent', 10,             -- newest memories inside the recent window
+    'pool_random', 10,             -- a random sample of older memories (seeded, reproducible)
+    'pool_pinned', 10,             -- tier = pinned
+    'recent_days', 7,              -- the recent window
+    'half_life_days', 30,          -- recency halves every N days ...
+    'recency_floor', 0.1,          -- ... but never drops below this
+    'w_similarity', 0.5,           -- fusion weights (weighted: on values; rrf: on per-signal ranks)
+    'w_keyword', 0.3,
+    'w_recency', 0.1,
+    'w_outcome', 0.1,
+    'rrf_k', 60,
+    'min_similarity', 0.25,        -- gate for candidates whose only evidence is semantic
+    'min_fusion_score', 0.2,       -- the decision gate on the fused score
+    'adaptive_ratio', 0.4,         -- adaptive / high_precision: also drop scores below ratio x best
+    'week_cap', 2,                 -- at most N per ISO week before filling (0 = off)
+    'category_cap', 0,             -- at most N per category before filling (0 = off)
+    'mmr_lambda', 0.7,             -- 1 = pure relevance; lower = more diversity
+    'dup_similarity', 0.70,        -- this similar to a chosen item (or to its duplicates): dropped
+    'include_system', true,        -- include the cold-start pack (tenant _system)
+    'use_cache', true,             -- with query_embedding NULL, look the text up in spark.query_embeddings
+    'ef_search', 100,              -- hnsw.ef_search for the semantic pool
+    'seed', 0                      -- random-pool seed (mixed with the query text)
+)
+$fn$;
+COMMENT ON FUNCTION spark.retrieve_defaults() IS
+    'Default params of spark.retrieve, one key per tuneable; any key may be overridden in the params argument.';
+
+CREATE OR REPLACE FUNCTION spark._retrieve_params(params jsonb)
+RETURNS jsonb
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, @vector_schema@, pg_temp
+AS $fn$
+DECLARE
+    defaults jsonb := spark.retrieve_defaults();
+    merged jsonb;
+    item record;
+    num numeric;
+    ranges constant jsonb := '{
+        "pool_semantic": [0, 1000, 1], "pool_keyword_recent": [0, 1000, 1], "pool_keyword_old": [0, 1000, 1],
+        "pool_recent": [0, 1000, 1], "pool_random": [0, 1000, 1], "pool_pinned": [0, 1000, 1],
+        "recent_days": [0, 36500, 0], "half_life_days": [0.001, 36500, 0], "recency_floor": [0, 1, 0],
+        "w_similarity": [0, 10, 0], "w_keyword": [0, 10, 0], "w_recency": [0, 10, 0], "w_outcome": [0, 10, 0],
+        "rrf_k": [1, 1000, 0], "min_similarity": [-1, 1, 0], "min_fusion_score": [0, 10, 0],
+        "adaptive_ratio": [0, 1, 0], "week_cap": [0, 1000, 1], "category_cap": [0, 1000, 1],
+        "mmr_lambda": [0, 1, 0], "dup_similarity": [0, 1.01, 0], "ef_search": [1, 1000, 1],
+        "seed": [-2147483648, 2147483647, 1]}';
+    rng jsonb;
+BEGIN
+    IF params IS NULL THEN
+        params := '{}';
+    END IF;
+    IF jsonb_typeof(params) <> 'object' THEN
+        RAISE EXCEPTION 'params must be a JSON object, got %', jsonb_typeof(params)
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    FOR item IN SELECT e.key, e.value FROM jsonb_each(params) e LOOP
+        IF NOT defaults ? item.key THEN
+            RAISE EXCEPTION 'unknown params key "%"; allowed keys: %', item.key,
+                (SELECT string_agg(k, ', ' ORDER BY k) FROM jsonb_object_keys(defaults) k)
+                USING ERRCODE = 'invalid_parameter_value';
+        END IF;
+        rng := ranges -> item.key;
+        IF rng IS NOT NULL THEN
+            IF jsonb_typeof(item.value) <> 'number' THEN
+                RAISE EXCEPTION 'params.% must be a number from % to %, got %', item.key, rng ->> 0, rng ->> 1,
+                    item.value USING ERRCODE = 'invalid_parameter_value';
+            END IF;
+            num := (item.value #>> '{}')::numeric;
+            IF num < (rng ->> 0)::numeric OR num > (rng ->> 1)::numeric
+               OR ((rng ->> 2) = '1' AND num <> trunc(num)) THEN
+                RAISE EXCEPTION 'params.% must be % from % to %, got %', item.key,
+                    CASE WHEN (rng ->> 2) = '1' THEN 'an integer' ELSE 'a number' END, rng ->> 0, rng ->> 1, num
+                    USING ERRCODE = 'invalid_parameter_value';
+            END IF;
+        ELSIF item.key IN ('include_system', 'use_cache') THEN
+            IF jsonb_typeof(item.value) <> 'boolean' THEN
+                RAISE EXCEPTION 'params.% must be true or false, got %', item.key, item.value
+                    USING ERRCODE = 'invalid_parameter_value';
+            END IF;
+        ELSIF item.key = 'fusion' THEN
+            IF item.value NOT IN ('"weighted"', '"rrf"') THEN
+                RAISE EXCEPTION 'params.fusion must be "weighted" or "rrf", got %', item.value
+                    USING ERRCODE = 'invalid_parameter_value';
+            END IF;
+        ELSIF item.key = 'precision_mode' THEN
+            IF item.value NOT IN ('"high_recall"', '"adaptive"', '"high_precision"') THEN
+                RAISE EXCEPTION 'params.precision_mode must be "high_recall", "adaptive" or "high_precision", got %',
+                    item.value USING ERRCODE = 'invalid_parameter_value';
+            END IF;
+        ELSIF item.key = 'as_of' THEN
+            IF jsonb_typeof(item.value) NOT IN ('string', 'null') THEN
+                RAISE EXCEPTION 'params.as_of must be an ISO 8601 time string, got %', item.value
+                    USING ERRCODE = 'invalid_parameter_value';
+            END IF;
+            IF jsonb_typeof(item.value) = 'string' THEN
+                BEGIN
+                    PERFORM (item.value #>> '{}')::timestamptz;
+                EXCEPTION WHEN OTHERS THEN
+                    RAISE EXCEPTION 'params.as_of must be an ISO 8601 time string, got %', item.value
+                        USING ERRCODE = 'invalid_parameter_value';
+                END;
+            END IF;
+        END IF;
+    END LOOP;
+    merged := defaults || params;
+    RETURN merged;
+END
+$fn$;
+COMMENT ON FUNCTION spark._retrieve_params(jsonb) IS
+    'Internal: validate spark.retrieve params (22023 naming the key for an unknown key or a bad value) and '
+    'merge them over spark.retrieve_defaults().';

@@ -1,0 +1,363 @@
+-- The read path. spark.explain() does all the work and returns every candidate with what happened to it;
+-- spark.retrieve() returns the surfaced ones. One call, one round trip, callable from psql.
+
+CREATE OR REPLACE FUNCTION spark._or_tsquery(query_text text)
+RETURNS tsquery
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+SET search_path = pg_catalog, @vector_schema@, pg_temp
+AS $fn$
+    -- an OR over the question's English lexemes (plainto_tsquery ANDs them and finds almost nothing)
+    SELECT CASE WHEN count(*) = 0 THEN NULL
+                ELSE to_tsquery('simple', string_agg(quote_literal(lexeme), ' | ' ORDER BY lexeme)) END
+    FROM unnest(to_tsvector('english', coalesce(query_text, '')))
+$fn$;
+COMMENT ON FUNCTION spark._or_tsquery(text) IS
+    'Internal: OR tsquery of the English lexemes of query_text (NULL when it has none, e.g. only stop words).';
+
+DROP FUNCTION IF EXISTS spark.explain(text, text, vector, integer, jsonb);
+CREATE OR REPLACE FUNCTION spark.explain(
+    tenant text,
+    query_text text,
+    query_embedding vector DEFAULT NULL,
+    k integer DEFAULT 8,
+    params jsonb DEFAULT '{}')
+RETURNS TABLE (rank integer, status text, memory_id bigint, key text, text text, category text, kind text,
+               system_default boolean, created_at timestamptz, score real, semantic_sim real, keyword_score real,
+               recency real, outcome real, trigger_conf real, priority real, pools text[], why jsonb)
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, @vector_schema@, pg_temp
+SET hnsw.iterative_scan = 'relaxed_order'
+AS $fn$
+#variable_conflict use_variable
+DECLARE
+    p jsonb;
+    at timestamptz;
+    cutoff timestamptz;
+    mdl spark.embedding_models;
+    qvec vector;
+    qsource text := 'none';
+    tsq tsquery;
+    tenants text[];
+    dim integer;
+    sem_sql text;
+    sim_sql text;
+    emb_sql text;
+    cand_sql text;
+    old_ef text;
+    fusion text;
+    mode text;
+    min_sim double precision;
+    min_fuse double precision;
+    ratio double precision;
+    lam double precision;
+    dup double precision;
+    week_cap integer;
+    cat_cap integer;
+    ws double precision; wk double precision; wr double precision; wo double precision; rk double precision;
+    best double precision := NULL;
+    -- candidate arrays (index i)
+    n integer := 0;
+    c record;
+    ids bigint[] := '{}'; keys text[] := '{}'; texts text[] := '{}'; cats text[] := '{}'; kinds text[] := '{}';
+    sysd boolean[] := '{}'; created timestamptz[] := '{}'; weeks text[] := '{}'; hashes bytea[] := '{}';
+    embs vector[] := '{}'; sims double precision[] := '{}'; kws double precision[] := '{}';
+    recs double precision[] := '{}'; outs double precision[] := '{}'; prios double precision[] := '{}';
+    prio_labels text[] := '{}'; poolz text[] := '{}'; pool_ranks jsonb[] := '{}'; scores double precision[] := '{}';
+    terms jsonb[] := '{}'; gates jsonb[] := '{}'; statuses text[] := '{}'; ranks integer[] := '{}';
+    maxsim double precision[] := '{}';
+    i integer; j integer; pass integer;
+    chosen integer := 0; pick integer; val double precision; pick_val double precision; s double precision;
+    week_counts jsonb := '{}'; cat_counts jsonb := '{}';
+    gate jsonb;
+    passed_by text;
+    anchors integer[];
+    a integer;
+BEGIN
+    PERFORM spark._check_tenant(tenant);
+    IF query_text IS NULL THEN
+        RAISE EXCEPTION 'query_text must not be NULL' USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    IF btrim(query_text) = '' AND query_embedding IS NULL THEN
+        RAISE EXCEPTION 'query_text must not be empty when query_embedding is NULL'
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    PERFORM spark._check_k(k);
+    p := spark._retrieve_params(params);
+    at := coalesce((p ->> 'as_of')::timestamptz, now());
+    cutoff := at - make_interval(secs => (p ->> 'recent_days')::double precision * 86400);
+    mdl := spark.active_model();
+    IF query_embedding IS NOT NULL THEN
+        IF mdl.id IS NULL THEN
+            qsource := 'ignored: no embedding model registered yet';
+        ELSIF vector_dims(query_embedding) <> mdl.dim THEN
+            RAISE EXCEPTION 'query_embedding has % dimensions; the active model % makes % dimensions',
+                vector_dims(query_embedding), mdl.name, mdl.dim USING ERRCODE = 'data_exception';
+        ELSIF vector_norm(query_embedding) = 0 THEN
+            RAISE EXCEPTION 'query_embedding is the zero vector; cosine similarity is undefined'
+                USING ERRCODE = 'invalid_parameter_value';
+        ELSE
+            qvec := query_embedding;
+            qsource := 'argument';
+        END IF;
+    ELSIF (p ->> 'use_cache')::boolean AND mdl.id IS NOT NULL THEN
+        SELECT e.embedding INTO qvec FROM spark.query_embeddings e
+        WHERE e.tenant = explain.tenant AND e.model_id = mdl.id
+          AND e.query_hash = sha256(convert_to(query_text, 'UTF8'));
+        qsource := CASE WHEN qvec IS NULL THEN 'none (not in the query cache): lexical mode' ELSE 'cache' END;
+    ELSE
+        qsource := 'none: lexical mode';
+    END IF;
+
+    tsq := spark._or_tsquery(query_text);
+    tenants := CASE WHEN (p ->> 'include_system')::boolean AND tenant <> spark.system_tenant()
+                    THEN ARRAY[tenant, spark.system_tenant()] ELSE ARRAY[tenant] END;
+    dim := mdl.dim;
+    IF qvec IS NOT NULL THEN
+        sem_sql := format($q$
+            SELECT mm.id, mm.embedding::vector(%1$s) <=> $2::vector(%1$s) AS dist
+            FROM spark.memories mm
+            WHERE mm.tenant = ANY($1) AND mm.embedding_model_id = %2$s AND mm.created_at <= $3
+            ORDER BY mm.embedding::vector(%1$s) <=> $2::vector(%1$s)
+            LIMIT ($5 ->> 'pool_semantic')::integer $q$, dim, mdl.id);
+        sim_sql := format('CASE WHEN mm.embedding_model_id = %2$s THEN 1 - (mm.embedding::vector(%1$s) <=> $2::vector(%1$s)) END',
+                          dim, mdl.id);
+        emb_sql := format('CASE WHEN mm.embedding_model_id = %s THEN mm.embedding END', mdl.id);
+    ELSE
+        sem_sql := 'SELECT NULL::bigint AS id, NULL::double precision AS dist WHERE false';
+        sim_sql := 'NULL::double precision';
+        emb_sql := 'NULL::vector';
+    END IF;
+
+    cand_sql := format($q$
+        WITH
+        sem AS MATERIALIZED (%1$s),
+        kw AS MATERIALIZED (
+            SELECT mm.id, mm.created_at, mm.importance, ts_rank_cd(mm.tsv, $4, 32) AS kr
+            FROM spark.memories mm
+            WHERE $4 IS NOT NULL AND mm.tenant = ANY($1) AND mm.tsv @@ $4 AND mm.created_at <= $3),
+        bounds AS (
+            SELECT min(mm.id) AS lo, max(mm.id) AS hi FROM spark.memories mm WHERE mm.tenant = $6),
+        probes AS (
+            SELECT DISTINCT pr.id
+            FROM bounds b,
+                 generate_series(1, 3 * ($5 ->> 'pool_random')::integer) g,
+                 LATERAL (SELECT mm.id FROM spark.memories mm
+                          WHERE mm.tenant = $6 AND mm.created_at <= $7
+                            AND mm.id >= b.lo + abs(hashtext($8 || ':' || ($5 ->> 'seed') || ':' || g) %% (b.hi - b.lo + 1))
+                          ORDER BY mm.id LIMIT 1) pr
+            LIMIT ($5 ->> 'pool_random')::integer),
+        pools AS (
+            SELECT s.id, 'semantic'::text AS pool, row_number() OVER (ORDER BY s.dist, s.id) AS rnk FROM sem s
+            UNION ALL
+            SELECT x.id, 'keyword_recent', x.rnk FROM (
+                SELECT kw.id, row_number() OVER (ORDER BY kw.kr DESC, kw.id) AS rnk FROM kw WHERE kw.created_at > $7) x
+            WHERE x.rnk <= ($5 ->> 'pool_keyword_recent')::integer
+            UNION ALL
+            SELECT x.id, 'keyword_old', x.rnk FROM (
+                SELECT kw.id, row_number() OVER (ORDER BY kw.kr * (0.5 + kw.importance) DESC, kw.id) AS rnk
+                FROM kw WHERE kw.created_at <= $7) x
+            WHERE x.rnk <= ($5 ->> 'pool_keyword_old')::integer
+            UNION ALL
+            SELECT r.id, 'recent', row_number() OVER (ORDER BY r.created_at DESC, r.id) FROM (
+                SELECT mm.id, mm.created_at FROM spark.memories mm
+                WHERE mm.tenant = ANY($1) AND mm.created_at <= $3 AND mm.created_at > $7
+                ORDER BY mm.created_at DESC LIMIT ($5 ->> 'pool_recent')::integer) r
+            UNION ALL
+            SELECT pb.id, 'random', row_number() OVER (ORDER BY pb.id) FROM probes pb
+            UNION ALL
+            SELECT pn.id, 'pinned', row_number() OVER (ORDER BY pn.importance DESC, pn.id) FROM (
+                SELECT mm.id, mm.importance FROM spark.memories mm
+                WHERE mm.tenant = ANY($1) AND mm.tier = 'pinned' AND mm.created_at <= $3
+                ORDER BY mm.importance DESC LIMIT ($5 ->> 'pool_pinned')::integer) pn),
+        cand AS (
+            SELECT pl.id, array_agg(pl.pool ORDER BY pl.pool) AS pools,
+                   jsonb_object_agg(pl.pool, pl.rnk) AS pool_ranks
+            FROM pools pl GROUP BY pl.id),
+        sig AS (
+            SELECT mm.id, mm.key, mm.text, mm.category, mm.kind, mm.tenant <> $6 AS system_default,
+                   mm.created_at, mm.content_hash, %3$s AS emb, mm.priority AS prio_label,
+                   (%2$s)::double precision AS sim,
+                   CASE WHEN $4 IS NOT NULL AND mm.tsv @@ $4 THEN ts_rank_cd(mm.tsv, $4, 32) ELSE 0 END
+                       ::double precision AS kw,
+                   greatest(($5 ->> 'recency_floor')::double precision,
+                            power(0.5, greatest(0, extract(epoch FROM ($3 - mm.created_at)) / 86400.0)
+                                       / ($5 ->> 'half_life_days')::double precision))::double precision AS rec,
+                   mm.reliability::double precision AS outc,
+                   CASE mm.priority WHEN 'critical' THEN 0.3 WHEN 'high' THEN 0.2 WHEN 'background' THEN -0.1
+                        ELSE 0 END::double precision AS prio,
+                   cand.pools, cand.pool_ranks
+            FROM cand JOIN spark.memories mm ON mm.tenant = ANY($1) AND mm.id = cand.id)
+        SELECT sig.*,
+               CASE WHEN sig.sim IS NOT NULL THEN rank() OVER (PARTITION BY sig.sim IS NULL ORDER BY sig.sim DESC) END
+                   AS r_sim,
+               CASE WHEN sig.kw > 0 THEN rank() OVER (PARTITION BY sig.kw > 0 ORDER BY sig.kw DESC) END AS r_kw,
+               rank() OVER (ORDER BY sig.rec DESC) AS r_rec,
+               rank() OVER (ORDER BY sig.outc DESC) AS r_out
+        FROM sig $q$, sem_sql, sim_sql, emb_sql);
+
+    old_ef := current_setting('hnsw.ef_search', true);
+    PERFORM set_config('hnsw.ef_search', p ->> 'ef_search', true);
+
+    fusion := p ->> 'fusion';
+    mode := p ->> 'precision_mode';
+    min_sim := (p ->> 'min_similarity')::double precision;
+    min_fuse := (p ->> 'min_fusion_score')::double precision;
+    ratio := (p ->> 'adaptive_ratio')::double precision;
+    IF mode = 'high_recall' THEN
+        min_sim := min_sim - 0.05; min_fuse := greatest(0, min_fuse - 0.05); ratio := 0;
+    ELSIF mode = 'high_precision' THEN
+        min_sim := min_sim + 0.1; min_fuse := min_fuse + 0.1; ratio := greatest(ratio, 0.6);
+    END IF;
+    ws := (p ->> 'w_similarity')::double precision; wk := (p ->> 'w_keyword')::double precision;
+    wr := (p ->> 'w_recency')::double precision; wo := (p ->> 'w_outcome')::double precision;
+    rk := (p ->> 'rrf_k')::double precision;
+    lam := (p ->> 'mmr_lambda')::double precision;
+    dup := (p ->> 'dup_similarity')::double precision;
+    week_cap := (p ->> 'week_cap')::integer;
+    cat_cap := (p ->> 'category_cap')::integer;
+
+    FOR c IN EXECUTE cand_sql USING tenants, qvec, at, tsq, p, tenant, cutoff, query_text LOOP
+        n := n + 1;
+        ids[n] := c.id; keys[n] := c.key; texts[n] := c.text; cats[n] := c.category; kinds[n] := c.kind;
+        sysd[n] := c.system_default; created[n] := c.created_at; weeks[n] := to_char(c.created_at, 'IYYY-"W"IW');
+        hashes[n] := c.content_hash; embs[n] := c.emb; sims[n] := c.sim; kws[n] := c.kw; recs[n] := c.rec;
+        outs[n] := c.outc; prios[n] := c.prio; prio_labels[n] := c.prio_label; poolz[n] := array_to_string(c.pools, ',');
+        pool_ranks[n] := c.pool_ranks; maxsim[n] := 0; ranks[n] := NULL;
+        IF fusion = 'rrf' THEN
+            scores[n] := (coalesce(ws / (rk + c.r_sim), 0) + coalesce(wk / (rk + c.r_kw), 0)
+                          + wr / (rk + c.r_rec) + wo / (rk + c.r_out))
+                         / nullif((ws + wk + wr + wo) / (rk + 1), 0) + c.prio;
+            terms[n] := jsonb_build_object('similarity_rank', c.r_sim, 'keyword_rank', c.r_kw,
+                                           'recency_rank', c.r_rec, 'outcome_rank', c.r_out, 'priority', c.prio);
+        ELSE
+            scores[n] := ws * coalesce(c.sim, 0) + wk * c.kw + wr * c.rec + wo * c.outc + c.prio;
+            terms[n] := jsonb_build_object('similarity', round((ws * coalesce(c.sim, 0))::numeric, 4),
+                                           'keyword', round((wk * c.kw)::numeric, 4),
+                                           'recency', round((wr * c.rec)::numeric, 4),
+                                           'outcome', round((wo * c.outc)::numeric, 4),
+                                           'priority', c.prio);
+        END IF;
+        scores[n] := coalesce(scores[n], 0);
+        -- gate 1: evidence of relevance; similarity alone must reach min_similarity
+        passed_by := CASE WHEN 'pinned' = ANY(c.pools) THEN 'pinned'
+                          WHEN c.kw > 0 THEN 'keyword match'
+                          WHEN c.sim IS NOT NULL AND c.sim >= min_sim THEN 'similarity'
+                     END;
+        gate := jsonb_build_object('min_similarity', jsonb_build_object(
+            'threshold', round(min_sim::numeric, 3), 'passed', passed_by IS NOT NULL, 'by', passed_by));
+        IF passed_by IS NULL THEN
+            statuses[n] := format('dropped: gate min_similarity (similarity %s < %s, no keyword match)',
+                                  coalesce(round(c.sim::numeric, 3)::text, 'none'), round(min_sim::numeric, 3));
+        ELSIF scores[n] < min_fuse THEN
+            statuses[n] := format('dropped: gate min_fusion_score (%s < %s)', round(scores[n]::numeric, 3),
+                                  round(min_fuse::numeric, 3));
+        ELSE
+            statuses[n] := NULL;
+            best := greatest(best, scores[n]);
+        END IF;
+        gates[n] := gate || jsonb_build_object('min_fusion_score', jsonb_build_object(
+            'threshold', round(min_fuse::numeric, 3), 'passed', scores[n] >= min_fuse));
+    END LOOP;
+    PERFORM set_config('hnsw.ef_search', coalesce(old_ef, '40'), true);
+
+    -- gate 3 (adaptive, high_precision): relative to the best candidate
+    FOR i IN 1..n LOOP
+        IF statuses[i] IS NULL AND ratio > 0 AND scores[i] < ratio * best THEN
+            statuses[i] := format('dropped: adaptive cutoff (%s < %s x best %s)', round(scores[i]::numeric, 3),
+                                  ratio, round(best::numeric, 3));
+        END IF;
+    END LOOP;
+
+    -- selection: MMR against near-duplicates, week and category caps first, then fill
+    WHILE chosen < k LOOP
+        pick := NULL;
+        FOR pass IN 1..2 LOOP
+            pick_val := NULL;
+            FOR i IN 1..n LOOP
+                CONTINUE WHEN statuses[i] IS NOT NULL;
+                IF pass = 1 AND ((week_cap > 0 AND coalesce((week_counts ->> weeks[i])::integer, 0) >= week_cap)
+                                 OR (cat_cap > 0 AND coalesce((cat_counts ->> cats[i])::integer, 0) >= cat_cap)) THEN
+                    CONTINUE;
+                END IF;
+                val := lam * scores[i] - (1 - lam) * maxsim[i];
+                IF pick_val IS NULL OR val > pick_val OR (val = pick_val AND scores[i] > scores[pick]) THEN
+                    pick := i; pick_val := val;
+                END IF;
+            END LOOP;
+            EXIT WHEN pick IS NOT NULL;
+        END LOOP;
+        EXIT WHEN pick IS NULL;
+        chosen := chosen + 1;
+        ranks[pick] := chosen;
+        statuses[pick] := 'surfaced';
+        terms[pick] := terms[pick] || jsonb_build_object('mmr_penalty', round(((1 - lam) * maxsim[pick])::numeric, 4));
+        week_counts := week_counts || jsonb_build_object(weeks[pick], coalesce((week_counts ->> weeks[pick])::integer, 0) + 1);
+        cat_counts := cat_counts || jsonb_build_object(cats[pick], coalesce((cat_counts ->> cats[pick])::integer, 0) + 1);
+        -- near-duplicates of the pick are dropped, and so are theirs (a cluster of paraphrases yields one)
+        anchors := ARRAY[pick];
+        WHILE cardinality(anchors) > 0 LOOP
+            a := anchors[1];
+            anchors := anchors[2:];
+            FOR j IN 1..n LOOP
+                CONTINUE WHEN statuses[j] IS NOT NULL;
+                s := CASE WHEN embs[j] IS NOT NULL AND embs[a] IS NOT NULL THEN 1 - (embs[j] <=> embs[a])
+                          WHEN hashes[j] = hashes[a] THEN 1 ELSE 0 END;
+                IF a = pick THEN
+                    maxsim[j] := greatest(maxsim[j], s);
+                END IF;
+                IF s >= dup THEN
+                    statuses[j] := format('dropped: near-duplicate of %s (similarity %s to %s)', keys[pick],
+                                          round(s::numeric, 3), keys[a]);
+                    anchors := anchors || j;
+                END IF;
+            END LOOP;
+        END LOOP;
+    END LOOP;
+
+    FOR i IN 1..n LOOP
+        rank := ranks[i];
+        status := coalesce(statuses[i], 'not chosen: below the top k');
+        memory_id := ids[i]; key := keys[i]; text := texts[i]; category := cats[i]; kind := kinds[i];
+        system_default := sysd[i]; created_at := created[i]; score := scores[i]; semantic_sim := sims[i];
+        keyword_score := kws[i]; recency := recs[i]; outcome := outs[i]; trigger_conf := 0; priority := prios[i];
+        pools := string_to_array(poolz[i], ',');
+        why := jsonb_build_object(
+            'rank', ranks[i], 'status', status, 'pools', pool_ranks[i], 'fusion', fusion,
+            'score', round(scores[i]::numeric, 4), 'terms', terms[i], 'gates', gates[i],
+            'priority', prio_labels[i], 'week', weeks[i], 'query_embedding', qsource,
+            'precision_mode', mode);
+        RETURN NEXT;
+    END LOOP;
+END
+$fn$;
+COMMENT ON FUNCTION spark.explain(text, text, vector, integer, jsonb) IS
+    'Every candidate spark.retrieve considered, with its signals, fused score, gates and status (surfaced, or '
+    'why it was dropped). Same parameters as spark.retrieve; ORDER BY rank NULLS LAST, score DESC to read it.';
+
+DROP FUNCTION IF EXISTS spark.retrieve(text, text, vector, integer, jsonb);
+CREATE OR REPLACE FUNCTION spark.retrieve(
+    tenant text,
+    query_text text,
+    query_embedding vector DEFAULT NULL,
+    k integer DEFAULT 8,
+    params jsonb DEFAULT '{}')
+RETURNS TABLE (memory_id bigint, key text, text text, category text, kind text, system_default boolean,
+               created_at timestamptz, score real, semantic_sim real, keyword_score real, recency real,
+               outcome real, trigger_conf real, priority real, pools text[], why jsonb)
+LANGUAGE sql VOLATILE
+SET search_path = pg_catalog, @vector_schema@, pg_temp
+AS $fn$
+    SELECT e.memory_id, e.key, e.text, e.category, e.kind, e.system_default, e.created_at, e.score,
+           e.semantic_sim, e.keyword_score, e.recency, e.outcome, e.trigger_conf, e.priority, e.pools, e.why
+    FROM spark.explain($1, $2, $3, $4, $5) e
+    WHERE e.status = 'surfaced'
+    ORDER BY e.rank
+$fn$;
+COMMENT ON FUNCTION spark.retrieve(text, text, vector, integer, jsonb) IS
+    'Hybrid retrieval in one call. tenant: whose memories (plus the cold-start pack unless '
+    'params.include_system = false); query_text: the question (its OR-keyword query, and the key of the '
+    'query-embedding cache); query_embedding: its vector from the active model, or NULL for lexical mode '
+    '(or a cached vector); k: 1-1000 results; params: overrides of spark.retrieve_defaults() (as_of, fusion, '
+    'pool sizes, weights, gates, precision_mode, diversity). Returns surfaced memories in order with score, '
+    'separate signals, pools and why. Errors: 22004 NULL tenant/query_text/k, 22023 bad k/params/empty query, '
+    '22000 wrong embedding dimension.';

@@ -1,0 +1,270 @@
+"""spark.retrieve / spark.explain over a small real corpus embedded by the real model."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import psycopg
+import pytest
+from psycopg import errors
+from psycopg.types.json import Jsonb
+
+from spark_pg.client import SparkClient
+from spark_pg.config import Settings
+from spark_pg.db import connect
+from spark_pg.embedding import Embedder
+from spark_pg.ingest import ingest
+from spark_pg.records import MemoryIn
+from tests.conftest import temp_database
+
+Conn = psycopg.Connection[Any]
+NOW = datetime(2026, 6, 1, 12, tzinfo=UTC)
+T = "acme"
+
+CORPUS: list[tuple[str, str, str, int]] = [
+    # key, category, text, age in days
+    (
+        "jwt",
+        "security",
+        "Verify JWT tokens on the server in auth/middleware.py before trusting any claim.",
+        3,
+    ),
+    ("alembic", "database", "Schema changes go through Alembic revisions; never edit staging by hand.", 40),
+    (
+        "physics",
+        "debugging",
+        "Game physics jitter came from a variable timestep; a fixed 1/60 s step fixed it.",
+        90,
+    ),
+    ("pytest", "testing", "The user prefers pytest fixtures and plain asserts over unittest classes.", 10),
+    ("docker", "ci", "Order the Dockerfile so dependencies install before the source is copied.", 200),
+    ("stripe", "deployment", "The release failed because STRIPE_API_URL was missing in production.", 5),
+    ("dark", "ui", "The user likes dark mode in every editor.", 1),
+    ("backup", "database", "Take a database backup before running a destructive migration.", 400),
+    # five paraphrases of one insight
+    ("para1", "git", "Run the full test suite before you push to the main branch.", 20),
+    ("para2", "git", "Before pushing to main, always run all the tests.", 21),
+    ("para3", "git", "Always run the tests prior to pushing commits to main.", 22),
+    ("para4", "git", "Make sure every test passes before a push to the main branch.", 23),
+    ("para5", "git", "Never push to main without running the test suite first.", 24),
+    ("review", "git", "Ask for a code review on risky changes before merging them.", 25),
+    ("hooks", "git", "A pre-push git hook can run the linter automatically.", 26),
+]
+
+
+@pytest.fixture(scope="module")
+def rdb(server_url: str, model_settings: Settings, embedder: Embedder) -> Iterator[str]:
+    with temp_database(server_url, install=True) as url:
+        records = [
+            MemoryIn(tenant=T, key=k, text=t, category=c, created_at=NOW - timedelta(days=age))
+            for k, c, t, age in CORPUS
+        ]
+        records.append(
+            MemoryIn(
+                tenant="other", key="secret", text="Verify JWT tokens: other tenant's note.", created_at=NOW
+            )
+        )
+        with connect(url) as conn:
+            ingest(conn, records, embedder)
+            conn.commit()
+        with SparkClient(model_settings, url=url) as client:
+            client.load_seed_pack()
+        yield url
+
+
+@pytest.fixture
+def conn(rdb: str) -> Iterator[Conn]:
+    connection = connect(rdb)
+    try:
+        with connection.transaction(force_rollback=True):
+            yield connection
+    finally:
+        connection.close()
+
+
+def retrieve(
+    conn: Conn, embedder: Embedder | None, query: str, k: int = 5, tenant: str = T, **params: Any
+) -> list[dict[str, Any]]:
+    params.setdefault("as_of", NOW.isoformat())
+    vector = embedder.embed_query(query) if embedder else None
+    cur = conn.cursor(row_factory=psycopg.rows.dict_row)
+    return cur.execute(
+        "SELECT * FROM spark.retrieve(tenant => %s, query_text => %s, query_embedding => %s, k => %s, "
+        "params => %s)",
+        (tenant, query, vector, k, Jsonb(params)),
+    ).fetchall()
+
+
+def keys(rows: list[dict[str, Any]]) -> list[str]:
+    return [r["key"] for r in rows]
+
+
+def test_finds_the_relevant_memory_with_separate_signals(conn: Conn, embedder: Embedder) -> None:
+    rows = retrieve(conn, embedder, "Edit src/auth/login.py to check the token")
+    assert rows[0]["key"] == "jwt"
+    top = rows[0]
+    assert 0 < top["semantic_sim"] <= 1 and 0 <= top["keyword_score"] < 1
+    assert 0.1 <= top["recency"] <= 1 and top["outcome"] == pytest.approx(0.5)
+    assert top["trigger_conf"] == 0 and top["priority"] == 0
+    assert "semantic" in top["pools"]
+    why = top["why"]
+    assert why["status"] == "surfaced" and why["rank"] == 1
+    assert set(why["terms"]) >= {"similarity", "keyword", "recency", "outcome", "priority"}
+    assert why["gates"]["min_similarity"]["passed"] and why["gates"]["min_fusion_score"]["passed"]
+
+
+def test_paraphrases_collapse_to_one_plus_other_useful_items(conn: Conn, embedder: Embedder) -> None:
+    rows = retrieve(conn, embedder, "git push origin main", k=5, include_system=False)
+    paraphrases = [k for k in keys(rows) if k.startswith("para")]
+    assert len(paraphrases) == 1, keys(rows)
+    assert len(rows) >= 2  # plus other useful items
+    explained = conn.execute(
+        "SELECT key, status FROM spark.explain(%s, %s, %s, 5, %s) WHERE key LIKE 'para%%'",
+        (
+            T,
+            "git push origin main",
+            embedder.embed_query("git push origin main"),
+            Jsonb({"as_of": NOW.isoformat(), "include_system": False}),
+        ),
+    ).fetchall()
+    dropped = [s for _, s in explained if s.startswith("dropped: near-duplicate")]
+    assert len(dropped) >= 3, explained
+
+
+def test_nonsense_query_returns_nothing(conn: Conn, embedder: Embedder) -> None:
+    assert retrieve(conn, embedder, "purple giraffe orbit sandwich") == []
+
+
+def test_lexical_mode_without_an_embedding(conn: Conn) -> None:
+    rows = retrieve(conn, None, "STRIPE_API_URL production release")
+    assert rows and rows[0]["key"] == "stripe"
+    assert rows[0]["semantic_sim"] is None
+    assert rows[0]["why"]["query_embedding"].startswith("none")
+
+
+def test_rows_awaiting_their_embedding_are_found_by_keyword(conn: Conn, embedder: Embedder) -> None:
+    conn.execute(
+        """INSERT INTO spark.memories (tenant, key, text, descriptor, content_hash, created_at)
+                    VALUES (%s, 'pending', 'Kubernetes pods need liveness probes', 'Kubernetes pods need liveness
+                    probes', '\\x00', %s)""",
+        (T, NOW - timedelta(days=1)),
+    )
+    rows = retrieve(conn, embedder, "configure kubernetes liveness probes")
+    assert "pending" in keys(rows)
+
+
+def test_tenant_isolation_and_cold_start(conn: Conn, embedder: Embedder) -> None:
+    rows = retrieve(conn, embedder, "verify JWT tokens", k=20)
+    assert "secret" not in keys(rows)
+    now = datetime.now(UTC).isoformat()  # the pack was loaded today
+    fresh = retrieve(conn, embedder, "git push --force to main", tenant="brand-new", as_of=now)
+    assert fresh and all(r["system_default"] for r in fresh)
+    assert (
+        retrieve(
+            conn, embedder, "git push --force to main", tenant="brand-new", as_of=now, include_system=False
+        )
+        == []
+    )
+
+
+def test_as_of_hides_later_memories(conn: Conn, embedder: Embedder) -> None:
+    early = (NOW - timedelta(days=30)).isoformat()
+    assert "jwt" not in keys(retrieve(conn, embedder, "verify JWT tokens on the server", as_of=early))
+    assert "jwt" in keys(retrieve(conn, embedder, "verify JWT tokens on the server"))
+
+
+def test_week_cap_limits_one_week_before_filling(conn: Conn, embedder: Embedder) -> None:
+    rows = retrieve(
+        conn,
+        embedder,
+        "git tests review hooks push main",
+        k=3,
+        include_system=False,
+        dup_similarity=1.01,
+        mmr_lambda=1,
+        week_cap=1,
+        min_fusion_score=0,
+    )
+    weeks = [r["why"]["week"] for r in rows]
+    assert len(set(weeks)) == len(weeks), weeks
+
+
+def test_rrf_fusion_and_huge_k(conn: Conn, embedder: Embedder) -> None:
+    rows = retrieve(conn, embedder, "Edit src/auth/login.py to check the token", fusion="rrf", k=1000)
+    assert rows[0]["key"] == "jwt"
+    assert rows[0]["why"]["fusion"] == "rrf"
+    assert len(rows) < 1000
+
+
+def test_query_cache_lets_psql_replay_the_agent_query(conn: Conn, embedder: Embedder) -> None:
+    query = "fixing game physics that stutters"
+    conn.execute(
+        """INSERT INTO spark.query_embeddings (tenant, model_id, query_hash, query_text, embedding)
+           SELECT %s, id, sha256(convert_to(%s, 'UTF8')), %s, %s FROM spark.active_model()""",
+        (T, query, query, embedder.embed_query(query)),
+    )
+    rows = retrieve(conn, None, query)
+    assert rows[0]["key"] == "physics"
+    assert rows[0]["why"]["query_embedding"] == "cache"
+
+
+@pytest.mark.parametrize(
+    ("tenant", "query", "k", "params", "error", "names"),
+    [
+        (None, "q", 5, {}, errors.NullValueNotAllowed, "tenant"),
+        ("", "q", 5, {}, errors.InvalidParameterValue, "tenant"),
+        (T, None, 5, {}, errors.NullValueNotAllowed, "query_text"),
+        (T, "   ", 5, {}, errors.InvalidParameterValue, "query_text"),
+        (T, "q", 0, {}, errors.InvalidParameterValue, "k must be"),
+        (T, "q", 1001, {}, errors.InvalidParameterValue, "k must be"),
+        (T, "q", None, {}, errors.NullValueNotAllowed, "k"),
+        (T, "q", 5, {"colour": 1}, errors.InvalidParameterValue, 'unknown params key "colour"'),
+        (T, "q", 5, {"pool_semantic": "lots"}, errors.InvalidParameterValue, "params.pool_semantic"),
+        (
+            T,
+            "q",
+            5,
+            {"pool_semantic": 2.5},
+            errors.InvalidParameterValue,
+            "params.pool_semantic must be an integer",
+        ),
+        (T, "q", 5, {"mmr_lambda": 2}, errors.InvalidParameterValue, "params.mmr_lambda"),
+        (T, "q", 5, {"fusion": "magic"}, errors.InvalidParameterValue, "params.fusion"),
+        (T, "q", 5, {"precision_mode": 1}, errors.InvalidParameterValue, "params.precision_mode"),
+        (T, "q", 5, {"as_of": "not a time"}, errors.InvalidParameterValue, "params.as_of"),
+        (T, "q", 5, {"as_of": 20240101}, errors.InvalidParameterValue, "params.as_of"),
+        (T, "q", 5, {"include_system": "yes"}, errors.InvalidParameterValue, "params.include_system"),
+    ],
+)
+def test_bad_input_names_the_parameter(
+    conn: Conn,
+    tenant: str | None,
+    query: str | None,
+    k: Any,
+    params: dict[str, Any],
+    error: type[Exception],
+    names: str,
+) -> None:
+    with pytest.raises(error, match=names), conn.transaction():
+        conn.execute("SELECT * FROM spark.retrieve(%s, %s, NULL, %s, %s)", (tenant, query, k, Jsonb(params)))
+
+
+def test_params_must_be_an_object_and_vectors_must_fit(conn: Conn) -> None:
+    with (
+        pytest.raises(errors.InvalidParameterValue, match="params must be a JSON object"),
+        conn.transaction(),
+    ):
+        conn.execute("SELECT * FROM spark.retrieve('t', 'q', NULL, 5, '[1]'::jsonb)")
+    with pytest.raises(errors.DataException, match="3 dimensions"), conn.transaction():
+        conn.execute("SELECT * FROM spark.retrieve('t', 'q', '[1,2,3]'::vector)")
+    zero = "[" + ",".join(["0"] * 384) + "]"
+    with pytest.raises(errors.InvalidParameterValue, match="zero vector"), conn.transaction():
+        conn.execute("SELECT * FROM spark.retrieve('t', 'q', %s::vector)", (zero,))
+
+
+def test_retrieve_writes_nothing(conn: Conn, embedder: Embedder) -> None:
+    before = conn.execute("SELECT pg_current_xact_id_if_assigned()").fetchone()
+    retrieve(conn, embedder, "verify JWT tokens")
+    assert conn.execute("SELECT pg_current_xact_id_if_assigned()").fetchone() == before == (None,)
