@@ -22,6 +22,7 @@ from tests.conftest import temp_database
 Conn = psycopg.Connection[Any]
 NOW = datetime(2026, 6, 1, 12, tzinfo=UTC)
 T = "acme"
+PENDING = "Kubernetes pods need liveness probes"
 
 CORPUS: list[tuple[str, str, str, int]] = [
     # key, category, text, age in days
@@ -147,9 +148,8 @@ def test_lexical_mode_without_an_embedding(conn: Conn) -> None:
 def test_rows_awaiting_their_embedding_are_found_by_keyword(conn: Conn, embedder: Embedder) -> None:
     conn.execute(
         """INSERT INTO spark.memories (tenant, key, text, descriptor, content_hash, created_at)
-                    VALUES (%s, 'pending', 'Kubernetes pods need liveness probes', 'Kubernetes pods need liveness
-                    probes', '\\x00', %s)""",
-        (T, NOW - timedelta(days=1)),
+           VALUES (%s, 'pending', %s, %s, '\\x00', %s)""",
+        (T, PENDING, PENDING, NOW - timedelta(days=1)),
     )
     rows = retrieve(conn, embedder, "configure kubernetes liveness probes")
     assert "pending" in keys(rows)
