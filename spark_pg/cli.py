@@ -18,7 +18,8 @@ from spark_pg.config import KEYS, load_settings
 from spark_pg.errors import SparkPgError
 
 if TYPE_CHECKING:
-    from spark_pg.client import SearchHit, SparkClient
+    from spark_pg.client import SparkClient
+    from spark_pg.retrieve import Candidate, Retrieved
 
 
 def _client(args: argparse.Namespace) -> SparkClient:
@@ -129,7 +130,7 @@ def cmd_seed(args: argparse.Namespace) -> int:
     return 0
 
 
-def _print_hits(hits: Sequence[SearchHit], width: int) -> None:
+def _print_hits(hits: Sequence[Retrieved], width: int) -> None:
     if not hits:
         print("  (nothing relevant enough: an empty answer beats a bad one)")
         return
@@ -137,16 +138,44 @@ def _print_hits(hits: Sequence[SearchHit], width: int) -> None:
     for rank, hit in enumerate(hits, start=1):
         lines = textwrap.wrap(hit.text, room) or [""]
         print(f"  {rank}. " + "\n     ".join(lines))
-        print(f"     why: {hit.reason}")
+        print("     why: " + "\n          ".join(textwrap.wrap(hit.reason, room - 5)))
+
+
+def _print_explain(rows: Sequence[Candidate], width: int) -> None:
+    room = max(30, min(width, 140) - 50)
+    print(f"{'rank':>4}  {'score':>5}  {'sim':>5}  {'kw':>5}  {'rec':>4}  {'key':<20}  status / text")
+    for row in rows:
+        sim = "" if row.semantic_sim is None else f"{row.semantic_sim:.2f}"
+        rank = "" if row.rank is None else str(row.rank)
+        text = row.text if len(row.text) <= room else row.text[: room - 1] + "…"
+        print(
+            f"{rank:>4}  {row.score:5.2f}  {sim:>5}  {row.keyword_score:5.2f}  {row.recency:4.2f}  "
+            f"{row.key[:20]:<20}  {row.status}"
+        )
+        print(f"{'':>48}{text}")
+
+
+def _jsonable(row: Retrieved) -> dict[str, object]:
+    data = dict(row.__dict__)
+    data["created_at"] = row.created_at.isoformat()
+    return data
 
 
 def cmd_search(args: argparse.Namespace) -> int:
+    width = shutil.get_terminal_size().columns
     with _client(args) as client:
+        if args.explain:
+            rows = client.explain(args.tenant, args.query, k=args.k)
+            if args.json:
+                print(json.dumps([_jsonable(r) for r in rows], indent=2))
+            else:
+                _print_explain(rows, width)
+            return 0
         hits = client.search(args.tenant, args.query, k=args.k)
     if args.json:
-        print(json.dumps([hit.__dict__ | {"reason": hit.reason} for hit in hits], indent=2))
+        print(json.dumps([_jsonable(h) | {"reason": h.reason} for h in hits], indent=2))
     else:
-        _print_hits(hits, shutil.get_terminal_size().columns)
+        _print_hits(hits, width)
     return 0
 
 
@@ -255,10 +284,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--quiet", action="store_true")
     p.set_defaults(func=cmd_seed)
 
-    p = sub.add_parser("search", help="semantic search over a tenant's memories and the cold-start pack")
+    p = sub.add_parser("search", help="hybrid retrieval (spark.retrieve) over a tenant's memories")
     p.add_argument("query")
     p.add_argument("--tenant", default="default")
     p.add_argument("--k", type=int)
+    p.add_argument("--explain", action="store_true", help="every candidate, with why it was kept or dropped")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_search)
 

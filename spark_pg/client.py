@@ -4,12 +4,13 @@
 >>> client = SparkClient()            # settings from the config file and SPARK_PG_* variables
 >>> client.init()                     # migrate + apply sql/ (idempotent)
 >>> client.add("alice", "Prefer pytest fixtures over setUp methods", kind="preference")
->>> client.search("alice", "writing tests")
+>>> client.search("alice", "writing tests")   # spark.retrieve, one round trip
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from collections.abc import Mapping
+from dataclasses import replace
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -17,31 +18,15 @@ from typing import Any
 import psycopg
 
 from spark_pg import queries, schema
-from spark_pg.config import Settings, load_settings
+from spark_pg.config import RETRIEVE_PARAM_KEYS, Settings, load_settings
 from spark_pg.db import connect, database_url
-from spark_pg.embedding import Embedder, load_embedder
+from spark_pg.embedding import Embedder, Vector, load_embedder
 from spark_pg.errors import InputError
 from spark_pg.ingest import IngestResult, ingest
 from spark_pg.records import MemoryIn, read_file, validate_row
+from spark_pg.retrieve import Candidate, Retrieved, explain, retrieve
 
 SYSTEM_TENANT = "_system"
-
-
-@dataclass(frozen=True)
-class SearchHit:
-    memory_id: int
-    system_default: bool
-    key: str
-    text: str
-    kind: str
-    category: str
-    source: str
-    similarity: float
-
-    @property
-    def reason(self) -> str:
-        origin = "cold-start pack (system default)" if self.system_default else f"own {self.kind}"
-        return f"semantic similarity {self.similarity:.2f}; {origin}, category {self.category}"
 
 
 class SparkClient:
@@ -116,24 +101,45 @@ class SparkClient:
         seeded = [replace(r, kind="seed", source="system_default") for r in records]
         return self.ingest_records(seeded, progress=progress, label="cold-start pack")
 
-    def search(
-        self, tenant: str, query: str, k: int | None = None, min_similarity: float | None = None
-    ) -> list[SearchHit]:
-        """Plain semantic search over the tenant's memories and the cold-start pack."""
+    def retrieve_params(self, params: Mapping[str, Any] | None = None) -> dict[str, Any]:
+        """spark.retrieve params: the configured retrieval.* keys, then ``params``."""
+        merged: dict[str, Any] = {
+            name: self.settings.raw(f"retrieval.{name}") for name in RETRIEVE_PARAM_KEYS
+        }
+        merged.update(params or {})
+        return merged
+
+    def _embed_query(self, query: str) -> Vector:
         if not query or not query.strip():
             raise InputError("query must not be empty")
-        vector = self.embedder.embed_query(query)
-        params = {
-            "tenant": tenant,
-            "embedding": vector,
-            "k": self.settings.get_int("retrieval.k") if k is None else k,
-            "min_similarity": self.settings.get_float("retrieval.min_similarity")
-            if min_similarity is None
-            else min_similarity,
-        }
-        with self.conn.transaction():
-            rows = self.conn.execute(queries.SEARCH_SEMANTIC, params).fetchall()
-        return [SearchHit(*row) for row in rows]
+        return self.embedder.embed_query(query)
+
+    def search(
+        self, tenant: str, query: str, k: int | None = None, params: Mapping[str, Any] | None = None
+    ) -> list[Retrieved]:
+        """Hybrid retrieval (spark.retrieve) over the tenant's memories and the cold-start pack."""
+        return retrieve(
+            self.conn,
+            tenant,
+            query,
+            embedding=self._embed_query(query),
+            k=self.settings.get_int("retrieval.k") if k is None else k,
+            params=self.retrieve_params(params),
+            cache=self.settings.get_bool("retrieval.cache_queries"),
+        )
+
+    def explain(
+        self, tenant: str, query: str, k: int | None = None, params: Mapping[str, Any] | None = None
+    ) -> list[Candidate]:
+        """Every candidate of the same call, with why each was surfaced or dropped."""
+        return explain(
+            self.conn,
+            tenant,
+            query,
+            embedding=self._embed_query(query),
+            k=self.settings.get_int("retrieval.k") if k is None else k,
+            params=self.retrieve_params(params),
+        )
 
     def counts(self) -> list[tuple[str, int, int]]:
         with self.conn.transaction():

@@ -133,12 +133,43 @@ KEYS: tuple[Key, ...] = (
         "retrieval.min_similarity",
         float,
         0.25,
-        "Cosine similarity below which a semantic-only hit is "
-        "not returned. Calibrated for the default MiniLM model, whose related texts score 0.3-0.6.",
+        "spark.retrieve gate: a candidate whose only evidence is semantic needs at least this cosine "
+        "similarity. Calibrated for the default MiniLM model, whose related texts score 0.3-0.6.",
         lo=-1.0,
         hi=1.0,
     ),
+    Key(
+        "retrieval.min_fusion_score",
+        float,
+        0.2,
+        "spark.retrieve decision gate on the fused score.",
+        lo=0.0,
+        hi=10.0,
+    ),
+    Key(
+        "retrieval.precision_mode",
+        str,
+        "adaptive",
+        "high_recall lowers both gates; adaptive also drops scores below adaptive_ratio x the best; "
+        "high_precision raises both gates.",
+        choices=("high_recall", "adaptive", "high_precision"),
+    ),
+    Key(
+        "retrieval.fusion",
+        str,
+        "weighted",
+        "weighted: weighted sum of the signals; rrf: Reciprocal Rank Fusion of the per-signal ranks.",
+        choices=("weighted", "rrf"),
+    ),
+    Key(
+        "retrieval.cache_queries",
+        bool,
+        True,
+        "Store each query's vector in spark.query_embeddings so psql can replay it by text.",
+    ),
 )
+# config keys passed to spark.retrieve as params of the same name (their defaults must match the SQL's)
+RETRIEVE_PARAM_KEYS = ("min_similarity", "min_fusion_score", "precision_mode", "fusion")
 KEY_BY_NAME: dict[str, Key] = {k.name: k for k in KEYS}
 
 
@@ -247,6 +278,11 @@ class Settings:
     def opt_int(self, name: str) -> int | None:
         value = self.raw(name)
         assert value is None or isinstance(value, int)
+        return value
+
+    def get_bool(self, name: str) -> bool:
+        value = self.raw(name)
+        assert isinstance(value, bool)
         return value
 
     def get_float(self, name: str) -> float:

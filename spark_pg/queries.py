@@ -84,6 +84,31 @@ FROM spark.search_semantic(tenant => %(tenant)s, query_embedding => %(embedding)
                            min_similarity => %(min_similarity)s)
 """
 
+_RETRIEVE_ARGS = """tenant => %(tenant)s, query_text => %(query)s, query_embedding => %(embedding)s,
+                      k => %(k)s, params => %(params)s"""
+
+# The query's vector is cached (for replay from psql) in the same statement as the retrieval: one round trip.
+RETRIEVE = f"""
+WITH cache AS (
+    INSERT INTO spark.query_embeddings AS e (tenant, model_id, query_hash, query_text, embedding)
+    SELECT %(tenant)s, m.id, sha256(convert_to(%(query)s, 'UTF8')), %(query)s, %(embedding)s
+    FROM spark.active_model() m
+    WHERE %(cache)s AND m.id IS NOT NULL AND %(embedding)s::vector IS NOT NULL
+      AND vector_dims(%(embedding)s::vector) = m.dim AND spark._check_tenant(%(tenant)s) IS NOT NULL
+    ON CONFLICT (tenant, model_id, query_hash) DO UPDATE SET last_used_at = now(), uses = e.uses + 1
+)
+SELECT memory_id, key, text, category, kind, system_default, created_at, score, semantic_sim, keyword_score,
+       recency, outcome, trigger_conf, priority, pools, why
+FROM spark.retrieve({_RETRIEVE_ARGS})
+"""
+
+EXPLAIN = f"""
+SELECT rank, status, memory_id, key, text, category, kind, system_default, created_at, score, semantic_sim,
+       keyword_score, recency, outcome, trigger_conf, priority, pools, why
+FROM spark.explain({_RETRIEVE_ARGS})
+ORDER BY rank NULLS LAST, score DESC
+"""
+
 COUNT_BY_TENANT = """
 SELECT tenant, count(*) AS memories, count(embedding) AS embedded
 FROM spark.memories GROUP BY tenant ORDER BY tenant

@@ -226,16 +226,18 @@ BEGIN
         IF fusion = 'rrf' THEN
             scores[n] := (coalesce(ws / (rk + c.r_sim), 0) + coalesce(wk / (rk + c.r_kw), 0)
                           + wr / (rk + c.r_rec) + wo / (rk + c.r_out))
-                         / nullif((ws + wk + wr + wo) / (rk + 1), 0) + c.prio;
+                         / nullif((ws + wk + wr + wo) / (rk + 1), 0) * (1 + c.prio);
             terms[n] := jsonb_build_object('similarity_rank', c.r_sim, 'keyword_rank', c.r_kw,
-                                           'recency_rank', c.r_rec, 'outcome_rank', c.r_out, 'priority', c.prio);
+                                           'recency_rank', c.r_rec, 'outcome_rank', c.r_out,
+                                           'priority_factor', 1 + c.prio);
         ELSE
-            scores[n] := ws * coalesce(c.sim, 0) + wk * c.kw + wr * c.rec + wo * c.outc + c.prio;
+            -- priority scales relevance instead of adding to it: an irrelevant critical item stays low
+            scores[n] := (ws * coalesce(c.sim, 0) + wk * c.kw + wr * c.rec + wo * c.outc) * (1 + c.prio);
             terms[n] := jsonb_build_object('similarity', round((ws * coalesce(c.sim, 0))::numeric, 4),
                                            'keyword', round((wk * c.kw)::numeric, 4),
                                            'recency', round((wr * c.rec)::numeric, 4),
                                            'outcome', round((wo * c.outc)::numeric, 4),
-                                           'priority', c.prio);
+                                           'priority_factor', 1 + c.prio);
         END IF;
         scores[n] := coalesce(scores[n], 0);
         -- gate 1: evidence of relevance; similarity alone must reach min_similarity

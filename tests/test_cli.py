@@ -50,7 +50,7 @@ def test_add_then_search(cli_env: str, tenant: str, capsys: pytest.CaptureFixtur
     assert code == 0
     hits = json.loads(out)
     assert hits[0]["key"] == "physics" and hits[0]["text"].endswith("fixed timestep")
-    assert "semantic similarity" in hits[0]["reason"]
+    assert "similarity" in hits[0]["reason"]
 
 
 def test_ingest_reports_counts_and_rate(

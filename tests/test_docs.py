@@ -21,3 +21,12 @@ def test_tuneables_doc_lists_every_key_with_its_env_var_and_default() -> None:
 def test_readme_opens_with_the_two_commands() -> None:
     head = "\n".join((ROOT / "README.md").read_text().splitlines()[:15])
     assert "make demo" in head and "make test" in head
+
+
+def test_retrieve_param_keys_default_to_the_sql_defaults(conn) -> None:  # type: ignore[no-untyped-def]
+    from spark_pg.config import KEY_BY_NAME, RETRIEVE_PARAM_KEYS
+
+    row = conn.execute("SELECT spark.retrieve_defaults()").fetchone()
+    assert row is not None
+    for name in RETRIEVE_PARAM_KEYS:
+        assert KEY_BY_NAME[f"retrieval.{name}"].default == row[0][name], name

@@ -133,7 +133,7 @@ def test_add_one_memory_and_find_it(client: SparkClient, tenant: str) -> None:
     hits = client.search(tenant, "alembic upgrade head on production", k=3)
     assert hits and hits[0].key == "mig"
     assert not hits[0].system_default
-    assert "semantic similarity" in hits[0].reason
+    assert "similarity" in hits[0].reason and "found by" in hits[0].reason
 
 
 def test_configured_model_must_match_the_stored_vectors(

@@ -112,7 +112,7 @@ def test_finds_the_relevant_memory_with_separate_signals(conn: Conn, embedder: E
     assert "semantic" in top["pools"]
     why = top["why"]
     assert why["status"] == "surfaced" and why["rank"] == 1
-    assert set(why["terms"]) >= {"similarity", "keyword", "recency", "outcome", "priority"}
+    assert set(why["terms"]) >= {"similarity", "keyword", "recency", "outcome", "priority_factor"}
     assert why["gates"]["min_similarity"]["passed"] and why["gates"]["min_fusion_score"]["passed"]
 
 

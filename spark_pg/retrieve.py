@@ -1,0 +1,106 @@
+"""A thin typed wrapper over ``spark.retrieve`` and ``spark.explain``: Python never ranks anything itself."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import psycopg
+from psycopg.rows import class_row
+from psycopg.types.json import Jsonb
+
+from spark_pg import queries
+from spark_pg.embedding import Vector
+
+
+@dataclass(frozen=True)
+class Retrieved:
+    """One surfaced memory with its final score, the separate signals, the pools and the explanation."""
+
+    memory_id: int
+    key: str
+    text: str
+    category: str
+    kind: str
+    system_default: bool
+    created_at: datetime
+    score: float
+    semantic_sim: float | None
+    keyword_score: float
+    recency: float
+    outcome: float
+    trigger_conf: float
+    priority: float
+    pools: list[str]
+    why: dict[str, Any]
+
+    @property
+    def reason(self) -> str:
+        """One readable line: which signals carried it and which pools found it."""
+        parts = []
+        if self.semantic_sim is not None:
+            parts.append(f"similarity {self.semantic_sim:.2f}")
+        if self.keyword_score > 0:
+            parts.append(f"keyword {self.keyword_score:.2f}")
+        parts.append(f"recency {self.recency:.2f}")
+        if self.priority:
+            parts.append(f"priority {self.why.get('priority')}")
+        origin = "cold-start pack" if self.system_default else f"own {self.kind}"
+        pools = ", ".join(f"{p} #{r}" for p, r in sorted(self.why.get("pools", {}).items()))
+        return f"score {self.score:.2f} ({'; '.join(parts)}); {origin}; found by {pools}"
+
+
+@dataclass(frozen=True)
+class Candidate(Retrieved):
+    """A row of ``spark.explain``: every candidate, surfaced or not, with its status."""
+
+    rank: int | None = None
+    status: str = ""
+
+
+def _params(
+    tenant: str, query: str, embedding: Vector | None, k: int, params: Mapping[str, Any], cache: bool
+) -> dict[str, Any]:
+    return {
+        "tenant": tenant,
+        "query": query,
+        "embedding": embedding,
+        "k": k,
+        "params": Jsonb(dict(params)),
+        "cache": cache,
+    }
+
+
+def retrieve(
+    conn: psycopg.Connection[Any],
+    tenant: str,
+    query: str,
+    *,
+    embedding: Vector | None = None,
+    k: int = 8,
+    params: Mapping[str, Any] | None = None,
+    cache: bool = True,
+) -> list[Retrieved]:
+    """Call ``spark.retrieve`` once (and cache the query vector in the same statement)."""
+    with conn.transaction(), conn.cursor(row_factory=class_row(Retrieved)) as cur:
+        cur.execute(queries.RETRIEVE, _params(tenant, query, embedding, k, params or {}, cache))
+        return cur.fetchall()
+
+
+def explain(
+    conn: psycopg.Connection[Any],
+    tenant: str,
+    query: str,
+    *,
+    embedding: Vector | None = None,
+    k: int = 8,
+    params: Mapping[str, Any] | None = None,
+) -> list[Candidate]:
+    """Every candidate ``spark.retrieve`` would consider, surfaced first, with the reason for the rest."""
+    with conn.transaction(), conn.cursor() as cur:
+        cur.execute(queries.EXPLAIN, _params(tenant, query, embedding, k, params or {}, False))
+        names = [d.name for d in cur.description or ()]
+        rows = [dict(zip(names, row, strict=True)) for row in cur.fetchall()]
+    return [Candidate(**row) for row in rows]
