@@ -221,15 +221,44 @@ def cmd_bench(args: argparse.Namespace) -> int:
     import os
     import platform
 
-    from spark_pg import bench_ingest
+    if args.what == "ingest":
+        from spark_pg import bench_ingest
 
-    with _client(args) as client:
-        result = bench_ingest.run(client, args.n, progress=not args.quiet)
-    print(
-        f"ingest: {result.rows} short memories in {result.seconds:.2f} s = {result.rate:.0f} memories/s "
-        f"(embedding included; {os.cpu_count()} cores, {platform.machine()}, "
-        f"batch_size {client.settings.get_int('embedding.batch_size')})"
+        with _client(args) as client:
+            ingested = bench_ingest.run(client, args.n, progress=not args.quiet)
+            batch = client.settings.get_int("embedding.batch_size")
+        print(
+            f"ingest: {ingested.rows} short memories in {ingested.seconds:.2f} s = "
+            f"{ingested.rate:.0f} memories/s (embedding included; {os.cpu_count()} cores, "
+            f"{platform.machine()}, batch_size {batch})"
+        )
+        return 0
+    from spark_pg import bench_retrieve
+    from spark_pg.db import database_url
+    from spark_pg.embedding import load_embedder
+
+    settings = load_settings()
+    spec = bench_retrieve.BenchSpec(args.memories, args.tenants, args.queries, args.k)
+    result = bench_retrieve.run(
+        settings,
+        database_url(settings),
+        load_embedder(settings),
+        spec,
+        progress=not args.quiet,
+        fresh=args.fresh,
     )
+    figure = bench_retrieve.plot(result, Path(args.report) / f"latency-{spec.memories}-{spec.tenants}.png")
+    timings = result.pop("timings_ms")
+    if args.json:
+        print(json.dumps(result | {"plot": str(figure)}))
+    else:
+        ms = result["retrieve_ms"]
+        print(
+            f"spark.retrieve over {spec.memories:,} memories / {spec.tenants} tenants, "
+            f"{len(timings)} queries, k={spec.k}: p50 {ms['p50']} ms, p95 {ms['p95']} ms, p99 {ms['p99']} ms "
+            f"(corpus {'reused' if result['corpus_reused'] else 'built'}; {result['seconds']['total']} s)"
+        )
+        print(f"latency histogram: {figure}")
     return 0
 
 
@@ -295,10 +324,17 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("demo", help="start, migrate, seed, load a sample and run a few queries")
     p.set_defaults(func=cmd_demo)
 
-    p = sub.add_parser("bench", help="benchmarks: ingest throughput")
-    p.add_argument("what", choices=("ingest",))
-    p.add_argument("--n", type=int, default=2000, help="how many memories")
-    p.add_argument("--quiet", action="store_true")
+    p = sub.add_parser("bench", help="benchmarks: retrieve latency (default) or ingest throughput")
+    p.add_argument("what", nargs="?", choices=("retrieve", "ingest"), default="retrieve")
+    p.add_argument("--memories", type=int, default=100_000, help="corpus size (retrieve)")
+    p.add_argument("--tenants", type=int, default=100, help="tenants, Zipf-skewed sizes (retrieve)")
+    p.add_argument("--queries", type=int, default=300, help="measured calls (retrieve)")
+    p.add_argument("--k", type=int, default=8)
+    p.add_argument("--fresh", action="store_true", help="rebuild the cached corpus database")
+    p.add_argument("--report", default="reports/bench", help="folder for the latency plot")
+    p.add_argument("--n", type=int, default=2000, help="memories to ingest (ingest)")
+    p.add_argument("--json", action="store_true")
+    p.add_argument("--quiet", action="store_true", help="no progress bars")
     p.set_defaults(func=cmd_bench)
 
     p = sub.add_parser("config", help="show the effective tuneables")

@@ -19,13 +19,13 @@ from typing import Any
 
 import psycopg
 import pytest
-from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
-from spark_pg import schema
+from spark_pg import schema, scratch
 from spark_pg.config import Settings, load_settings
 from spark_pg.db import EmbeddedServer, connect
 from spark_pg.embedding import Embedder, load_embedder, model_dir_for
 from spark_pg.model_files import install_offline_model
+from spark_pg.scratch import with_dbname
 
 
 def _docker_url() -> Iterator[str] | None:
@@ -76,34 +76,21 @@ def server_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         server.down()
 
 
-def with_dbname(url: str, dbname: str) -> str:
-    params = conninfo_to_dict(url)
-    params["dbname"] = dbname
-    return make_conninfo(**params)
-
-
 def _create_db(server: str) -> str:
     name = f"spark_test_{uuid.uuid4().hex[:10]}"
-    with psycopg.connect(server, autocommit=True) as admin:
-        admin.execute(f'CREATE DATABASE "{name}"')
+    scratch.create(server, name)
     return name
 
 
 def _drop_db(server: str, name: str) -> None:
-    with psycopg.connect(server, autocommit=True) as admin:
-        admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    scratch.drop(server, name)
 
 
 @pytest.fixture(scope="session")
 def db_url(server_url: str) -> Iterator[str]:
     """A database with the schema installed, shared by the session."""
-    name = _create_db(server_url)
-    url = with_dbname(server_url, name)
-    schema.install(url)
-    try:
+    with temp_database(server_url, install=True) as url:
         yield url
-    finally:
-        _drop_db(server_url, name)
 
 
 @contextmanager
