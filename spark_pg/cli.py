@@ -142,17 +142,17 @@ def _print_hits(hits: Sequence[Retrieved], width: int) -> None:
 
 
 def _print_explain(rows: Sequence[Candidate], width: int) -> None:
-    room = max(30, min(width, 140) - 50)
-    print(f"{'rank':>4}  {'score':>5}  {'sim':>5}  {'kw':>5}  {'rec':>4}  {'key':<20}  status / text")
+    room = max(40, min(width, 140) - 6)
+    print(f"{'rank':>4}  {'score':>5}  {'sim':>5}  {'kw':>5}  {'rec':>4}  {'key':<24}  status")
     for row in rows:
         sim = "" if row.semantic_sim is None else f"{row.semantic_sim:.2f}"
         rank = "" if row.rank is None else str(row.rank)
         text = row.text if len(row.text) <= room else row.text[: room - 1] + "…"
         print(
             f"{rank:>4}  {row.score:5.2f}  {sim:>5}  {row.keyword_score:5.2f}  {row.recency:4.2f}  "
-            f"{row.key[:20]:<20}  {row.status}"
+            f"{row.key[:24]:<24}  {row.status}"
         )
-        print(f"{'':>48}{text}")
+        print(f"      {text}")
 
 
 def _jsonable(row: Retrieved) -> dict[str, object]:

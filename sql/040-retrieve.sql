@@ -14,13 +14,32 @@ $fn$;
 COMMENT ON FUNCTION spark._or_tsquery(text) IS
     'Internal: OR tsquery of the English lexemes of query_text (NULL when it has none, e.g. only stop words).';
 
-DROP FUNCTION IF EXISTS spark.explain(text, text, vector, integer, jsonb);
-CREATE OR REPLACE FUNCTION spark.explain(
-    tenant text,
-    query_text text,
-    query_embedding vector DEFAULT NULL,
-    k integer DEFAULT 8,
-    params jsonb DEFAULT '{}')
+CREATE OR REPLACE FUNCTION spark._why(
+    rank integer, status text, pool_ranks jsonb, fusion text, score double precision, terms jsonb,
+    min_sim double precision, passed_by text, min_fuse double precision, ratio double precision,
+    priority text, created_at timestamptz, query_source text, mode text)
+RETURNS jsonb
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+SET search_path = pg_catalog, @vector_schema@, pg_temp
+AS $fn$
+    SELECT jsonb_build_object(
+        'rank', rank, 'status', status, 'pools', pool_ranks, 'fusion', fusion,
+        'score', round(score::numeric, 4), 'terms', terms,
+        'gates', jsonb_build_object(
+            'min_similarity', jsonb_build_object('threshold', round(min_sim::numeric, 3),
+                                                 'passed', passed_by IS NOT NULL, 'by', passed_by),
+            'min_fusion_score', jsonb_build_object('threshold', round(min_fuse::numeric, 3),
+                                                   'passed', score >= min_fuse),
+            'adaptive_ratio', ratio),
+        'priority', priority, 'week', to_char(created_at, 'IYYY-"W"IW'), 'query_embedding', query_source,
+        'precision_mode', mode)
+$fn$;
+COMMENT ON FUNCTION spark._why(integer, text, jsonb, text, double precision, jsonb, double precision, text,
+                                double precision, double precision, text, timestamptz, text, text) IS
+    'Internal: the why object of one spark.retrieve / spark.explain row.';
+
+CREATE OR REPLACE FUNCTION spark._retrieve_core(
+    tenant text, query_text text, query_embedding vector, k integer, params jsonb, full_report boolean)
 RETURNS TABLE (rank integer, status text, memory_id bigint, key text, text text, category text, kind text,
                system_default boolean, created_at timestamptz, score real, semantic_sim real, keyword_score real,
                recency real, outcome real, trigger_conf real, priority real, pools text[], why jsonb)
@@ -38,13 +57,11 @@ DECLARE
     qsource text := 'none';
     tsq tsquery;
     tenants text[];
-    dim integer;
     sem_sql text;
     sim_sql text;
     emb_sql text;
     cand_sql text;
     old_ef text;
-    fusion text;
     mode text;
     min_sim double precision;
     min_fuse double precision;
@@ -53,25 +70,35 @@ DECLARE
     dup double precision;
     week_cap integer;
     cat_cap integer;
-    ws double precision; wk double precision; wr double precision; wo double precision; rk double precision;
-    best double precision := NULL;
-    -- candidate arrays (index i)
-    n integer := 0;
+    m_max integer;
     c record;
-    ids bigint[] := '{}'; keys text[] := '{}'; texts text[] := '{}'; cats text[] := '{}'; kinds text[] := '{}';
-    sysd boolean[] := '{}'; created timestamptz[] := '{}'; weeks text[] := '{}'; hashes bytea[] := '{}';
-    embs vector[] := '{}'; sims double precision[] := '{}'; kws double precision[] := '{}';
-    recs double precision[] := '{}'; outs double precision[] := '{}'; prios double precision[] := '{}';
-    prio_labels text[] := '{}'; poolz text[] := '{}'; pool_ranks jsonb[] := '{}'; scores double precision[] := '{}';
-    terms jsonb[] := '{}'; gates jsonb[] := '{}'; statuses text[] := '{}'; ranks integer[] := '{}';
+    n integer := 0;
+    -- every candidate (index i)
+    ids bigint[] := '{}'; keys text[] := '{}'; texts text[] := '{}'; cats_all text[] := '{}';
+    kinds text[] := '{}'; sysd boolean[] := '{}'; created timestamptz[] := '{}'; scores_all double precision[] := '{}';
+    sims double precision[] := '{}'; kws double precision[] := '{}'; recs double precision[] := '{}';
+    outs double precision[] := '{}'; prios double precision[] := '{}'; prio_labels text[] := '{}';
+    poolz text[] := '{}'; pool_ranks jsonb[] := '{}'; terms jsonb[] := '{}'; passed text[] := '{}';
+    pre text[] := '{}';
+    -- survivors of the gates, best first (index s into these arrays; rows_all index in surv)
+    surv integer[] := '{}';
+    ns integer := 0;
+    embs vector[] := '{}';
+    hashes bytea[] := '{}';
+    scores double precision[] := '{}';
+    weeks text[] := '{}';
+    cats text[] := '{}';
+    sstatus text[] := '{}';
+    srank integer[] := '{}';
     maxsim double precision[] := '{}';
+    penalty double precision[] := '{}';
+    simm double precision[];
     i integer; j integer; pass integer;
     chosen integer := 0; pick integer; val double precision; pick_val double precision; s double precision;
     week_counts jsonb := '{}'; cat_counts jsonb := '{}';
-    gate jsonb;
-    passed_by text;
-    anchors integer[];
-    a integer;
+    anchors integer[]; a integer;
+    st text;
+    r integer;
 BEGIN
     PERFORM spark._check_tenant(tenant);
     IF query_text IS NULL THEN
@@ -101,26 +128,40 @@ BEGIN
         END IF;
     ELSIF (p ->> 'use_cache')::boolean AND mdl.id IS NOT NULL THEN
         SELECT e.embedding INTO qvec FROM spark.query_embeddings e
-        WHERE e.tenant = explain.tenant AND e.model_id = mdl.id
+        WHERE e.tenant = _retrieve_core.tenant AND e.model_id = mdl.id
           AND e.query_hash = sha256(convert_to(query_text, 'UTF8'));
         qsource := CASE WHEN qvec IS NULL THEN 'none (not in the query cache): lexical mode' ELSE 'cache' END;
     ELSE
         qsource := 'none: lexical mode';
     END IF;
 
+    mode := p ->> 'precision_mode';
+    min_sim := (p ->> 'min_similarity')::double precision;
+    min_fuse := (p ->> 'min_fusion_score')::double precision;
+    ratio := (p ->> 'adaptive_ratio')::double precision;
+    IF mode = 'high_recall' THEN
+        min_sim := min_sim - 0.05; min_fuse := greatest(0, min_fuse - 0.05); ratio := 0;
+    ELSIF mode = 'high_precision' THEN
+        min_sim := min_sim + 0.1; min_fuse := min_fuse + 0.1; ratio := greatest(ratio, 0.6);
+    END IF;
+    lam := (p ->> 'mmr_lambda')::double precision;
+    dup := (p ->> 'dup_similarity')::double precision;
+    week_cap := (p ->> 'week_cap')::integer;
+    cat_cap := (p ->> 'category_cap')::integer;
+    m_max := greatest(3 * k, 20);
+
     tsq := spark._or_tsquery(query_text);
     tenants := CASE WHEN (p ->> 'include_system')::boolean AND tenant <> spark.system_tenant()
                     THEN ARRAY[tenant, spark.system_tenant()] ELSE ARRAY[tenant] END;
-    dim := mdl.dim;
     IF qvec IS NOT NULL THEN
         sem_sql := format($q$
             SELECT mm.id, mm.embedding::vector(%1$s) <=> $2::vector(%1$s) AS dist
             FROM spark.memories mm
             WHERE mm.tenant = ANY($1) AND mm.embedding_model_id = %2$s AND mm.created_at <= $3
             ORDER BY mm.embedding::vector(%1$s) <=> $2::vector(%1$s)
-            LIMIT ($5 ->> 'pool_semantic')::integer $q$, dim, mdl.id);
+            LIMIT ($5 ->> 'pool_semantic')::integer $q$, mdl.dim, mdl.id);
         sim_sql := format('CASE WHEN mm.embedding_model_id = %2$s THEN 1 - (mm.embedding::vector(%1$s) <=> $2::vector(%1$s)) END',
-                          dim, mdl.id);
+                          mdl.dim, mdl.id);
         emb_sql := format('CASE WHEN mm.embedding_model_id = %s THEN mm.embedding END', mdl.id);
     ELSE
         sem_sql := 'SELECT NULL::bigint AS id, NULL::double precision AS dist WHERE false';
@@ -128,6 +169,7 @@ BEGIN
         emb_sql := 'NULL::vector';
     END IF;
 
+    -- pools, signals, fusion and gates in one statement; survivors of the gates come first, best first
     cand_sql := format($q$
         WITH
         sem AS MATERIALIZED (%1$s),
@@ -186,103 +228,104 @@ BEGIN
                    CASE mm.priority WHEN 'critical' THEN 0.3 WHEN 'high' THEN 0.2 WHEN 'background' THEN -0.1
                         ELSE 0 END::double precision AS prio,
                    cand.pools, cand.pool_ranks
-            FROM cand JOIN spark.memories mm ON mm.tenant = ANY($1) AND mm.id = cand.id)
-        SELECT sig.*,
-               CASE WHEN sig.sim IS NOT NULL THEN rank() OVER (PARTITION BY sig.sim IS NULL ORDER BY sig.sim DESC) END
-                   AS r_sim,
-               CASE WHEN sig.kw > 0 THEN rank() OVER (PARTITION BY sig.kw > 0 ORDER BY sig.kw DESC) END AS r_kw,
-               rank() OVER (ORDER BY sig.rec DESC) AS r_rec,
-               rank() OVER (ORDER BY sig.outc DESC) AS r_out
-        FROM sig $q$, sem_sql, sim_sql, emb_sql);
+            FROM cand JOIN spark.memories mm ON mm.tenant = ANY($1) AND mm.id = cand.id),
+        ranked AS (
+            SELECT sig.*,
+                   CASE WHEN sig.sim IS NOT NULL THEN rank() OVER (PARTITION BY sig.sim IS NULL ORDER BY sig.sim DESC) END
+                       AS r_sim,
+                   CASE WHEN sig.kw > 0 THEN rank() OVER (PARTITION BY sig.kw > 0 ORDER BY sig.kw DESC) END AS r_kw,
+                   rank() OVER (ORDER BY sig.rec DESC) AS r_rec,
+                   rank() OVER (ORDER BY sig.outc DESC) AS r_out
+            FROM sig),
+        w AS (
+            SELECT ($5 ->> 'w_similarity')::double precision AS ws, ($5 ->> 'w_keyword')::double precision AS wk,
+                   ($5 ->> 'w_recency')::double precision AS wr, ($5 ->> 'w_outcome')::double precision AS wo,
+                   ($5 ->> 'rrf_k')::double precision AS rk, $5 ->> 'fusion' AS fusion),
+        fused AS (
+            SELECT ranked.*,
+                   CASE WHEN w.fusion = 'rrf' THEN
+                       coalesce((coalesce(w.ws / (w.rk + ranked.r_sim), 0) + coalesce(w.wk / (w.rk + ranked.r_kw), 0)
+                                 + w.wr / (w.rk + ranked.r_rec) + w.wo / (w.rk + ranked.r_out))
+                                / nullif((w.ws + w.wk + w.wr + w.wo) / (w.rk + 1), 0), 0)
+                   ELSE w.ws * coalesce(ranked.sim, 0) + w.wk * ranked.kw + w.wr * ranked.rec + w.wo * ranked.outc
+                   END * (1 + ranked.prio) AS score,
+                   CASE WHEN 'pinned' = ANY(ranked.pools) THEN 'pinned'
+                        WHEN ranked.kw > 0 THEN 'keyword match'
+                        WHEN ranked.sim >= $9 THEN 'similarity' END AS passed_by,
+                   CASE WHEN w.fusion = 'rrf' THEN jsonb_build_object(
+                            'similarity_rank', ranked.r_sim, 'keyword_rank', ranked.r_kw,
+                            'recency_rank', ranked.r_rec, 'outcome_rank', ranked.r_out)
+                        ELSE jsonb_build_object(
+                            'similarity', round((w.ws * coalesce(ranked.sim, 0))::numeric, 4),
+                            'keyword', round((w.wk * ranked.kw)::numeric, 4),
+                            'recency', round((w.wr * ranked.rec)::numeric, 4),
+                            'outcome', round((w.wo * ranked.outc)::numeric, 4)) END
+                   || jsonb_build_object('priority_factor', 1 + ranked.prio) AS terms
+            FROM ranked, w),
+        gated AS (
+            SELECT fused.*,
+                   CASE WHEN fused.passed_by IS NULL THEN
+                            format('dropped: gate min_similarity (similarity %%s < %%s, no keyword match)',
+                                   coalesce(round(fused.sim::numeric, 3)::text, 'none'), round($9::numeric, 3))
+                        WHEN fused.score < $10 THEN
+                            format('dropped: gate min_fusion_score (%%s < %%s)', round(fused.score::numeric, 4),
+                                   round($10::numeric, 3)) END AS gate_status
+            FROM fused)
+        SELECT gated.*,
+               CASE WHEN gated.gate_status IS NULL AND gated.score < $11 * max(gated.score) FILTER (
+                        WHERE gated.gate_status IS NULL) OVER () THEN
+                   format('dropped: adaptive cutoff (%%s < %%s x best %%s)', round(gated.score::numeric, 4), $11,
+                          round((max(gated.score) FILTER (WHERE gated.gate_status IS NULL) OVER ())::numeric, 4))
+                    ELSE gated.gate_status END AS pre_status
+        FROM gated
+        ORDER BY (gated.gate_status IS NULL) DESC, gated.score DESC, gated.id $q$, sem_sql, sim_sql, emb_sql);
 
     old_ef := current_setting('hnsw.ef_search', true);
     PERFORM set_config('hnsw.ef_search', p ->> 'ef_search', true);
-
-    fusion := p ->> 'fusion';
-    mode := p ->> 'precision_mode';
-    min_sim := (p ->> 'min_similarity')::double precision;
-    min_fuse := (p ->> 'min_fusion_score')::double precision;
-    ratio := (p ->> 'adaptive_ratio')::double precision;
-    IF mode = 'high_recall' THEN
-        min_sim := min_sim - 0.05; min_fuse := greatest(0, min_fuse - 0.05); ratio := 0;
-    ELSIF mode = 'high_precision' THEN
-        min_sim := min_sim + 0.1; min_fuse := min_fuse + 0.1; ratio := greatest(ratio, 0.6);
-    END IF;
-    ws := (p ->> 'w_similarity')::double precision; wk := (p ->> 'w_keyword')::double precision;
-    wr := (p ->> 'w_recency')::double precision; wo := (p ->> 'w_outcome')::double precision;
-    rk := (p ->> 'rrf_k')::double precision;
-    lam := (p ->> 'mmr_lambda')::double precision;
-    dup := (p ->> 'dup_similarity')::double precision;
-    week_cap := (p ->> 'week_cap')::integer;
-    cat_cap := (p ->> 'category_cap')::integer;
-
-    FOR c IN EXECUTE cand_sql USING tenants, qvec, at, tsq, p, tenant, cutoff, query_text LOOP
+    FOR c IN EXECUTE cand_sql USING tenants, qvec, at, tsq, p, tenant, cutoff, query_text, min_sim, min_fuse, ratio
+    LOOP
         n := n + 1;
-        ids[n] := c.id; keys[n] := c.key; texts[n] := c.text; cats[n] := c.category; kinds[n] := c.kind;
-        sysd[n] := c.system_default; created[n] := c.created_at; weeks[n] := to_char(c.created_at, 'IYYY-"W"IW');
-        hashes[n] := c.content_hash; embs[n] := c.emb; sims[n] := c.sim; kws[n] := c.kw; recs[n] := c.rec;
-        outs[n] := c.outc; prios[n] := c.prio; prio_labels[n] := c.prio_label; poolz[n] := array_to_string(c.pools, ',');
-        pool_ranks[n] := c.pool_ranks; maxsim[n] := 0; ranks[n] := NULL;
-        IF fusion = 'rrf' THEN
-            scores[n] := (coalesce(ws / (rk + c.r_sim), 0) + coalesce(wk / (rk + c.r_kw), 0)
-                          + wr / (rk + c.r_rec) + wo / (rk + c.r_out))
-                         / nullif((ws + wk + wr + wo) / (rk + 1), 0) * (1 + c.prio);
-            terms[n] := jsonb_build_object('similarity_rank', c.r_sim, 'keyword_rank', c.r_kw,
-                                           'recency_rank', c.r_rec, 'outcome_rank', c.r_out,
-                                           'priority_factor', 1 + c.prio);
-        ELSE
-            -- priority scales relevance instead of adding to it: an irrelevant critical item stays low
-            scores[n] := (ws * coalesce(c.sim, 0) + wk * c.kw + wr * c.rec + wo * c.outc) * (1 + c.prio);
-            terms[n] := jsonb_build_object('similarity', round((ws * coalesce(c.sim, 0))::numeric, 4),
-                                           'keyword', round((wk * c.kw)::numeric, 4),
-                                           'recency', round((wr * c.rec)::numeric, 4),
-                                           'outcome', round((wo * c.outc)::numeric, 4),
-                                           'priority_factor', 1 + c.prio);
+        ids[n] := c.id; keys[n] := c.key; texts[n] := c.text; cats_all[n] := c.category; kinds[n] := c.kind;
+        sysd[n] := c.system_default; created[n] := c.created_at; scores_all[n] := c.score; sims[n] := c.sim;
+        kws[n] := c.kw; recs[n] := c.rec; outs[n] := c.outc; prios[n] := c.prio; prio_labels[n] := c.prio_label;
+        poolz[n] := array_to_string(c.pools, ','); pool_ranks[n] := c.pool_ranks; terms[n] := c.terms;
+        passed[n] := c.passed_by; pre[n] := c.pre_status;
+        IF c.pre_status IS NULL AND ns < m_max THEN
+            ns := ns + 1;
+            surv[ns] := n;
+            embs[ns] := c.emb;
+            hashes[ns] := c.content_hash;
+            scores[ns] := c.score;
+            weeks[ns] := to_char(c.created_at, 'IYYY-"W"IW');
+            cats[ns] := c.category;
+            sstatus[ns] := NULL;
+            maxsim[ns] := 0;
+            penalty[ns] := 0;
         END IF;
-        scores[n] := coalesce(scores[n], 0);
-        -- gate 1: evidence of relevance; similarity alone must reach min_similarity
-        passed_by := CASE WHEN 'pinned' = ANY(c.pools) THEN 'pinned'
-                          WHEN c.kw > 0 THEN 'keyword match'
-                          WHEN c.sim IS NOT NULL AND c.sim >= min_sim THEN 'similarity'
-                     END;
-        gate := jsonb_build_object('min_similarity', jsonb_build_object(
-            'threshold', round(min_sim::numeric, 3), 'passed', passed_by IS NOT NULL, 'by', passed_by));
-        IF passed_by IS NULL THEN
-            statuses[n] := format('dropped: gate min_similarity (similarity %s < %s, no keyword match)',
-                                  coalesce(round(c.sim::numeric, 3)::text, 'none'), round(min_sim::numeric, 3));
-        ELSIF scores[n] < min_fuse THEN
-            statuses[n] := format('dropped: gate min_fusion_score (%s < %s)', round(scores[n]::numeric, 3),
-                                  round(min_fuse::numeric, 3));
-        ELSE
-            statuses[n] := NULL;
-            best := greatest(best, scores[n]);
-        END IF;
-        gates[n] := gate || jsonb_build_object('min_fusion_score', jsonb_build_object(
-            'threshold', round(min_fuse::numeric, 3), 'passed', scores[n] >= min_fuse));
     END LOOP;
     PERFORM set_config('hnsw.ef_search', coalesce(old_ef, '40'), true);
 
-    -- gate 3 (adaptive, high_precision): relative to the best candidate
-    FOR i IN 1..n LOOP
-        IF statuses[i] IS NULL AND ratio > 0 AND scores[i] < ratio * best THEN
-            statuses[i] := format('dropped: adaptive cutoff (%s < %s x best %s)', round(scores[i]::numeric, 3),
-                                  ratio, round(best::numeric, 3));
-        END IF;
-    END LOOP;
+    IF ns > 0 THEN
+        -- pairwise similarity of the survivors in one statement (NULL where a vector is missing)
+        SELECT array_agg(CASE WHEN x.e IS NOT NULL AND y.e IS NOT NULL THEN 1 - (x.e <=> y.e) END
+                         ORDER BY x.i, y.i)
+        INTO simm
+        FROM unnest(embs) WITH ORDINALITY x(e, i), unnest(embs) WITH ORDINALITY y(e, i);
+    END IF;
 
-    -- selection: MMR against near-duplicates, week and category caps first, then fill
+    -- selection: MMR, week and category caps first, then fill; near-duplicate clusters dropped
     WHILE chosen < k LOOP
         pick := NULL;
         FOR pass IN 1..2 LOOP
             pick_val := NULL;
-            FOR i IN 1..n LOOP
-                CONTINUE WHEN statuses[i] IS NOT NULL;
+            FOR i IN 1..ns LOOP
+                CONTINUE WHEN sstatus[i] IS NOT NULL;
                 IF pass = 1 AND ((week_cap > 0 AND coalesce((week_counts ->> weeks[i])::integer, 0) >= week_cap)
                                  OR (cat_cap > 0 AND coalesce((cat_counts ->> cats[i])::integer, 0) >= cat_cap)) THEN
                     CONTINUE;
                 END IF;
                 val := lam * scores[i] - (1 - lam) * maxsim[i];
-                IF pick_val IS NULL OR val > pick_val OR (val = pick_val AND scores[i] > scores[pick]) THEN
+                IF pick_val IS NULL OR val > pick_val THEN
                     pick := i; pick_val := val;
                 END IF;
             END LOOP;
@@ -290,51 +333,89 @@ BEGIN
         END LOOP;
         EXIT WHEN pick IS NULL;
         chosen := chosen + 1;
-        ranks[pick] := chosen;
-        statuses[pick] := 'surfaced';
-        terms[pick] := terms[pick] || jsonb_build_object('mmr_penalty', round(((1 - lam) * maxsim[pick])::numeric, 4));
+        srank[pick] := chosen;
+        sstatus[pick] := 'surfaced';
+        penalty[pick] := (1 - lam) * maxsim[pick];
         week_counts := week_counts || jsonb_build_object(weeks[pick], coalesce((week_counts ->> weeks[pick])::integer, 0) + 1);
         cat_counts := cat_counts || jsonb_build_object(cats[pick], coalesce((cat_counts ->> cats[pick])::integer, 0) + 1);
-        -- near-duplicates of the pick are dropped, and so are theirs (a cluster of paraphrases yields one)
         anchors := ARRAY[pick];
         WHILE cardinality(anchors) > 0 LOOP
             a := anchors[1];
             anchors := anchors[2:];
-            FOR j IN 1..n LOOP
-                CONTINUE WHEN statuses[j] IS NOT NULL;
-                s := CASE WHEN embs[j] IS NOT NULL AND embs[a] IS NOT NULL THEN 1 - (embs[j] <=> embs[a])
-                          WHEN hashes[j] = hashes[a] THEN 1 ELSE 0 END;
+            FOR j IN 1..ns LOOP
+                CONTINUE WHEN sstatus[j] IS NOT NULL;
+                s := coalesce(simm[(a - 1) * ns + j], CASE WHEN hashes[j] = hashes[a] THEN 1 ELSE 0 END);
                 IF a = pick THEN
                     maxsim[j] := greatest(maxsim[j], s);
                 END IF;
                 IF s >= dup THEN
-                    statuses[j] := format('dropped: near-duplicate of %s (similarity %s to %s)', keys[pick],
-                                          round(s::numeric, 3), keys[a]);
+                    sstatus[j] := format('dropped: near-duplicate of %s (similarity %s to %s)',
+                                         keys[surv[pick]], round(s::numeric, 3), keys[surv[a]]);
                     anchors := anchors || j;
                 END IF;
             END LOOP;
         END LOOP;
     END LOOP;
 
+    -- output: the surfaced rows in rank order, then (for spark.explain) every other candidate
+    FOR r IN 1..chosen LOOP
+        j := array_position(srank, r);
+        i := surv[j];
+        rank := r;
+        status := 'surfaced';
+        memory_id := ids[i]; key := keys[i]; text := texts[i]; category := cats_all[i]; kind := kinds[i];
+        system_default := sysd[i]; created_at := created[i]; score := scores_all[i]; semantic_sim := sims[i];
+        keyword_score := kws[i]; recency := recs[i]; outcome := outs[i]; trigger_conf := 0;
+        priority := prios[i]; pools := string_to_array(poolz[i], ',');
+        why := spark._why(rank, status, pool_ranks[i], p ->> 'fusion', scores_all[i],
+                          terms[i] || jsonb_build_object('mmr_penalty', round(penalty[j]::numeric, 4)),
+                          min_sim, passed[i], min_fuse, ratio, prio_labels[i], created[i], qsource, mode);
+        RETURN NEXT;
+    END LOOP;
+    IF NOT full_report THEN
+        RETURN;
+    END IF;
+    j := 1;
     FOR i IN 1..n LOOP
-        rank := ranks[i];
-        status := coalesce(statuses[i], 'not chosen: below the top k');
-        memory_id := ids[i]; key := keys[i]; text := texts[i]; category := cats[i]; kind := kinds[i];
-        system_default := sysd[i]; created_at := created[i]; score := scores[i]; semantic_sim := sims[i];
-        keyword_score := kws[i]; recency := recs[i]; outcome := outs[i]; trigger_conf := 0; priority := prios[i];
-        pools := string_to_array(poolz[i], ',');
-        why := jsonb_build_object(
-            'rank', ranks[i], 'status', status, 'pools', pool_ranks[i], 'fusion', fusion,
-            'score', round(scores[i]::numeric, 4), 'terms', terms[i], 'gates', gates[i],
-            'priority', prio_labels[i], 'week', weeks[i], 'query_embedding', qsource,
-            'precision_mode', mode);
+        st := pre[i];
+        IF j <= ns AND surv[j] = i THEN
+            st := sstatus[j];
+            j := j + 1;
+            CONTINUE WHEN st = 'surfaced';
+        END IF;
+        rank := NULL;
+        status := coalesce(st, 'not chosen: below the top k');
+        memory_id := ids[i]; key := keys[i]; text := texts[i]; category := cats_all[i]; kind := kinds[i];
+        system_default := sysd[i]; created_at := created[i]; score := scores_all[i]; semantic_sim := sims[i];
+        keyword_score := kws[i]; recency := recs[i]; outcome := outs[i]; trigger_conf := 0;
+        priority := prios[i]; pools := string_to_array(poolz[i], ',');
+        why := spark._why(NULL, status, pool_ranks[i], p ->> 'fusion', scores_all[i], terms[i], min_sim, passed[i],
+                          min_fuse, ratio, prio_labels[i], created[i], qsource, mode);
         RETURN NEXT;
     END LOOP;
 END
 $fn$;
+COMMENT ON FUNCTION spark._retrieve_core(text, text, vector, integer, jsonb, boolean) IS
+    'Internal: the body of spark.retrieve (full_report false: surfaced rows only) and spark.explain (true).';
+
+DROP FUNCTION IF EXISTS spark.explain(text, text, vector, integer, jsonb);
+CREATE OR REPLACE FUNCTION spark.explain(
+    tenant text,
+    query_text text,
+    query_embedding vector DEFAULT NULL,
+    k integer DEFAULT 8,
+    params jsonb DEFAULT '{}')
+RETURNS TABLE (rank integer, status text, memory_id bigint, key text, text text, category text, kind text,
+               system_default boolean, created_at timestamptz, score real, semantic_sim real, keyword_score real,
+               recency real, outcome real, trigger_conf real, priority real, pools text[], why jsonb)
+LANGUAGE sql VOLATILE
+SET search_path = pg_catalog, @vector_schema@, pg_temp
+AS $fn$
+    SELECT * FROM spark._retrieve_core($1, $2, $3, $4, $5, true)
+$fn$;
 COMMENT ON FUNCTION spark.explain(text, text, vector, integer, jsonb) IS
     'Every candidate spark.retrieve considered, with its signals, fused score, gates and status (surfaced, or '
-    'why it was dropped). Same parameters as spark.retrieve; ORDER BY rank NULLS LAST, score DESC to read it.';
+    'why it was dropped). Same parameters as spark.retrieve; surfaced rows come first, in rank order.';
 
 DROP FUNCTION IF EXISTS spark.retrieve(text, text, vector, integer, jsonb);
 CREATE OR REPLACE FUNCTION spark.retrieve(
@@ -351,9 +432,7 @@ SET search_path = pg_catalog, @vector_schema@, pg_temp
 AS $fn$
     SELECT e.memory_id, e.key, e.text, e.category, e.kind, e.system_default, e.created_at, e.score,
            e.semantic_sim, e.keyword_score, e.recency, e.outcome, e.trigger_conf, e.priority, e.pools, e.why
-    FROM spark.explain($1, $2, $3, $4, $5) e
-    WHERE e.status = 'surfaced'
-    ORDER BY e.rank
+    FROM spark._retrieve_core($1, $2, $3, $4, $5, false) e
 $fn$;
 COMMENT ON FUNCTION spark.retrieve(text, text, vector, integer, jsonb) IS
     'Hybrid retrieval in one call. tenant: whose memories (plus the cold-start pack unless '
