@@ -1,0 +1,79 @@
+"""The Python side of retrieval: the typed wrapper, the query cache it fills, and `spark-pg search`."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from spark_pg.cli import main
+from spark_pg.client import SparkClient
+from spark_pg.config import Settings
+from spark_pg.retrieve import explain, retrieve
+
+
+@pytest.fixture
+def client(db_url: str, model_settings: Settings, tenant: str) -> Iterator[SparkClient]:
+    with SparkClient(model_settings, url=db_url) as c:
+        c.add(
+            tenant,
+            "Game physics jitter came from a variable timestep; use a fixed 1/60 s step",
+            key="physics",
+            kind="failure",
+            category="debugging",
+        )
+        c.add(tenant, "The user prefers dark mode in every editor", key="dark", kind="preference")
+        yield c
+
+
+def test_search_returns_typed_rows_with_reasons(client: SparkClient, tenant: str) -> None:
+    hits = client.search(tenant, "fixing game physics that stutters", k=3, params={"include_system": False})
+    assert [h.key for h in hits] == ["physics"]
+    hit = hits[0]
+    assert hit.semantic_sim is not None and hit.semantic_sim > 0.4
+    assert hit.why["status"] == "surfaced" and "semantic" in hit.pools
+    assert "found by" in hit.reason and "own failure" in hit.reason
+
+
+def test_the_agent_query_can_be_replayed_from_sql_by_text(client: SparkClient, tenant: str) -> None:
+    query = "fixing game physics that stutters"
+    client.search(tenant, query, params={"include_system": False})
+    replay = retrieve(client.conn, tenant, query, embedding=None, params={"include_system": False})
+    assert [r.key for r in replay] == ["physics"]
+    assert replay[0].why["query_embedding"] == "cache"
+    with client.conn.transaction():
+        uses = client.conn.execute(
+            "SELECT uses FROM spark.query_embeddings WHERE tenant = %s AND query_text = %s", (tenant, query)
+        ).fetchone()
+    assert uses == (1,)
+    client.search(tenant, query)
+    with client.conn.transaction():
+        again = client.conn.execute(
+            "SELECT uses FROM spark.query_embeddings WHERE tenant = %s AND query_text = %s", (tenant, query)
+        ).fetchone()
+    assert again == (2,)
+
+
+def test_explain_lists_surfaced_first_then_the_dropped_with_reasons(client: SparkClient, tenant: str) -> None:
+    rows = explain(
+        client.conn,
+        tenant,
+        "fixing game physics that stutters",
+        embedding=client.embedder.embed_query("fixing game physics that stutters"),
+        params={"include_system": False},
+    )
+    assert rows[0].status == "surfaced" and rows[0].rank == 1
+    dropped = [r for r in rows if r.status != "surfaced"]
+    assert dropped and all(r.rank is None and r.status.startswith(("dropped", "not chosen")) for r in dropped)
+    assert any(r.key == "dark" for r in dropped)
+
+
+def test_cli_search_explain(cli_env: str, tenant: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert (
+        main(["add", "--tenant", tenant, "--key", "dark", "The user prefers dark mode in every editor"]) == 0
+    )
+    capsys.readouterr()
+    assert main(["search", "--tenant", tenant, "--explain", "which editor theme does the user like"]) == 0
+    out = capsys.readouterr().out
+    assert out.splitlines()[0].split()[:6] == ["rank", "score", "sim", "kw", "rec", "key"]
+    assert "surfaced" in out and "dark" in out
