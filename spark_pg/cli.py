@@ -337,6 +337,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--quiet", action="store_true", help="no progress bars")
     p.set_defaults(func=cmd_bench)
 
+    from spark_pg.eval.cli import add_parser as add_eval_parser
+
+    add_eval_parser(sub)
+
     p = sub.add_parser("config", help="show the effective tuneables")
     p.set_defaults(func=cmd_config)
     return parser

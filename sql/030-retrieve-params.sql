@@ -18,9 +18,9 @@ SELECT jsonb_build_object(
     'recent_days', 7,              -- the recent window
     'half_life_days', 30,          -- recency halves every N days ...
     'recency_floor', 0.1,          -- ... but never drops below this
-    'w_similarity', 0.5,           -- fusion weights (weighted: on values; rrf: on per-signal ranks)
-    'w_keyword', 0.3,
-    'w_recency', 0.1,
+    'w_similarity', 0.8,           -- fusion weights (weighted: on values; rrf: on per-signal ranks)
+    'w_keyword', 1.0,
+    'w_recency', 0.05,
     'w_outcome', 0.1,
     'rrf_k', 60,
     'min_similarity', 0.25,        -- gate for candidates whose only evidence is semantic
@@ -28,8 +28,11 @@ SELECT jsonb_build_object(
     'adaptive_ratio', 0.4,         -- adaptive / high_precision: also drop scores below ratio x best
     'week_cap', 2,                 -- at most N per ISO week before filling (0 = off)
     'category_cap', 0,             -- at most N per category before filling (0 = off)
-    'mmr_lambda', 0.7,             -- 1 = pure relevance; lower = more diversity
-    'dup_similarity', 0.70,        -- this similar to a chosen item (or to its duplicates): dropped
+    'cap_yield', 0.9,              -- a capped item still wins if the best uncapped one scores below this x its score
+    'mmr_lambda', 0.8,             -- 1 = pure relevance; lower = more diversity
+    'dup_similarity', 0.85,        -- this similar to a chosen item (or to its duplicates): dropped
+    'restate_similarity', 0.72,    -- this similar to a chosen item and restate_margin closer to it than to
+    'restate_margin', 0.25,        -- the query: a restatement, dropped
     'include_system', true,        -- include the cold-start pack (tenant _system)
     'use_cache', true,             -- with query_embedding NULL, look the text up in spark.query_embeddings
     'ef_search', 100,              -- hnsw.ef_search for the semantic pool
@@ -55,8 +58,9 @@ DECLARE
         "recent_days": [0, 36500, 0], "half_life_days": [0.001, 36500, 0], "recency_floor": [0, 1, 0],
         "w_similarity": [0, 10, 0], "w_keyword": [0, 10, 0], "w_recency": [0, 10, 0], "w_outcome": [0, 10, 0],
         "rrf_k": [1, 1000, 0], "min_similarity": [-1, 1, 0], "min_fusion_score": [0, 10, 0],
-        "adaptive_ratio": [0, 1, 0], "week_cap": [0, 1000, 1], "category_cap": [0, 1000, 1],
-        "mmr_lambda": [0, 1, 0], "dup_similarity": [0, 1.01, 0], "ef_search": [1, 1000, 1],
+        "adaptive_ratio": [0, 1, 0], "week_cap": [0, 1000, 1], "cap_yield": [0, 1, 0], "category_cap": [0, 1000, 1],
+        "mmr_lambda": [0, 1, 0], "dup_similarity": [0, 1.01, 0], "restate_similarity": [0, 1.01, 0],
+        "restate_margin": [0, 2, 0], "ef_search": [1, 1000, 1],
         "seed": [-2147483648, 2147483647, 1]}';
     rng jsonb;
 BEGIN

@@ -99,6 +99,12 @@ DECLARE
     anchors integer[]; a integer;
     st text;
     r integer;
+    held integer;
+    held_val double precision;
+    cap_yield double precision;
+    lexq tsquery[];
+    restate_sim double precision;
+    restate_margin double precision;
 BEGIN
     PERFORM spark._check_tenant(tenant);
     IF query_text IS NULL THEN
@@ -148,9 +154,13 @@ BEGIN
     dup := (p ->> 'dup_similarity')::double precision;
     week_cap := (p ->> 'week_cap')::integer;
     cat_cap := (p ->> 'category_cap')::integer;
+    cap_yield := (p ->> 'cap_yield')::double precision;
+    restate_sim := (p ->> 'restate_similarity')::double precision;
+    restate_margin := (p ->> 'restate_margin')::double precision;
     m_max := greatest(3 * k, 20);
 
     tsq := spark._or_tsquery(query_text);
+    lexq := spark._lexeme_queries(query_text);
     tenants := CASE WHEN (p ->> 'include_system')::boolean AND tenant <> spark.system_tenant()
                     THEN ARRAY[tenant, spark.system_tenant()] ELSE ARRAY[tenant] END;
     IF qvec IS NOT NULL THEN
@@ -174,9 +184,16 @@ BEGIN
         WITH
         sem AS MATERIALIZED (%1$s),
         kw AS MATERIALIZED (
-            SELECT mm.id, mm.created_at, mm.importance, ts_rank_cd(mm.tsv, $4, 32) AS kr
+            SELECT mm.id, mm.created_at, mm.importance, mm.tsv, ts_rank_cd(mm.tsv, $4, 32) AS kr
             FROM spark.memories mm
             WHERE $4 IS NOT NULL AND mm.tenant = ANY($1) AND mm.tsv @@ $4 AND mm.created_at <= $3),
+        -- each query lexeme weighted by how rare it is among the keyword matches (a name on every turn
+        -- counts little, a distinctive word a lot)
+        lex AS MATERIALIZED (
+            SELECT l.q, ln(1 + (SELECT count(*) FROM kw)::double precision
+                              / greatest(1, (SELECT count(*) FROM kw WHERE kw.tsv @@ l.q))) AS idf
+            FROM unnest($12::tsquery[]) l(q)),
+        lex_total AS (SELECT nullif(sum(lex.idf), 0) AS total FROM lex),
         bounds AS (
             SELECT min(mm.id) AS lo, max(mm.id) AS hi FROM spark.memories mm WHERE mm.tenant = $6),
         probes AS (
@@ -219,8 +236,10 @@ BEGIN
             SELECT mm.id, mm.key, mm.text, mm.category, mm.kind, mm.tenant <> $6 AS system_default,
                    mm.created_at, mm.content_hash, %3$s AS emb, mm.priority AS prio_label,
                    (%2$s)::double precision AS sim,
-                   CASE WHEN $4 IS NOT NULL AND mm.tsv @@ $4 THEN ts_rank_cd(mm.tsv, $4, 32) ELSE 0 END
-                       ::double precision AS kw,
+                   CASE WHEN $4 IS NOT NULL AND mm.tsv @@ $4
+                        THEN coalesce((SELECT sum(lex.idf) FROM lex WHERE mm.tsv @@ lex.q)
+                                      / (SELECT lex_total.total FROM lex_total), 0)
+                        ELSE 0 END::double precision AS kw,
                    greatest(($5 ->> 'recency_floor')::double precision,
                             power(0.5, greatest(0, extract(epoch FROM ($3 - mm.created_at)) / 86400.0)
                                        / ($5 ->> 'half_life_days')::double precision))::double precision AS rec,
@@ -282,7 +301,7 @@ BEGIN
 
     old_ef := current_setting('hnsw.ef_search', true);
     PERFORM set_config('hnsw.ef_search', p ->> 'ef_search', true);
-    FOR c IN EXECUTE cand_sql USING tenants, qvec, at, tsq, p, tenant, cutoff, query_text, min_sim, min_fuse, ratio
+    FOR c IN EXECUTE cand_sql USING tenants, qvec, at, tsq, p, tenant, cutoff, query_text, min_sim, min_fuse, ratio, lexq
     LOOP
         n := n + 1;
         ids[n] := c.id; keys[n] := c.key; texts[n] := c.text; cats_all[n] := c.category; kinds[n] := c.kind;
@@ -316,21 +335,24 @@ BEGIN
     -- selection: MMR, week and category caps first, then fill; near-duplicate clusters dropped
     WHILE chosen < k LOOP
         pick := NULL;
-        FOR pass IN 1..2 LOOP
-            pick_val := NULL;
-            FOR i IN 1..ns LOOP
-                CONTINUE WHEN sstatus[i] IS NOT NULL;
-                IF pass = 1 AND ((week_cap > 0 AND coalesce((week_counts ->> weeks[i])::integer, 0) >= week_cap)
-                                 OR (cat_cap > 0 AND coalesce((cat_counts ->> cats[i])::integer, 0) >= cat_cap)) THEN
-                    CONTINUE;
+        -- the best by MMR among items whose week and category are under their caps (pick), and among
+        -- the capped ones (held); a cap yields only to a clearly better item (cap_yield) or when nothing is left
+        pick_val := NULL; held := NULL; held_val := NULL;
+        FOR i IN 1..ns LOOP
+            CONTINUE WHEN sstatus[i] IS NOT NULL;
+            val := lam * scores[i] - (1 - lam) * maxsim[i];
+            IF (week_cap > 0 AND coalesce((week_counts ->> weeks[i])::integer, 0) >= week_cap)
+               OR (cat_cap > 0 AND coalesce((cat_counts ->> cats[i])::integer, 0) >= cat_cap) THEN
+                IF held_val IS NULL OR val > held_val THEN
+                    held := i; held_val := val;
                 END IF;
-                val := lam * scores[i] - (1 - lam) * maxsim[i];
-                IF pick_val IS NULL OR val > pick_val THEN
-                    pick := i; pick_val := val;
-                END IF;
-            END LOOP;
-            EXIT WHEN pick IS NOT NULL;
+            ELSIF pick_val IS NULL OR val > pick_val THEN
+                pick := i; pick_val := val;
+            END IF;
         END LOOP;
+        IF held IS NOT NULL AND (pick IS NULL OR scores[pick] < cap_yield * scores[held]) THEN
+            pick := held;
+        END IF;
         EXIT WHEN pick IS NULL;
         chosen := chosen + 1;
         srank[pick] := chosen;
@@ -351,6 +373,12 @@ BEGIN
                 IF s >= dup THEN
                     sstatus[j] := format('dropped: near-duplicate of %s (similarity %s to %s)',
                                          keys[surv[pick]], round(s::numeric, 3), keys[surv[a]]);
+                    anchors := anchors || j;
+                ELSIF s >= restate_sim AND s >= coalesce(sims[surv[j]], 1) + restate_margin THEN
+                    -- far closer to something already surfaced than to the query: it restates, not answers
+                    sstatus[j] := format('dropped: restates %s (similarity %s to %s, %s to the query)',
+                                         keys[surv[pick]], round(s::numeric, 3), keys[surv[a]],
+                                         round(sims[surv[j]]::numeric, 3));
                     anchors := anchors || j;
                 END IF;
             END LOOP;
@@ -397,6 +425,17 @@ END
 $fn$;
 COMMENT ON FUNCTION spark._retrieve_core(text, text, vector, integer, jsonb, boolean) IS
     'Internal: the body of spark.retrieve (full_report false: surfaced rows only) and spark.explain (true).';
+
+CREATE OR REPLACE FUNCTION spark._lexeme_queries(query_text text)
+RETURNS tsquery[]
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+SET search_path = pg_catalog, @vector_schema@, pg_temp
+AS $fn$
+    SELECT coalesce(array_agg(to_tsquery('simple', quote_literal(lexeme)) ORDER BY lexeme), '{}')
+    FROM unnest(to_tsvector('english', coalesce(query_text, '')))
+$fn$;
+COMMENT ON FUNCTION spark._lexeme_queries(text) IS
+    'Internal: one single-lexeme tsquery per English lexeme of query_text (for rarity-weighted keyword scores).';
 
 DROP FUNCTION IF EXISTS spark.explain(text, text, vector, integer, jsonb);
 CREATE OR REPLACE FUNCTION spark.explain(

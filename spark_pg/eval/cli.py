@@ -1,0 +1,99 @@
+"""`spark-pg eval`: score spark.retrieve and three baselines on a dataset folder.
+
+Wire it into the main parser with ``add_parser(subparsers)``; ``python -m spark_pg.eval.cli --dataset DIR``
+runs it alone.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+import psycopg
+
+from spark_pg.config import load_settings
+from spark_pg.errors import SparkPgError
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def cmd_eval(args: argparse.Namespace) -> int:
+    from spark_pg.eval.harness import evaluate, summarize
+    from spark_pg.eval.report import format_text, write_report
+
+    settings = load_settings()
+    dataset = Path(args.dataset)
+    run = evaluate(dataset, settings, k=args.k, limit=args.limit, fresh=args.fresh, progress=True)
+    result = summarize(run)
+    folder = Path(args.report) if args.report else Path("reports") / f"eval-{result['dataset']}"
+    report = write_report(result, folder)
+    result["report"] = str(report)
+    print(
+        f"scratch database {result['database']} ({'reused' if result['database_reused'] else 'loaded'}, "
+        f"{result['load_seconds']} s); report: {report}",
+        file=sys.stderr,
+    )
+    failed = False
+    for name, s in result["systems"].items():
+        if s["status"] != "ok":
+            print(f"{name} {s['status']}: {s['message']}", file=sys.stderr)
+            failed = failed or s["status"] == "error"
+    if args.json:
+        print(json.dumps(result))
+    else:
+        print(format_text(result))
+    return 1 if failed else 0
+
+
+def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Register the `eval` subcommand (its handler is ``args.func``, returning an exit code)."""
+    p = subparsers.add_parser(
+        "eval",
+        help="retrieval quality and latency on a dataset: spark.retrieve vs vector, keyword, RRF",
+        description="Load DIR/memories.jsonl (one tenant per conversation) into a scratch database on the "
+        "configured server, ask every question of DIR/queries.jsonl as of its time, and report recall@5, "
+        "recall@10, hit@10, nDCG@10 and latency per system and category.",
+    )
+    p.add_argument(
+        "--dataset", required=True, metavar="DIR", help="folder with memories.jsonl and queries.jsonl"
+    )
+    p.add_argument("--k", type=_positive, default=10, help="results retrieved per question (at least 10 are)")
+    p.add_argument("--json", action="store_true", help="print one JSON object on stdout")
+    p.add_argument("--report", metavar="DIR", help="report folder (default: ./reports/eval-<dataset name>)")
+    p.add_argument("--fresh", action="store_true", help="drop and rebuild the scratch database")
+    p.add_argument("--limit", type=_positive, metavar="N", help="only the first N questions")
+    p.set_defaults(func=cmd_eval)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m spark_pg.eval.cli")
+    add_parser(parser.add_subparsers(dest="command", required=True, metavar="COMMAND"))
+    args = parser.parse_args(["eval", *(sys.argv[1:] if argv is None else argv)])
+    try:
+        code: int = args.func(args)
+        return code
+    except SparkPgError as exc:
+        print(f"spark-pg eval: error: {exc}", file=sys.stderr)
+        return 2
+    except psycopg.Error as exc:
+        state = getattr(exc, "sqlstate", None)
+        print(
+            f"spark-pg eval: database error{f' [{state}]' if state else ''}: {str(exc).strip()}",
+            file=sys.stderr,
+        )
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

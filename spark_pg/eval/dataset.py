@@ -1,0 +1,260 @@
+"""Evaluation datasets: a folder with ``memories.jsonl`` and ``queries.jsonl``, read and validated.
+
+memories.jsonl, one object per line:
+    id (str, unique), conversation_id (str: the tenant), text (str); optional speaker (str),
+    timestamp (ISO 8601; naive times are UTC), image_caption (str). Other fields are ignored.
+queries.jsonl, one object per line:
+    id (str, unique), conversation_id (str), text (str), category (int or str), relevant_ids (non-empty
+    list of memory ids of the same conversation), answer (required key; null = the question has no
+    answer in the conversation), as_of (ISO 8601 or null = now). Other fields are ignored.
+
+The first bad row raises :class:`DatasetError` (an :class:`~spark_pg.errors.InputError`) naming the
+file, the line and the field.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from spark_pg.errors import InputError
+from spark_pg.records import MAX_TEXT, MemoryIn
+
+MEMORIES_FILE = "memories.jsonl"
+QUERIES_FILE = "queries.jsonl"
+RESERVED_TENANTS = ("_system",)  # the cold-start pack's tenant, visible to every tenant
+# bump when what gets stored for a memory changes, so scratch databases of older loads are not reused
+LOADER_VERSION = 1
+
+
+class DatasetError(InputError):
+    """A dataset file or one of its rows is invalid."""
+
+    def __init__(self, source: Path | str, line: int | None, field: str | None, message: str) -> None:
+        self.source = str(source)
+        self.line = line
+        self.field = field
+        where = self.source + (f" line {line}" if line is not None else "")
+        what = f", field {field!r}" if field else ""
+        super().__init__(f"{where}{what}: {message}")
+
+
+@dataclass(frozen=True)
+class Memory:
+    id: str
+    conversation_id: str
+    text: str
+    speaker: str | None = None
+    timestamp: datetime | None = None
+    image_caption: str | None = None
+
+    @property
+    def stored_text(self) -> str:
+        """What an agent would store: who said it, what was said, and the image they shared."""
+        text = f"{self.speaker}: {self.text}" if self.speaker else self.text
+        if self.image_caption:
+            text += f" [shared image: {self.image_caption}]"
+        return text
+
+    def record(self, source: str) -> MemoryIn:
+        """The memory as spark_pg stores it: tenant = conversation, key = id."""
+        metadata: dict[str, Any] = {"dataset_id": self.id}
+        if self.speaker:
+            metadata["speaker"] = self.speaker
+        return MemoryIn(
+            tenant=self.conversation_id,
+            key=self.id,
+            text=self.stored_text,
+            kind="episode",
+            source=source,
+            created_at=self.timestamp,
+            metadata=metadata,
+        )
+
+
+@dataclass(frozen=True)
+class Query:
+    id: str
+    conversation_id: str
+    text: str
+    category: str
+    relevant_ids: frozenset[str]
+    answered: bool  # False: the answer is null (not in the conversation); scored apart from "overall"
+    as_of: datetime | None = None
+
+
+@dataclass(frozen=True)
+class Dataset:
+    name: str
+    path: Path
+    memories: tuple[Memory, ...]
+    queries: tuple[Query, ...]
+
+    @property
+    def conversations(self) -> list[str]:
+        return sorted({m.conversation_id for m in self.memories})
+
+    def records(self) -> list[MemoryIn]:
+        return [m.record(f"eval:{self.name}") for m in self.memories]
+
+    def content_hash(self) -> str:
+        """sha256 of everything that ends up in the database (not of the queries)."""
+        digest = hashlib.sha256(f"spark_pg eval loader v{LOADER_VERSION}\n".encode())
+        for r in self.records():
+            created = r.created_at.isoformat() if r.created_at else ""
+            digest.update(json.dumps([r.tenant, r.key, r.text, created, r.kind, r.source]).encode())
+            digest.update(b"\n")
+        return digest.hexdigest()
+
+
+class _Row:
+    """One parsed JSON object with its file and line, for field checks that name both."""
+
+    def __init__(self, path: Path, line: int, data: Any) -> None:
+        if not isinstance(data, Mapping):
+            raise DatasetError(path, line, None, f"each row must be a JSON object, not {type(data).__name__}")
+        self.path = path
+        self.line = line
+        self.data = data
+
+    def error(self, field: str | None, message: str) -> DatasetError:
+        return DatasetError(self.path, self.line, field, message)
+
+    def text(self, name: str, *, required: bool, max_len: int = MAX_TEXT) -> str | None:
+        if name not in self.data or self.data[name] is None:
+            if required:
+                raise self.error(name, "is required")
+            return None
+        value = self.data[name]
+        if not isinstance(value, str):
+            raise self.error(name, f"must be a string, not {type(value).__name__}")
+        if not value.strip():
+            raise self.error(name, "must not be empty")
+        if len(value) > max_len:
+            raise self.error(name, f"is {len(value)} characters; the limit is {max_len}")
+        if "\x00" in value:
+            raise self.error(name, "must not contain NUL characters")
+        return value
+
+    def required_text(self, name: str, max_len: int = MAX_TEXT) -> str:
+        value = self.text(name, required=True, max_len=max_len)
+        assert value is not None
+        return value
+
+    def time(self, name: str) -> datetime | None:
+        value = self.data.get(name)
+        if value is None:
+            return None
+        if not isinstance(value, str):
+            raise self.error(name, f"must be an ISO 8601 string, not {type(value).__name__}")
+        try:
+            parsed = datetime.fromisoformat(value.strip().replace("Z", "+00:00"))
+        except ValueError:
+            raise self.error(name, f"{value!r} is not an ISO 8601 time such as 2023-05-08T13:56:00") from None
+        return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)  # naive times are taken as UTC
+
+
+def _rows(path: Path) -> list[_Row]:
+    try:
+        content = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise DatasetError(path, None, None, "does not exist") from None
+    except UnicodeDecodeError as exc:
+        raise DatasetError(path, None, None, f"is not UTF-8 text: {exc.reason}") from None
+    except OSError as exc:
+        raise DatasetError(path, None, None, f"cannot be read: {exc.strerror}") from None
+    rows = []
+    for number, raw in enumerate(content.splitlines(), start=1):
+        if not raw.strip():
+            continue
+        try:
+            data = json.loads(raw)
+        except json.JSONDecodeError as exc:
+            raise DatasetError(
+                path, number, None, f"is not valid JSON: {exc.msg} at column {exc.colno}"
+            ) from None
+        rows.append(_Row(path, number, data))
+    if not rows:
+        raise DatasetError(path, None, None, "has no rows")
+    return rows
+
+
+def _memory(row: _Row) -> Memory:
+    memory = Memory(
+        id=row.required_text("id", max_len=512),
+        conversation_id=row.required_text("conversation_id", max_len=128),
+        text=row.required_text("text"),
+        speaker=row.text("speaker", required=False, max_len=200),
+        timestamp=row.time("timestamp"),
+        image_caption=row.text("image_caption", required=False),
+    )
+    if memory.conversation_id in RESERVED_TENANTS:
+        raise row.error("conversation_id", f"{memory.conversation_id!r} is reserved (the cold-start pack)")
+    if len(memory.stored_text) > MAX_TEXT:
+        raise row.error("text", f"with speaker and caption it is over the {MAX_TEXT}-character limit")
+    return memory
+
+
+def _query(row: _Row, memories: Mapping[str, Memory], memories_file: Path) -> Query:
+    query_id = row.required_text("id", max_len=512)
+    conversation = row.required_text("conversation_id", max_len=128)
+    text = row.required_text("text")
+    category = row.data.get("category")
+    if category is None:
+        raise row.error("category", "is required")
+    if isinstance(category, bool) or not isinstance(category, int | str) or str(category).strip() == "":
+        raise row.error("category", f"must be an integer or a non-empty string, got {category!r}")
+    relevant = row.data.get("relevant_ids")
+    if not isinstance(relevant, list) or not relevant:
+        raise row.error("relevant_ids", f"must be a non-empty list of memory ids, got {relevant!r}")
+    for item in relevant:
+        if not isinstance(item, str):
+            raise row.error("relevant_ids", f"must hold strings, got {item!r}")
+        memory = memories.get(item)
+        if memory is None:
+            raise row.error("relevant_ids", f"{item!r} is not an id in {memories_file.name}")
+        if memory.conversation_id != conversation:
+            raise row.error(
+                "relevant_ids",
+                f"{item!r} belongs to conversation {memory.conversation_id!r}, not {conversation!r}",
+            )
+    if "answer" not in row.data:
+        raise row.error("answer", "is required (null marks a question with no answer)")
+    return Query(
+        id=query_id,
+        conversation_id=conversation,
+        text=text,
+        category=str(category),
+        relevant_ids=frozenset(relevant),
+        answered=row.data["answer"] is not None,
+        as_of=row.time("as_of"),
+    )
+
+
+def load_dataset(folder: Path) -> Dataset:
+    """Read and validate ``folder``/memories.jsonl and ``folder``/queries.jsonl completely."""
+    if not folder.is_dir():
+        raise InputError(f"dataset {folder} is not a folder holding {MEMORIES_FILE} and {QUERIES_FILE}")
+    memories_file, queries_file = folder / MEMORIES_FILE, folder / QUERIES_FILE
+    memories: dict[str, Memory] = {}
+    first_line: dict[str, int] = {}
+    for row in _rows(memories_file):
+        memory = _memory(row)
+        if memory.id in memories:
+            raise row.error("id", f"{memory.id!r} already appears on line {first_line[memory.id]}")
+        memories[memory.id] = memory
+        first_line[memory.id] = row.line
+    queries: list[Query] = []
+    seen: dict[str, int] = {}
+    for row in _rows(queries_file):
+        query = _query(row, memories, memories_file)
+        if query.id in seen:
+            raise row.error("id", f"{query.id!r} already appears on line {seen[query.id]}")
+        seen[query.id] = row.line
+        queries.append(query)
+    return Dataset(folder.resolve().name, folder, tuple(memories.values()), tuple(queries))

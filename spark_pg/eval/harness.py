@@ -1,0 +1,348 @@
+"""Run an evaluation: load a dataset into a scratch database, ask every question of every system, score.
+
+The scratch database ``spark_eval_<hash>`` lives on the configured server; the hash covers what gets stored
+(the memories as loaded, see :mod:`spark_pg.eval.dataset`) and the embedding model, so a re-run reuses it
+and only asks the questions. Every run re-applies the schema (``schema.install``), so the scratch database
+always has the current ``spark.retrieve``. Each system's statement runs in its own transaction, rolled back,
+so a run cannot change what the next run sees.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import re
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import psycopg
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
+from tqdm import tqdm
+
+from spark_pg import schema
+from spark_pg.config import Settings
+from spark_pg.db import connect, database_url
+from spark_pg.embedding import Embedder, load_embedder
+from spark_pg.errors import DatabaseError, InputError, ModelMismatch
+from spark_pg.eval.dataset import Dataset, Query, load_dataset
+from spark_pg.eval.metrics import METRICS, mean_scores, recall_at, score_query
+from spark_pg.eval.systems import SYSTEMS, Ask, System, missing_function, run
+from spark_pg.ingest import ingest
+
+SCRATCH_PREFIX = "spark_eval_"
+_DB_NAME = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
+# in the scratch database only: what was loaded, written once the load has committed
+INFO_TABLE = "public.spark_eval_info"
+CREATE_INFO = f"""
+CREATE TABLE IF NOT EXISTS {INFO_TABLE} (
+    content_hash text PRIMARY KEY, model text NOT NULL, dataset text NOT NULL, memories integer NOT NULL,
+    loaded_at timestamptz NOT NULL DEFAULT now())
+"""
+RECORD_LOAD = f"""
+INSERT INTO {INFO_TABLE} (content_hash, model, dataset, memories) VALUES (%s, %s, %s, %s)
+ON CONFLICT (content_hash) DO UPDATE
+SET model = EXCLUDED.model, memories = EXCLUDED.memories, loaded_at = now()
+"""
+LOADED = f"""
+SELECT (SELECT count(*) FROM {INFO_TABLE} WHERE content_hash = %(hash)s AND model = %(model)s) > 0
+   AND (SELECT count(*) FROM spark.memories WHERE embedding IS NOT NULL) = %(memories)s
+"""
+
+
+def with_dbname(url: str, dbname: str) -> str:
+    """The same server URL, pointing at database ``dbname``."""
+    params = conninfo_to_dict(url)
+    params["dbname"] = dbname
+    return make_conninfo("", **params)
+
+
+def scratch_name(dataset: Dataset, model: str) -> str:
+    """spark_eval_ + a short hash of the stored content and the model name."""
+    digest = hashlib.sha256(f"{dataset.content_hash()}\n{model}".encode()).hexdigest()
+    return SCRATCH_PREFIX + digest[:12]
+
+
+@dataclass(frozen=True)
+class Scratch:
+    name: str
+    url: str
+    reused: bool
+    seconds: float  # schema install + load (0 load when reused)
+
+
+def _admin(server_url: str) -> psycopg.Connection[Any]:
+    try:
+        return psycopg.connect(server_url, autocommit=True)
+    except psycopg.OperationalError as exc:
+        raise DatabaseError(f"cannot connect to the database server: {exc}".strip()) from exc
+
+
+def drop_scratch(server_url: str, name: str) -> None:
+    """Drop a scratch database (no error if it does not exist)."""
+    if not _DB_NAME.match(name):
+        raise InputError(f"database name {name!r} must match {_DB_NAME.pattern}")
+    with _admin(server_url) as admin:
+        admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def prepare_scratch(
+    server_url: str,
+    dataset: Dataset,
+    embedder: Embedder,
+    settings: Settings,
+    *,
+    fresh: bool = False,
+    progress: bool = False,
+    name: str | None = None,
+) -> Scratch:
+    """Create (or reuse) the scratch database for ``dataset`` on the server and load it.
+
+    ``server_url`` is any database on the server (the one the settings point at, by default); the
+    scratch database is created next to it. ``fresh`` drops and rebuilds it.
+    """
+    name = name or scratch_name(dataset, embedder.spec.name)
+    if not _DB_NAME.match(name):
+        raise InputError(f"database name {name!r} must match {_DB_NAME.pattern}")
+    started = time.perf_counter()
+    with _admin(server_url) as admin:
+        if fresh:
+            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        if admin.execute("SELECT 1 FROM pg_database WHERE datname = %s", (name,)).fetchone() is None:
+            with contextlib.suppress(psycopg.errors.DuplicateDatabase):  # another run created it meanwhile
+                admin.execute(f'CREATE DATABASE "{name}"')
+    url = with_dbname(server_url, name)
+    schema.install(url)
+    content_hash = dataset.content_hash()
+    model = embedder.spec.name
+    with connect(url, statement_timeout_ms=0) as conn:
+        conn.execute(CREATE_INFO)
+        conn.commit()
+        row = conn.execute(
+            LOADED, {"hash": content_hash, "model": model, "memories": len(dataset.memories)}
+        ).fetchone()
+        conn.rollback()
+        reused = bool(row and row[0])
+        if not reused:
+            ingest(
+                conn,
+                dataset.records(),
+                embedder,
+                batch_size=settings.get_int("embedding.batch_size"),
+                chunk_rows=settings.get_int("ingest.chunk_rows"),
+                progress=progress,
+                label=f"loading {dataset.name}",
+            )
+            with conn.transaction():
+                conn.execute(RECORD_LOAD, (content_hash, model, dataset.name, len(dataset.memories)))
+    return Scratch(name, url, reused, time.perf_counter() - started)
+
+
+@dataclass
+class SystemRun:
+    system: System
+    status: str = "ok"  # ok | absent (its SQL function does not exist) | error (a query failed)
+    message: str | None = None
+    ranked: dict[str, list[str]] = field(default_factory=dict)  # query id -> retrieved keys, best first
+    latency_ms: list[float] = field(default_factory=list)
+
+
+@dataclass
+class EvalRun:
+    dataset: Dataset
+    queries: tuple[Query, ...]  # the ones asked (after --limit)
+    k: int
+    depth: int  # results retrieved per query: max(k, 10)
+    model: str
+    scratch: Scratch
+    embed_ms: list[float]
+    systems: list[SystemRun]
+    date: str
+
+
+def ask_all(
+    url: str,
+    queries: Sequence[Query],
+    embedder: Embedder,
+    systems: Sequence[System],
+    *,
+    depth: int,
+    statement_timeout_ms: int = 0,
+    progress: bool = False,
+) -> tuple[list[float], list[SystemRun]]:
+    """Embed each question once, then ask every system; returns embedding times and per-system runs."""
+    runs = [SystemRun(system) for system in systems]
+    now = datetime.now(UTC)
+    embed_ms: list[float] = []
+    with connect(url, statement_timeout_ms=statement_timeout_ms, autocommit=True) as conn:
+        row = conn.execute("SELECT id, name FROM spark.active_model() WHERE id IS NOT NULL").fetchone()
+        if row is None or row[1] != embedder.spec.name:
+            raise ModelMismatch(
+                f"the scratch database's active model is {row[1] if row else 'none'}, "
+                f"not {embedder.spec.name}: rebuild it with --fresh"
+            )
+        model_id = int(row[0])
+        for r in runs:
+            missing = missing_function(conn, r.system)
+            if missing is not None:
+                r.status = "absent"
+                r.message = f"{missing}() does not exist in the scratch database: {r.system.name} skipped"
+        bar = tqdm(queries, desc="questions", unit="q", disable=not progress, leave=True)
+        with bar, conn.cursor() as cur:
+            for query in bar:
+                started = time.perf_counter()
+                vector = embedder.embed_query(query.text)
+                embed_ms.append((time.perf_counter() - started) * 1000)
+                params = Ask(
+                    query.conversation_id, query.text, vector, depth, query.as_of or now, model_id
+                ).params()
+                for r in runs:
+                    if r.status != "ok":
+                        continue
+                    try:
+                        with conn.transaction(force_rollback=True):
+                            started = time.perf_counter()
+                            keys = run(cur, r.system, params)
+                            elapsed = (time.perf_counter() - started) * 1000
+                    except psycopg.errors.UndefinedFunction as exc:
+                        r.status, r.message = "absent", f"{r.system.name} skipped: {str(exc).strip()}"
+                        continue
+                    except psycopg.Error as exc:
+                        state = f" [{exc.sqlstate}]" if exc.sqlstate else ""
+                        r.status = "error"
+                        r.message = f"{r.system.name} failed on {query.id}{state}: {str(exc).strip()}"
+                        continue
+                    r.ranked[query.id] = keys
+                    r.latency_ms.append(elapsed)
+    return embed_ms, runs
+
+
+def evaluate(
+    folder: Path,
+    settings: Settings,
+    *,
+    server_url: str | None = None,
+    embedder: Embedder | None = None,
+    k: int = 10,
+    limit: int | None = None,
+    fresh: bool = False,
+    progress: bool = False,
+    scratch_db: str | None = None,
+    systems: Sequence[System] = SYSTEMS,
+) -> EvalRun:
+    """Load ``folder`` into its scratch database on ``server_url`` (default: the settings' server), ask.
+
+    ``k``: results retrieved per question (at least 10: the metrics are cut at 5 and 10).
+    ``limit``: only the first N questions.
+    """
+    if not 1 <= k <= 1000:
+        raise InputError(f"k must be between 1 and 1000, got {k}")
+    if limit is not None and limit < 1:
+        raise InputError(f"limit must be at least 1, got {limit}")
+    dataset = load_dataset(folder)
+    embedder = embedder or load_embedder(settings)
+    scratch = prepare_scratch(
+        server_url or database_url(settings),
+        dataset,
+        embedder,
+        settings,
+        fresh=fresh,
+        progress=progress,
+        name=scratch_db,
+    )
+    queries = dataset.queries[:limit] if limit else dataset.queries
+    depth = max(k, 10)
+    embed_ms, runs = ask_all(
+        scratch.url,
+        queries,
+        embedder,
+        systems,
+        depth=depth,
+        statement_timeout_ms=settings.get_int("database.statement_timeout_ms"),
+        progress=progress,
+    )
+    return EvalRun(
+        dataset=dataset,
+        queries=queries,
+        k=k,
+        depth=depth,
+        model=embedder.spec.name,
+        scratch=scratch,
+        embed_ms=embed_ms,
+        systems=runs,
+        date=datetime.now(UTC).isoformat(timespec="seconds"),
+    )
+
+
+def _category_order(name: str) -> tuple[int, int, str]:
+    return (0, int(name), "") if re.fullmatch(r"-?\d+", name) else (1, 0, name)
+
+
+def _rounded(scores: dict[str, float] | None) -> dict[str, float] | None:
+    return None if scores is None else {name: round(value, 4) for name, value in scores.items()}
+
+
+def _percentiles(values: Sequence[float]) -> tuple[float | None, float | None]:
+    if not values:
+        return None, None
+    p50, p95 = np.percentile(np.asarray(values, dtype=np.float64), [50, 95])
+    return round(float(p50), 2), round(float(p95), 2)
+
+
+def summarize(result: EvalRun) -> dict[str, Any]:
+    """The JSON result: per system, metrics overall / no_answer / by_category and latency percentiles."""
+    categories = sorted({q.category for q in result.queries}, key=_category_order)
+    embed_p50, embed_p95 = _percentiles(result.embed_ms)
+    systems: dict[str, Any] = {}
+    for r in result.systems:
+        if r.status != "ok":
+            systems[r.system.name] = {"status": r.status, "message": r.message}
+            continue
+        per_query: dict[str, dict[str, float]] = {}
+        for q in result.queries:
+            ranked = r.ranked[q.id]
+            scores = score_query(ranked, q.relevant_ids)
+            if result.k not in (5, 10):
+                scores[f"recall@{result.k}"] = recall_at(ranked, q.relevant_ids, result.k)
+            per_query[q.id] = scores
+        p50, p95 = _percentiles(r.latency_ms)
+        systems[r.system.name] = {
+            "status": "ok",
+            "description": r.system.description,
+            "overall": _rounded(mean_scores(per_query[q.id] for q in result.queries if q.answered)),
+            "no_answer": _rounded(mean_scores(per_query[q.id] for q in result.queries if not q.answered)),
+            "by_category": {
+                c: _rounded(mean_scores(per_query[q.id] for q in result.queries if q.category == c))
+                for c in categories
+            },
+            "latency_ms": {
+                "embed_p50": embed_p50,
+                "embed_p95": embed_p95,
+                "retrieve_p50": p50,
+                "retrieve_p95": p95,
+            },
+        }
+    return {
+        "dataset": result.dataset.name,
+        "k": result.k,
+        "queries": len(result.queries),
+        "counts": {
+            "answered": sum(1 for q in result.queries if q.answered),
+            "no_answer": sum(1 for q in result.queries if not q.answered),
+            "by_category": {c: sum(1 for q in result.queries if q.category == c) for c in categories},
+        },
+        "metrics": list(METRICS),
+        "retrieved_per_query": result.depth,
+        "memories": len(result.dataset.memories),
+        "conversations": len(result.dataset.conversations),
+        "model": result.model,
+        "database": result.scratch.name,
+        "database_reused": result.scratch.reused,
+        "load_seconds": round(result.scratch.seconds, 1),
+        "date": result.date,
+        "systems": systems,
+    }

@@ -1,0 +1,386 @@
+"""The evaluation harness: metrics by hand, dataset validation, and one end-to-end run on a tiny dataset."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import math
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from spark_pg.config import Settings
+from spark_pg.embedding import Embedder, model_dir_for
+from spark_pg.errors import InputError
+from spark_pg.eval import cli as eval_cli
+from spark_pg.eval.dataset import DatasetError, Memory, load_dataset
+from spark_pg.eval.harness import EvalRun, drop_scratch, evaluate, scratch_name, summarize
+from spark_pg.eval.metrics import hit_at, mean_scores, ndcg_at, recall_at, score_query
+from spark_pg.eval.report import PLOT_FILE, REPORT_FILE, format_text
+from spark_pg.eval.systems import SYSTEMS, System, or_words
+
+# ---------------------------------------------------------------------------------------------- metrics
+
+
+def test_recall_counts_the_relevant_ids_in_the_top_k() -> None:
+    assert recall_at(["a", "b", "c"], {"a", "c", "z"}, 2) == pytest.approx(1 / 3)
+    assert recall_at(["a", "b", "c"], {"a", "c", "z"}, 3) == pytest.approx(2 / 3)
+    assert recall_at([], {"a"}, 10) == 0.0
+
+
+def test_hit_is_one_when_any_relevant_id_is_in_the_top_k() -> None:
+    assert hit_at(["x", "y"], {"y"}, 1) == 0.0
+    assert hit_at(["x", "y"], {"y"}, 2) == 1.0
+
+
+def test_ndcg_by_hand() -> None:
+    # relevant at ranks 2 and 4: DCG = 1/log2(3) + 1/log2(5); ideal = 1 + 1/log2(3)
+    assert ndcg_at(["x", "a", "y", "b"], {"a", "b"}, 10) == pytest.approx(0.6509209298)
+    # one relevant id at rank 2
+    assert ndcg_at(["x", "a"], {"a"}, 10) == pytest.approx(1 / math.log2(3))
+    # ideal DCG is over min(|relevant|, k): 3 relevant, k=2, found at ranks 2-3 (rank 3 cut off)
+    assert ndcg_at(["x", "a", "b"], {"a", "b", "c"}, 2) == pytest.approx(
+        (1 / math.log2(3)) / (1 + 1 / math.log2(3))
+    )
+    # more relevant ids than k, the top k all relevant: perfect
+    relevant = {f"r{i}" for i in range(12)}
+    assert ndcg_at(sorted(relevant), relevant, 10) == pytest.approx(1.0)
+    assert ndcg_at(["a"], {"a"}, 10) == 1.0
+    assert ndcg_at(["x"], {"a"}, 10) == 0.0
+
+
+def test_a_repeated_id_counts_once_at_its_first_rank() -> None:
+    assert recall_at(["a", "a", "b"], {"b"}, 2) == 1.0
+    assert ndcg_at(["a", "a", "a"], {"a", "b"}, 10) == pytest.approx(1 / (1 + 1 / math.log2(3)))
+
+
+def test_metric_inputs_are_checked() -> None:
+    with pytest.raises(ValueError, match="relevant"):
+        recall_at(["a"], set(), 10)
+    with pytest.raises(ValueError, match="k must"):
+        hit_at(["a"], {"a"}, 0)
+
+
+def test_score_query_and_means() -> None:
+    scores = score_query(["x", "a", "y", "b"], {"a", "b"})
+    assert scores == pytest.approx(
+        {"recall@5": 1.0, "recall@10": 1.0, "hit@10": 1.0, "ndcg@10": 0.6509209298}
+    )
+    assert mean_scores([]) is None
+    assert mean_scores([{"m": 1.0}, {"m": 0.0}]) == {"m": 0.5}
+
+
+def test_or_words_drops_punctuation() -> None:
+    assert (
+        or_words("What's Caroline's plan, for 2023?") == "What or s or Caroline or s or plan or for or 2023"
+    )
+    assert or_words("?!") == ""
+
+
+def test_stored_text_carries_speaker_and_image() -> None:
+    assert Memory("1", "c", "hi").stored_text == "hi"
+    assert Memory("1", "c", "hi", speaker="Ann").stored_text == "Ann: hi"
+    assert (
+        Memory("1", "c", "look", speaker="Ann", image_caption="a cat").stored_text
+        == "Ann: look [shared image: a cat]"
+    )
+
+
+# ---------------------------------------------------------------------------------------------- dataset
+
+
+def _memory(i: str, conv: str, speaker: str, text: str, day: int, **extra: Any) -> dict[str, Any]:
+    return {
+        "id": i,
+        "conversation_id": conv,
+        "speaker": speaker,
+        "text": text,
+        "timestamp": f"2024-01-{day:02d}T10:00:00",
+        **extra,
+    }
+
+
+def _query(
+    i: str, conv: str, text: str, category: int, relevant: list[str], answer: str | None, **extra: Any
+) -> dict[str, Any]:
+    return {
+        "id": i,
+        "conversation_id": conv,
+        "text": text,
+        "category": category,
+        "relevant_ids": relevant,
+        "answer": answer,
+        "as_of": "2024-01-31T00:00:00",
+        **extra,
+    }
+
+
+def tiny_dataset(folder: Path, tag: str) -> tuple[str, str]:
+    """Two conversations, 12 turns, 6 questions (one without an answer). ``tag`` makes the content unique."""
+    a, b = f"conv-a-{tag}", f"conv-b-{tag}"
+    memories = [
+        _memory(f"{a}:1", a, "Alice", "Hi Bob, how was your week?", 1),
+        _memory(f"{a}:2", a, "Bob", "Busy! I started training for the Lisbon marathon in April.", 1),
+        _memory(f"{a}:3", a, "Alice", "I finally found a xylophone at the flea market on Sunday.", 2),
+        _memory(f"{a}:4", a, "Bob", "Nice. My sister adopted a grey kitten called Pepper.", 3),
+        _memory(
+            f"{a}:5", a, "Alice", "Look at my garden!", 4, image_caption="a photo of red tulips in a garden"
+        ),
+        _memory(f"{a}:6", a, "Bob", "I quit my job at the bakery to study astronomy.", 20),
+        _memory(f"{b}:1", b, "Carol", "Dan, I bought a xylophone at the flea market too.", 1),
+        _memory(f"{b}:2", b, "Dan", "Cool. I am learning to bake sourdough bread.", 2),
+        _memory(f"{b}:3", b, "Carol", "My brother runs the Lisbon marathon every year.", 3),
+        _memory(f"{b}:4", b, "Dan", "We adopted a kitten named Pepper last month.", 4),
+        _memory(f"{b}:5", b, "Carol", "I visited the observatory to look at Saturn.", 5),
+        _memory(f"{b}:6", b, "Dan", "My tulips did not survive the frost.", 6),
+    ]
+    queries = [
+        _query(f"{a}:q0", a, "What did Alice find at the flea market?", 1, [f"{a}:3"], "a xylophone"),
+        _query(f"{a}:q1", a, "Which marathon is Bob training for?", 2, [f"{a}:2"], "Lisbon"),
+        _query(f"{a}:q2", a, "What flowers grow in Alice's garden?", 4, [f"{a}:5"], "tulips"),
+        _query(
+            f"{a}:q3",
+            a,
+            "What is the name of Bob's sister's kitten?",
+            4,
+            [f"{a}:4"],
+            "Pepper",
+            as_of="2024-01-10T00:00:00",
+        ),
+        _query(f"{b}:q0", b, "What bread is Dan learning to bake?", 1, [f"{b}:2"], "sourdough"),
+        _query(f"{b}:q1", b, "Which planet did Dan look at?", 5, [f"{b}:5"], None),
+    ]
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "memories.jsonl").write_text("".join(json.dumps(m) + "\n" for m in memories))
+    (folder / "queries.jsonl").write_text("\n".join(json.dumps(q) for q in queries) + "\n")
+    return a, b
+
+
+def test_tiny_dataset_loads(tmp_path: Path) -> None:
+    tiny_dataset(tmp_path, "x")
+    dataset = load_dataset(tmp_path)
+    assert len(dataset.memories) == 12 and len(dataset.queries) == 6
+    assert dataset.conversations == ["conv-a-x", "conv-b-x"]
+    assert [q.answered for q in dataset.queries].count(False) == 1
+    assert dataset.queries[0].category == "1"
+    assert (
+        dataset.memories[4].stored_text
+        == "Alice: Look at my garden! [shared image: a photo of red tulips in a garden]"
+    )
+    assert dataset.memories[0].timestamp is not None and dataset.memories[0].timestamp.tzinfo is not None
+    record = dataset.records()[0]
+    assert (record.tenant, record.key, record.kind) == ("conv-a-x", "conv-a-x:1", "episode")
+
+
+def _rewrite(path: Path, line: int, change: dict[str, Any], drop: str | None = None) -> None:
+    rows = path.read_text().splitlines()
+    row = json.loads(rows[line - 1])
+    row.update(change)
+    if drop:
+        del row[drop]
+    rows[line - 1] = json.dumps(row)
+    path.write_text("\n".join(rows) + "\n")
+
+
+@pytest.mark.parametrize(
+    ("file", "line", "change", "drop", "field", "message"),
+    [
+        ("memories.jsonl", 3, {}, "text", "text", "is required"),
+        ("memories.jsonl", 2, {"conversation_id": 7}, None, "conversation_id", "must be a string"),
+        ("memories.jsonl", 4, {"timestamp": "last Tuesday"}, None, "timestamp", "ISO 8601"),
+        ("memories.jsonl", 5, {"id": "conv-a-x:1"}, None, "id", "already appears on line 1"),
+        ("memories.jsonl", 1, {"conversation_id": "_system"}, None, "conversation_id", "reserved"),
+        ("queries.jsonl", 2, {"relevant_ids": []}, None, "relevant_ids", "non-empty list"),
+        ("queries.jsonl", 3, {"relevant_ids": ["nope"]}, None, "relevant_ids", "is not an id"),
+        (
+            "queries.jsonl",
+            4,
+            {"relevant_ids": ["conv-b-x:1"]},
+            None,
+            "relevant_ids",
+            "belongs to conversation",
+        ),
+        ("queries.jsonl", 5, {}, "answer", "answer", "is required"),
+        ("queries.jsonl", 6, {"category": True}, None, "category", "integer or a non-empty string"),
+        ("queries.jsonl", 1, {"as_of": 20240101}, None, "as_of", "ISO 8601"),
+    ],
+)
+def test_a_malformed_row_names_file_line_and_field(
+    tmp_path: Path, file: str, line: int, change: dict[str, Any], drop: str | None, field: str, message: str
+) -> None:
+    tiny_dataset(tmp_path, "x")
+    _rewrite(tmp_path / file, line, change, drop)
+    with pytest.raises(InputError) as caught:
+        load_dataset(tmp_path)
+    error = caught.value
+    assert isinstance(error, DatasetError)
+    assert (Path(error.source).name, error.line, error.field) == (file, line, field)
+    assert f"{file} line {line}, field {field!r}" in str(error) and message in str(error)
+
+
+def test_bad_json_and_missing_files(tmp_path: Path) -> None:
+    with pytest.raises(InputError, match="is not a folder"):
+        load_dataset(tmp_path / "absent")
+    tiny_dataset(tmp_path, "x")
+    with (tmp_path / "queries.jsonl").open("a") as f:
+        f.write("{not json\n")
+    with pytest.raises(DatasetError, match=r"queries\.jsonl line 7: is not valid JSON"):
+        load_dataset(tmp_path)
+    (tmp_path / "memories.jsonl").unlink()
+    with pytest.raises(DatasetError, match=r"memories\.jsonl: does not exist"):
+        load_dataset(tmp_path)
+
+
+def test_scratch_name_depends_on_content_and_model(tmp_path: Path) -> None:
+    tiny_dataset(tmp_path / "one", "x")
+    tiny_dataset(tmp_path / "two", "y")
+    one, two = load_dataset(tmp_path / "one"), load_dataset(tmp_path / "two")
+    name = scratch_name(one, "model-a")
+    assert name.startswith("spark_eval_") and len(name) <= 63
+    assert name == scratch_name(load_dataset(tmp_path / "one"), "model-a")
+    assert name != scratch_name(one, "model-b") and name != scratch_name(two, "model-a")
+
+
+# ---------------------------------------------------------------------------------------------- end to end
+
+
+@dataclass
+class EndToEnd:
+    result: dict[str, Any]  # the CLI's --json output
+    stderr: str
+    code: int
+    report: Path
+    rerun: EvalRun  # a second, in-process run on the reused scratch database (plus an absent system)
+    conversations: tuple[str, str]
+
+
+GHOST = System("ghost", "a system whose SQL function is not installed", "SELECT 1, 'x'", "spark.no_such_fn")
+
+
+@pytest.fixture(scope="module")
+def e2e(
+    server_url: str, model_settings: Settings, embedder: Embedder, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[EndToEnd]:
+    root = tmp_path_factory.mktemp("eval")
+    folder = root / "tiny"
+    conversations = tiny_dataset(
+        folder, uuid.uuid4().hex[:8]
+    )  # unique content: a scratch database of its own
+    name = scratch_name(load_dataset(folder), embedder.spec.name)
+    config = root / "config.yaml"
+    config.write_text("embedding:\n  model_dir: " + str(model_dir_for(model_settings)) + "\n")
+    out, err = io.StringIO(), io.StringIO()
+    try:
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setenv("SPARK_PG_DATABASE_URL", server_url)
+            mp.setenv("SPARK_PG_CONFIG", str(config))
+            with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+                code = eval_cli.main(["--dataset", str(folder), "--json", "--report", str(root / "report")])
+        rerun = evaluate(
+            folder, model_settings, server_url=server_url, embedder=embedder, systems=(*SYSTEMS, GHOST)
+        )
+        lines = out.getvalue().splitlines()
+        assert len(lines) == 1, out.getvalue()  # stdout holds exactly one JSON object
+        yield EndToEnd(json.loads(lines[0]), err.getvalue(), code, root / "report", rerun, conversations)
+    finally:
+        drop_scratch(server_url, name)
+
+
+METRIC_KEYS = {"recall@5", "recall@10", "hit@10", "ndcg@10"}
+
+
+def test_json_has_the_contract_shape(e2e: EndToEnd) -> None:
+    result = e2e.result
+    assert e2e.code == 0, e2e.stderr
+    assert (result["dataset"], result["k"], result["queries"]) == ("tiny", 10, 6)
+    assert set(result["systems"]) == {"spark", "vector", "keyword", "rrf"}
+    assert result["counts"] == {
+        "answered": 5,
+        "no_answer": 1,
+        "by_category": {"1": 2, "2": 1, "4": 2, "5": 1},
+    }
+    for name, s in result["systems"].items():
+        if name == "spark" and s["status"] == "absent":  # spark.retrieve not installed yet
+            continue
+        assert s["status"] == "ok", s
+        assert set(s["overall"]) == METRIC_KEYS and set(s["no_answer"]) == METRIC_KEYS
+        assert set(s["by_category"]) == {"1", "2", "4", "5"}
+        assert set(s["latency_ms"]) == {"embed_p50", "embed_p95", "retrieve_p50", "retrieve_p95"}
+        for scores in [s["overall"], s["no_answer"], *s["by_category"].values()]:
+            assert set(scores) == METRIC_KEYS
+            assert all(0.0 <= v <= 1.0 for v in scores.values()), (name, scores)
+        assert all(v is not None and v >= 0 for v in s["latency_ms"].values())
+
+
+def test_report_is_written(e2e: EndToEnd) -> None:
+    page = (e2e.report / REPORT_FILE).read_text()
+    assert "recall@10 by category" in page and "data:image/png;base64," in page
+    assert (e2e.report / PLOT_FILE).read_bytes().startswith(b"\x89PNG")
+    assert str(e2e.report / REPORT_FILE) in e2e.stderr
+    text = format_text(e2e.result)
+    assert "keyword" in text and "query embedding" in text
+
+
+def test_the_second_run_reuses_the_scratch_database(e2e: EndToEnd) -> None:
+    assert e2e.result["database_reused"] is False
+    assert e2e.rerun.scratch.reused is True
+    assert e2e.rerun.scratch.name == e2e.result["database"]
+
+
+def test_keyword_finds_the_exact_word_match_first(e2e: EndToEnd) -> None:
+    a, b = e2e.conversations
+    keyword = next(r for r in e2e.rerun.systems if r.system.name == "keyword")
+    assert keyword.ranked[f"{a}:q0"][0] == f"{a}:3"  # flea market (+ Alice), not conv-b's flea market turn
+    assert keyword.ranked[f"{b}:q0"][0] == f"{b}:2"  # sourdough bread
+
+
+def test_no_query_returns_another_conversations_memory(e2e: EndToEnd) -> None:
+    by_query = {q.id: q.conversation_id for q in e2e.rerun.queries}
+    ran = [r for r in e2e.rerun.systems if r.status == "ok"]
+    assert {r.system.name for r in ran} >= {"vector", "keyword", "rrf"}
+    for r in ran:
+        assert set(r.ranked) == set(by_query)
+        for query_id, keys in r.ranked.items():
+            assert keys or r.system.name == "spark", (r.system.name, query_id)  # spark's gates may drop all
+            assert all(key.startswith(by_query[query_id] + ":") for key in keys), (
+                r.system.name,
+                query_id,
+                keys,
+            )
+
+
+def test_baselines_answer_as_of_the_question_time(e2e: EndToEnd) -> None:
+    a, _ = e2e.conversations
+    for r in e2e.rerun.systems:
+        if r.system.name in ("vector", "keyword", "rrf"):
+            # as of 2024-01-10: the turn of 2024-01-20 did not exist yet
+            assert f"{a}:6" not in r.ranked[f"{a}:q3"]
+            if r.system.name == "vector":
+                assert len(r.ranked[f"{a}:q3"]) == 5  # every earlier turn of the conversation
+
+
+def test_questions_without_an_answer_are_left_out_of_overall(e2e: EndToEnd) -> None:
+    result = summarize(e2e.rerun)
+    queries = e2e.rerun.queries
+    for r in e2e.rerun.systems:
+        if r.status != "ok":
+            continue
+        scores = {q.id: score_query(r.ranked[q.id], q.relevant_ids) for q in queries}
+        answered = mean_scores(scores[q.id] for q in queries if q.answered)
+        unanswered = mean_scores(scores[q.id] for q in queries if not q.answered)
+        assert answered is not None and unanswered is not None
+        s = result["systems"][r.system.name]
+        assert s["overall"] == pytest.approx({m: round(v, 4) for m, v in answered.items()})
+        assert s["no_answer"] == pytest.approx({m: round(v, 4) for m, v in unanswered.items()})
+        assert s["by_category"]["5"] == s["no_answer"]
+
+
+def test_a_system_whose_function_is_missing_is_reported_absent(e2e: EndToEnd) -> None:
+    ghost = summarize(e2e.rerun)["systems"]["ghost"]
+    assert ghost["status"] == "absent" and "spark.no_such_fn" in ghost["message"]
+    assert "overall" not in ghost
