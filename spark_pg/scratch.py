@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import re
+from typing import Any
 
 import psycopg
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
-from spark_pg.errors import InputError
+from spark_pg.errors import DatabaseError, InputError
 
 _NAME = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
 
@@ -25,18 +26,31 @@ def _checked(name: str) -> str:
     return name
 
 
+def _admin(server_url: str) -> psycopg.Connection[Any]:
+    try:
+        return psycopg.connect(server_url, autocommit=True)
+    except psycopg.OperationalError as exc:
+        raise DatabaseError(f"cannot connect to the database server: {exc}".strip()) from exc
+
+
 def exists(server_url: str, name: str) -> bool:
-    with psycopg.connect(server_url, autocommit=True) as admin:
+    with _admin(server_url) as admin:
         return admin.execute("SELECT 1 FROM pg_database WHERE datname = %s", (name,)).fetchone() is not None
 
 
-def create(server_url: str, name: str) -> str:
-    """Create database ``name`` (which must not exist) and return its URL."""
-    with psycopg.connect(server_url, autocommit=True) as admin:
-        admin.execute(f'CREATE DATABASE "{_checked(name)}"')
+def create(server_url: str, name: str, *, exist_ok: bool = False) -> str:
+    """Create database ``name`` and return its URL (``exist_ok``: an existing one, even one created
+    concurrently, is fine)."""
+    with _admin(server_url) as admin:
+        try:
+            admin.execute(f'CREATE DATABASE "{_checked(name)}"')
+        except psycopg.errors.DuplicateDatabase:
+            if not exist_ok:
+                raise
     return with_dbname(server_url, name)
 
 
 def drop(server_url: str, name: str) -> None:
-    with psycopg.connect(server_url, autocommit=True) as admin:
+    """Drop database ``name`` if it exists, disconnecting its sessions."""
+    with _admin(server_url) as admin:
         admin.execute(f'DROP DATABASE IF EXISTS "{_checked(name)}" WITH (FORCE)')

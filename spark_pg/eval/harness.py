@@ -9,7 +9,6 @@ so a run cannot change what the next run sees.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import re
 import time
@@ -21,21 +20,19 @@ from typing import Any
 
 import numpy as np
 import psycopg
-from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from tqdm import tqdm
 
-from spark_pg import schema
+from spark_pg import schema, scratch
 from spark_pg.config import Settings
 from spark_pg.db import connect, database_url
 from spark_pg.embedding import Embedder, load_embedder
-from spark_pg.errors import DatabaseError, InputError, ModelMismatch
+from spark_pg.errors import InputError, ModelMismatch
 from spark_pg.eval.dataset import Dataset, Query, load_dataset
 from spark_pg.eval.metrics import METRICS, mean_scores, recall_at, score_query
 from spark_pg.eval.systems import SYSTEMS, Ask, System, missing_function, run
 from spark_pg.ingest import ingest
 
 SCRATCH_PREFIX = "spark_eval_"
-_DB_NAME = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
 # in the scratch database only: what was loaded, written once the load has committed
 INFO_TABLE = "public.spark_eval_info"
 CREATE_INFO = f"""
@@ -54,13 +51,6 @@ SELECT (SELECT count(*) FROM {INFO_TABLE} WHERE content_hash = %(hash)s AND mode
 """
 
 
-def with_dbname(url: str, dbname: str) -> str:
-    """The same server URL, pointing at database ``dbname``."""
-    params = conninfo_to_dict(url)
-    params["dbname"] = dbname
-    return make_conninfo("", **params)
-
-
 def scratch_name(dataset: Dataset, model: str) -> str:
     """spark_eval_ + a short hash of the stored content and the model name."""
     digest = hashlib.sha256(f"{dataset.content_hash()}\n{model}".encode()).hexdigest()
@@ -75,19 +65,9 @@ class Scratch:
     seconds: float  # schema install + load (0 load when reused)
 
 
-def _admin(server_url: str) -> psycopg.Connection[Any]:
-    try:
-        return psycopg.connect(server_url, autocommit=True)
-    except psycopg.OperationalError as exc:
-        raise DatabaseError(f"cannot connect to the database server: {exc}".strip()) from exc
-
-
 def drop_scratch(server_url: str, name: str) -> None:
     """Drop a scratch database (no error if it does not exist)."""
-    if not _DB_NAME.match(name):
-        raise InputError(f"database name {name!r} must match {_DB_NAME.pattern}")
-    with _admin(server_url) as admin:
-        admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    scratch.drop(server_url, name)
 
 
 def prepare_scratch(
@@ -106,16 +86,10 @@ def prepare_scratch(
     scratch database is created next to it. ``fresh`` drops and rebuilds it.
     """
     name = name or scratch_name(dataset, embedder.spec.name)
-    if not _DB_NAME.match(name):
-        raise InputError(f"database name {name!r} must match {_DB_NAME.pattern}")
     started = time.perf_counter()
-    with _admin(server_url) as admin:
-        if fresh:
-            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        if admin.execute("SELECT 1 FROM pg_database WHERE datname = %s", (name,)).fetchone() is None:
-            with contextlib.suppress(psycopg.errors.DuplicateDatabase):  # another run created it meanwhile
-                admin.execute(f'CREATE DATABASE "{name}"')
-    url = with_dbname(server_url, name)
+    if fresh:
+        scratch.drop(server_url, name)
+    url = scratch.create(server_url, name, exist_ok=True)
     schema.install(url)
     content_hash = dataset.content_hash()
     model = embedder.spec.name
