@@ -138,7 +138,9 @@ def run(
     if fresh and scratch.exists(server_url, spec.db_name):
         scratch.drop(server_url, spec.db_name)
     reused = scratch.exists(server_url, spec.db_name)
-    if not reused:
+    if reused:
+        schema.install(url)  # measure the current functions
+    else:
         scratch.create(server_url, spec.db_name)
         try:
             _load(url, spec, texts, vectors, embedder, progress)

@@ -18,11 +18,16 @@ SELECT jsonb_build_object(
     'recent_days', 7,              -- the recent window
     'half_life_days', 30,          -- recency halves every N days ...
     'recency_floor', 0.1,          -- ... but never drops below this
-    'w_similarity', 0.8,           -- fusion weights (weighted: on values; rrf: on per-signal ranks)
+    'w_similarity', 0.8,           -- weighted fusion: weights of the signal values
     'w_keyword', 1.0,
     'w_recency', 0.05,
     'w_outcome', 0.1,
-    'rrf_k', 60,
+    'rrf_k', 60,                   -- rrf: sum over the pools that found an item of rrf_w_<pool> / (rrf_k + rank)
+    'rrf_w_semantic', 1.0,
+    'rrf_w_keyword', 1.0,          -- both keyword pools
+    'rrf_w_recent', 0.2,
+    'rrf_w_random', 0.1,
+    'rrf_w_pinned', 0.5,
     'min_similarity', 0.25,        -- gate for candidates whose only evidence is semantic
     'min_fusion_score', 0.2,       -- the decision gate on the fused score
     'adaptive_ratio', 0.4,         -- adaptive / high_precision: also drop scores below ratio x best
@@ -57,7 +62,8 @@ DECLARE
         "pool_recent": [0, 1000, 1], "pool_random": [0, 1000, 1], "pool_pinned": [0, 1000, 1],
         "recent_days": [0, 36500, 0], "half_life_days": [0.001, 36500, 0], "recency_floor": [0, 1, 0],
         "w_similarity": [0, 10, 0], "w_keyword": [0, 10, 0], "w_recency": [0, 10, 0], "w_outcome": [0, 10, 0],
-        "rrf_k": [1, 1000, 0], "min_similarity": [-1, 1, 0], "min_fusion_score": [0, 10, 0],
+        "rrf_k": [1, 1000, 0], "rrf_w_semantic": [0, 10, 0], "rrf_w_keyword": [0, 10, 0],
+        "rrf_w_recent": [0, 10, 0], "rrf_w_random": [0, 10, 0], "rrf_w_pinned": [0, 10, 0], "min_similarity": [-1, 1, 0], "min_fusion_score": [0, 10, 0],
         "adaptive_ratio": [0, 1, 0], "week_cap": [0, 1000, 1], "cap_yield": [0, 1, 0], "category_cap": [0, 1000, 1],
         "mmr_lambda": [0, 1, 0], "dup_similarity": [0, 1.01, 0], "restate_similarity": [0, 1.01, 0],
         "restate_margin": [0, 2, 0], "ef_search": [1, 1000, 1],

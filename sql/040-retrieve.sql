@@ -263,17 +263,22 @@ BEGIN
         fused AS (
             SELECT ranked.*,
                    CASE WHEN w.fusion = 'rrf' THEN
-                       coalesce((coalesce(w.ws / (w.rk + ranked.r_sim), 0) + coalesce(w.wk / (w.rk + ranked.r_kw), 0)
-                                 + w.wr / (w.rk + ranked.r_rec) + w.wo / (w.rk + ranked.r_out))
-                                / nullif((w.ws + w.wk + w.wr + w.wo) / (w.rk + 1), 0), 0)
+                       -- Reciprocal Rank Fusion across the pools that found the item, per-pool weights,
+                       -- normalised so an item ranked first by every kind of pool scores 1
+                       coalesce((SELECT sum(spark._pool_weight($5, e.key) / (w.rk + e.value::double precision))
+                                 FROM jsonb_each_text(ranked.pool_ranks) e)
+                                / nullif((spark._pool_weight($5, 'semantic') + spark._pool_weight($5, 'keyword_old')
+                                          + spark._pool_weight($5, 'recent') + spark._pool_weight($5, 'pinned'))
+                                         / (w.rk + 1), 0), 0)
                    ELSE w.ws * coalesce(ranked.sim, 0) + w.wk * ranked.kw + w.wr * ranked.rec + w.wo * ranked.outc
                    END * (1 + ranked.prio) AS score,
                    CASE WHEN 'pinned' = ANY(ranked.pools) THEN 'pinned'
                         WHEN ranked.kw > 0 THEN 'keyword match'
                         WHEN ranked.sim >= $9 THEN 'similarity' END AS passed_by,
-                   CASE WHEN w.fusion = 'rrf' THEN jsonb_build_object(
-                            'similarity_rank', ranked.r_sim, 'keyword_rank', ranked.r_kw,
-                            'recency_rank', ranked.r_rec, 'outcome_rank', ranked.r_out)
+                   CASE WHEN w.fusion = 'rrf' THEN (
+                            SELECT jsonb_object_agg(e.key, round((spark._pool_weight($5, e.key)
+                                                                  / (w.rk + e.value::double precision))::numeric, 5))
+                            FROM jsonb_each_text(ranked.pool_ranks) e)
                         ELSE jsonb_build_object(
                             'similarity', round((w.ws * coalesce(ranked.sim, 0))::numeric, 4),
                             'keyword', round((w.wk * ranked.kw)::numeric, 4),
@@ -425,6 +430,17 @@ END
 $fn$;
 COMMENT ON FUNCTION spark._retrieve_core(text, text, vector, integer, jsonb, boolean) IS
     'Internal: the body of spark.retrieve (full_report false: surfaced rows only) and spark.explain (true).';
+
+CREATE OR REPLACE FUNCTION spark._pool_weight(params jsonb, pool text)
+RETURNS double precision
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+SET search_path = pg_catalog, @vector_schema@, pg_temp
+AS $fn$
+    SELECT (params ->> CASE pool WHEN 'keyword_recent' THEN 'rrf_w_keyword' WHEN 'keyword_old' THEN 'rrf_w_keyword'
+                                 ELSE 'rrf_w_' || pool END)::double precision
+$fn$;
+COMMENT ON FUNCTION spark._pool_weight(jsonb, text) IS
+    'Internal: the RRF weight of a candidate pool (params.rrf_w_<pool>; both keyword pools share rrf_w_keyword).';
 
 CREATE OR REPLACE FUNCTION spark._lexeme_queries(query_text text)
 RETURNS tsquery[]

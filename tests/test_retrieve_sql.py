@@ -200,6 +200,13 @@ def test_rrf_fusion_and_huge_k(conn: Conn, embedder: Embedder) -> None:
     rows = retrieve(conn, embedder, "Edit src/auth/login.py to check the token", fusion="rrf", k=1000)
     assert rows[0]["key"] == "jwt"
     assert rows[0]["why"]["fusion"] == "rrf"
+    terms = rows[0]["why"]["terms"]
+    assert set(rows[0]["pools"]) <= set(terms)  # one reciprocal-rank contribution per pool that found it
+    assert terms["semantic"] == pytest.approx(1 / (60 + rows[0]["why"]["pools"]["semantic"]), abs=1e-5)
+    heavy = retrieve(
+        conn, embedder, "Edit src/auth/login.py to check the token", fusion="rrf", rrf_w_semantic=3
+    )
+    assert heavy[0]["score"] > rows[0]["score"]  # per-pool weights move the fused score
     assert len(rows) < 1000
 
 
