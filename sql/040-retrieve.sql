@@ -247,7 +247,10 @@ BEGIN
                    CASE mm.priority WHEN 'critical' THEN 0.3 WHEN 'high' THEN 0.2 WHEN 'background' THEN -0.1
                         ELSE 0 END::double precision AS prio,
                    cand.pools, cand.pool_ranks
-            FROM cand JOIN spark.memories mm ON mm.tenant = ANY($1) AND mm.id = cand.id),
+            FROM cand
+            -- one primary-key probe per candidate (a join could scan the whole tenant)
+            CROSS JOIN LATERAL (SELECT * FROM spark.memories m1
+                                WHERE m1.tenant = ANY($1) AND m1.id = cand.id LIMIT 1) mm),
         ranked AS (
             SELECT sig.*,
                    CASE WHEN sig.sim IS NOT NULL THEN rank() OVER (PARTITION BY sig.sim IS NULL ORDER BY sig.sim DESC) END
