@@ -14,6 +14,28 @@ $fn$;
 COMMENT ON FUNCTION spark._or_tsquery(text) IS
     'Internal: OR tsquery of the English lexemes of query_text (NULL when it has none, e.g. only stop words).';
 
+CREATE OR REPLACE FUNCTION spark._pool_weight(params jsonb, pool text)
+RETURNS double precision
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+SET search_path = pg_catalog, @vector_schema@, pg_temp
+AS $fn$
+    SELECT (params ->> CASE pool WHEN 'keyword_recent' THEN 'rrf_w_keyword' WHEN 'keyword_old' THEN 'rrf_w_keyword'
+                                 ELSE 'rrf_w_' || pool END)::double precision
+$fn$;
+COMMENT ON FUNCTION spark._pool_weight(jsonb, text) IS
+    'Internal: the RRF weight of a candidate pool (params.rrf_w_<pool>; both keyword pools share rrf_w_keyword).';
+
+CREATE OR REPLACE FUNCTION spark._lexeme_queries(query_text text)
+RETURNS tsquery[]
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+SET search_path = pg_catalog, @vector_schema@, pg_temp
+AS $fn$
+    SELECT coalesce(array_agg(to_tsquery('simple', quote_literal(lexeme)) ORDER BY lexeme), '{}')
+    FROM unnest(to_tsvector('english', coalesce(query_text, '')))
+$fn$;
+COMMENT ON FUNCTION spark._lexeme_queries(text) IS
+    'Internal: one single-lexeme tsquery per English lexeme of query_text (for rarity-weighted keyword scores).';
+
 CREATE OR REPLACE FUNCTION spark._why(
     rank integer, status text, pool_ranks jsonb, fusion text, score double precision, terms jsonb,
     min_sim double precision, passed_by text, min_fuse double precision, ratio double precision,
@@ -38,6 +60,150 @@ COMMENT ON FUNCTION spark._why(integer, text, jsonb, text, double precision, jso
                                 double precision, double precision, text, timestamptz, text, text) IS
     'Internal: the why object of one spark.retrieve / spark.explain row.';
 
+CREATE OR REPLACE FUNCTION spark._candidates(
+    tenants text[], qvec vector, as_of timestamptz, tsq tsquery, p jsonb, own text, cutoff timestamptz,
+    query_text text, min_sim double precision, min_fuse double precision, ratio double precision,
+    lexq tsquery[], sem_ids bigint[], sem_dist double precision[], model_id smallint)
+RETURNS TABLE (id bigint, key text, text text, category text, kind text, system_default boolean,
+               created_at timestamptz, content_hash bytea, emb vector, prio_label text, sim double precision,
+               kw double precision, rec double precision, outc double precision, prio double precision,
+               pools text[], pool_ranks jsonb, r_sim bigint, r_kw bigint, r_rec bigint, r_out bigint,
+               score double precision, passed_by text, terms jsonb, gate_status text, pre_status text)
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, @vector_schema@, pg_temp
+AS $fn$
+        WITH
+        sem AS MATERIALIZED (SELECT u.id, u.dist FROM unnest($13, $14) AS u(id, dist)),
+        kw AS MATERIALIZED (
+            SELECT mm.id, mm.created_at, mm.importance, mm.tsv, ts_rank_cd(mm.tsv, $4, 32) AS kr
+            FROM spark.memories mm
+            WHERE $4 IS NOT NULL AND mm.tenant = ANY($1) AND mm.tsv @@ $4 AND mm.created_at <= $3),
+        -- each query lexeme weighted by how rare it is among the keyword matches (a name on every turn
+        -- counts little, a distinctive word a lot)
+        lex AS MATERIALIZED (
+            SELECT l.q, ln(1 + (SELECT count(*) FROM kw)::double precision
+                              / greatest(1, (SELECT count(*) FROM kw WHERE kw.tsv @@ l.q))) AS idf
+            FROM unnest($12::tsquery[]) l(q)),
+        lex_total AS (SELECT nullif(sum(lex.idf), 0) AS total FROM lex),
+        bounds AS (
+            SELECT min(mm.id) AS lo, max(mm.id) AS hi FROM spark.memories mm WHERE mm.tenant = $6),
+        probes AS (
+            SELECT DISTINCT pr.id
+            FROM bounds b,
+                 generate_series(1, 3 * ($5 ->> 'pool_random')::integer) g,
+                 LATERAL (SELECT mm.id FROM spark.memories mm
+                          WHERE mm.tenant = $6 AND mm.created_at <= $7
+                            AND mm.id >= b.lo + abs(hashtext($8 || ':' || ($5 ->> 'seed') || ':' || g) % (b.hi - b.lo + 1))
+                          ORDER BY mm.id LIMIT 1) pr
+            LIMIT ($5 ->> 'pool_random')::integer),
+        pools AS (
+            SELECT s.id, 'semantic'::text AS pool, row_number() OVER (ORDER BY s.dist, s.id) AS rnk FROM sem s
+            UNION ALL
+            SELECT x.id, 'keyword_recent', x.rnk FROM (
+                SELECT kw.id, row_number() OVER (ORDER BY kw.kr DESC, kw.id) AS rnk FROM kw WHERE kw.created_at > $7) x
+            WHERE x.rnk <= ($5 ->> 'pool_keyword_recent')::integer
+            UNION ALL
+            SELECT x.id, 'keyword_old', x.rnk FROM (
+                SELECT kw.id, row_number() OVER (ORDER BY kw.kr * (0.5 + kw.importance) DESC, kw.id) AS rnk
+                FROM kw WHERE kw.created_at <= $7) x
+            WHERE x.rnk <= ($5 ->> 'pool_keyword_old')::integer
+            UNION ALL
+            SELECT r.id, 'recent', row_number() OVER (ORDER BY r.created_at DESC, r.id) FROM (
+                SELECT mm.id, mm.created_at FROM spark.memories mm
+                WHERE mm.tenant = ANY($1) AND mm.created_at <= $3 AND mm.created_at > $7
+                ORDER BY mm.created_at DESC LIMIT ($5 ->> 'pool_recent')::integer) r
+            UNION ALL
+            SELECT pb.id, 'random', row_number() OVER (ORDER BY pb.id) FROM probes pb
+            UNION ALL
+            SELECT pn.id, 'pinned', row_number() OVER (ORDER BY pn.importance DESC, pn.id) FROM (
+                SELECT mm.id, mm.importance FROM spark.memories mm
+                WHERE mm.tenant = ANY($1) AND mm.tier = 'pinned' AND mm.created_at <= $3
+                ORDER BY mm.importance DESC LIMIT ($5 ->> 'pool_pinned')::integer) pn),
+        cand AS (
+            SELECT pl.id, array_agg(pl.pool ORDER BY pl.pool) AS pools,
+                   jsonb_object_agg(pl.pool, pl.rnk) AS pool_ranks
+            FROM pools pl GROUP BY pl.id),
+        sig AS (
+            SELECT mm.id, mm.key, mm.text, mm.category, mm.kind, mm.tenant <> $6 AS system_default,
+                   mm.created_at, mm.content_hash, CASE WHEN mm.embedding_model_id = $15 THEN mm.embedding END AS emb, mm.priority AS prio_label,
+                   (CASE WHEN mm.embedding_model_id = $15 THEN 1 - (mm.embedding <=> $2) END)::double precision AS sim,
+                   CASE WHEN $4 IS NOT NULL AND mm.tsv @@ $4
+                        THEN coalesce((SELECT sum(lex.idf) FROM lex WHERE mm.tsv @@ lex.q)
+                                      / (SELECT lex_total.total FROM lex_total), 0)
+                        ELSE 0 END::double precision AS kw,
+                   greatest(($5 ->> 'recency_floor')::double precision,
+                            power(0.5, greatest(0, extract(epoch FROM ($3 - mm.created_at)) / 86400.0)
+                                       / ($5 ->> 'half_life_days')::double precision))::double precision AS rec,
+                   mm.reliability::double precision AS outc,
+                   CASE mm.priority WHEN 'critical' THEN 0.3 WHEN 'high' THEN 0.2 WHEN 'background' THEN -0.1
+                        ELSE 0 END::double precision AS prio,
+                   cand.pools, cand.pool_ranks
+            FROM cand
+            -- one primary-key probe per candidate (a join could scan the whole tenant)
+            CROSS JOIN LATERAL (SELECT * FROM spark.memories m1
+                                WHERE m1.tenant = ANY($1) AND m1.id = cand.id LIMIT 1) mm),
+        ranked AS (
+            SELECT sig.*,
+                   CASE WHEN sig.sim IS NOT NULL THEN rank() OVER (PARTITION BY sig.sim IS NULL ORDER BY sig.sim DESC) END
+                       AS r_sim,
+                   CASE WHEN sig.kw > 0 THEN rank() OVER (PARTITION BY sig.kw > 0 ORDER BY sig.kw DESC) END AS r_kw,
+                   rank() OVER (ORDER BY sig.rec DESC) AS r_rec,
+                   rank() OVER (ORDER BY sig.outc DESC) AS r_out
+            FROM sig),
+        w AS (
+            SELECT ($5 ->> 'w_similarity')::double precision AS ws, ($5 ->> 'w_keyword')::double precision AS wk,
+                   ($5 ->> 'w_recency')::double precision AS wr, ($5 ->> 'w_outcome')::double precision AS wo,
+                   ($5 ->> 'rrf_k')::double precision AS rk, $5 ->> 'fusion' AS fusion),
+        fused AS (
+            SELECT ranked.*,
+                   CASE WHEN w.fusion = 'rrf' THEN
+                       -- Reciprocal Rank Fusion across the pools that found the item, per-pool weights,
+                       -- normalised so an item ranked first by every kind of pool scores 1
+                       coalesce((SELECT sum(spark._pool_weight($5, e.key) / (w.rk + e.value::double precision))
+                                 FROM jsonb_each_text(ranked.pool_ranks) e)
+                                / nullif((spark._pool_weight($5, 'semantic') + spark._pool_weight($5, 'keyword_old')
+                                          + spark._pool_weight($5, 'recent') + spark._pool_weight($5, 'pinned'))
+                                         / (w.rk + 1), 0), 0)
+                   ELSE w.ws * coalesce(ranked.sim, 0) + w.wk * ranked.kw + w.wr * ranked.rec + w.wo * ranked.outc
+                   END * (1 + ranked.prio) AS score,
+                   CASE WHEN 'pinned' = ANY(ranked.pools) THEN 'pinned'
+                        WHEN ranked.kw > 0 THEN 'keyword match'
+                        WHEN ranked.sim >= $9 THEN 'similarity' END AS passed_by,
+                   CASE WHEN w.fusion = 'rrf' THEN (
+                            SELECT jsonb_object_agg(e.key, round((spark._pool_weight($5, e.key)
+                                                                  / (w.rk + e.value::double precision))::numeric, 5))
+                            FROM jsonb_each_text(ranked.pool_ranks) e)
+                        ELSE jsonb_build_object(
+                            'similarity', round((w.ws * coalesce(ranked.sim, 0))::numeric, 4),
+                            'keyword', round((w.wk * ranked.kw)::numeric, 4),
+                            'recency', round((w.wr * ranked.rec)::numeric, 4),
+                            'outcome', round((w.wo * ranked.outc)::numeric, 4)) END
+                   || jsonb_build_object('priority_factor', 1 + ranked.prio) AS terms
+            FROM ranked, w),
+        gated AS (
+            SELECT fused.*,
+                   CASE WHEN fused.passed_by IS NULL THEN
+                            format('dropped: gate min_similarity (similarity %s < %s, no keyword match)',
+                                   coalesce(round(fused.sim::numeric, 3)::text, 'none'), round($9::numeric, 3))
+                        WHEN fused.score < $10 THEN
+                            format('dropped: gate min_fusion_score (%s < %s)', round(fused.score::numeric, 4),
+                                   round($10::numeric, 3)) END AS gate_status
+            FROM fused)
+        SELECT gated.*,
+               CASE WHEN gated.gate_status IS NULL AND gated.score < $11 * max(gated.score) FILTER (
+                        WHERE gated.gate_status IS NULL) OVER () THEN
+                   format('dropped: adaptive cutoff (%s < %s x best %s)', round(gated.score::numeric, 4), $11,
+                          round((max(gated.score) FILTER (WHERE gated.gate_status IS NULL) OVER ())::numeric, 4))
+                    ELSE gated.gate_status END AS pre_status
+        FROM gated
+        ORDER BY (gated.gate_status IS NULL) DESC, gated.score DESC, gated.id
+$fn$;
+COMMENT ON FUNCTION spark._candidates(text[], vector, timestamptz, tsquery, jsonb, text, timestamptz, text,
+    double precision, double precision, double precision, tsquery[], bigint[], double precision[], smallint) IS
+    'Internal: every candidate of spark.retrieve (pools merged with UNION ALL, signals, fusion, gates), '
+    'survivors of the gates first, best first. A static statement, so its plan can be cached; the semantic '
+    'pool (which needs the model''s partial HNSW index) is computed by the caller and passed as sem_ids.';
+
 CREATE OR REPLACE FUNCTION spark._retrieve_core(
     tenant text, query_text text, query_embedding vector, k integer, params jsonb, full_report boolean)
 RETURNS TABLE (rank integer, status text, memory_id bigint, key text, text text, category text, kind text,
@@ -57,10 +223,6 @@ DECLARE
     qsource text := 'none';
     tsq tsquery;
     tenants text[];
-    sem_sql text;
-    sim_sql text;
-    emb_sql text;
-    cand_sql text;
     old_ef text;
     mode text;
     min_sim double precision;
@@ -103,6 +265,8 @@ DECLARE
     held_val double precision;
     cap_yield double precision;
     lexq tsquery[];
+    sem_ids bigint[];
+    sem_dist double precision[];
     restate_sim double precision;
     restate_margin double precision;
 BEGIN
@@ -163,153 +327,24 @@ BEGIN
     lexq := spark._lexeme_queries(query_text);
     tenants := CASE WHEN (p ->> 'include_system')::boolean AND tenant <> spark.system_tenant()
                     THEN ARRAY[tenant, spark.system_tenant()] ELSE ARRAY[tenant] END;
-    IF qvec IS NOT NULL THEN
-        sem_sql := format($q$
-            SELECT mm.id, mm.embedding::vector(%1$s) <=> $2::vector(%1$s) AS dist
-            FROM spark.memories mm
-            WHERE mm.tenant = ANY($1) AND mm.embedding_model_id = %2$s AND mm.created_at <= $3
-            ORDER BY mm.embedding::vector(%1$s) <=> $2::vector(%1$s)
-            LIMIT ($5 ->> 'pool_semantic')::integer $q$, mdl.dim, mdl.id);
-        sim_sql := format('CASE WHEN mm.embedding_model_id = %2$s THEN 1 - (mm.embedding::vector(%1$s) <=> $2::vector(%1$s)) END',
-                          mdl.dim, mdl.id);
-        emb_sql := format('CASE WHEN mm.embedding_model_id = %s THEN mm.embedding END', mdl.id);
-    ELSE
-        sem_sql := 'SELECT NULL::bigint AS id, NULL::double precision AS dist WHERE false';
-        sim_sql := 'NULL::double precision';
-        emb_sql := 'NULL::vector';
-    END IF;
-
-    -- pools, signals, fusion and gates in one statement; survivors of the gates come first, best first
-    cand_sql := format($q$
-        WITH
-        sem AS MATERIALIZED (%1$s),
-        kw AS MATERIALIZED (
-            SELECT mm.id, mm.created_at, mm.importance, mm.tsv, ts_rank_cd(mm.tsv, $4, 32) AS kr
-            FROM spark.memories mm
-            WHERE $4 IS NOT NULL AND mm.tenant = ANY($1) AND mm.tsv @@ $4 AND mm.created_at <= $3),
-        -- each query lexeme weighted by how rare it is among the keyword matches (a name on every turn
-        -- counts little, a distinctive word a lot)
-        lex AS MATERIALIZED (
-            SELECT l.q, ln(1 + (SELECT count(*) FROM kw)::double precision
-                              / greatest(1, (SELECT count(*) FROM kw WHERE kw.tsv @@ l.q))) AS idf
-            FROM unnest($12::tsquery[]) l(q)),
-        lex_total AS (SELECT nullif(sum(lex.idf), 0) AS total FROM lex),
-        bounds AS (
-            SELECT min(mm.id) AS lo, max(mm.id) AS hi FROM spark.memories mm WHERE mm.tenant = $6),
-        probes AS (
-            SELECT DISTINCT pr.id
-            FROM bounds b,
-                 generate_series(1, 3 * ($5 ->> 'pool_random')::integer) g,
-                 LATERAL (SELECT mm.id FROM spark.memories mm
-                          WHERE mm.tenant = $6 AND mm.created_at <= $7
-                            AND mm.id >= b.lo + abs(hashtext($8 || ':' || ($5 ->> 'seed') || ':' || g) %% (b.hi - b.lo + 1))
-                          ORDER BY mm.id LIMIT 1) pr
-            LIMIT ($5 ->> 'pool_random')::integer),
-        pools AS (
-            SELECT s.id, 'semantic'::text AS pool, row_number() OVER (ORDER BY s.dist, s.id) AS rnk FROM sem s
-            UNION ALL
-            SELECT x.id, 'keyword_recent', x.rnk FROM (
-                SELECT kw.id, row_number() OVER (ORDER BY kw.kr DESC, kw.id) AS rnk FROM kw WHERE kw.created_at > $7) x
-            WHERE x.rnk <= ($5 ->> 'pool_keyword_recent')::integer
-            UNION ALL
-            SELECT x.id, 'keyword_old', x.rnk FROM (
-                SELECT kw.id, row_number() OVER (ORDER BY kw.kr * (0.5 + kw.importance) DESC, kw.id) AS rnk
-                FROM kw WHERE kw.created_at <= $7) x
-            WHERE x.rnk <= ($5 ->> 'pool_keyword_old')::integer
-            UNION ALL
-            SELECT r.id, 'recent', row_number() OVER (ORDER BY r.created_at DESC, r.id) FROM (
-                SELECT mm.id, mm.created_at FROM spark.memories mm
-                WHERE mm.tenant = ANY($1) AND mm.created_at <= $3 AND mm.created_at > $7
-                ORDER BY mm.created_at DESC LIMIT ($5 ->> 'pool_recent')::integer) r
-            UNION ALL
-            SELECT pb.id, 'random', row_number() OVER (ORDER BY pb.id) FROM probes pb
-            UNION ALL
-            SELECT pn.id, 'pinned', row_number() OVER (ORDER BY pn.importance DESC, pn.id) FROM (
-                SELECT mm.id, mm.importance FROM spark.memories mm
-                WHERE mm.tenant = ANY($1) AND mm.tier = 'pinned' AND mm.created_at <= $3
-                ORDER BY mm.importance DESC LIMIT ($5 ->> 'pool_pinned')::integer) pn),
-        cand AS (
-            SELECT pl.id, array_agg(pl.pool ORDER BY pl.pool) AS pools,
-                   jsonb_object_agg(pl.pool, pl.rnk) AS pool_ranks
-            FROM pools pl GROUP BY pl.id),
-        sig AS (
-            SELECT mm.id, mm.key, mm.text, mm.category, mm.kind, mm.tenant <> $6 AS system_default,
-                   mm.created_at, mm.content_hash, %3$s AS emb, mm.priority AS prio_label,
-                   (%2$s)::double precision AS sim,
-                   CASE WHEN $4 IS NOT NULL AND mm.tsv @@ $4
-                        THEN coalesce((SELECT sum(lex.idf) FROM lex WHERE mm.tsv @@ lex.q)
-                                      / (SELECT lex_total.total FROM lex_total), 0)
-                        ELSE 0 END::double precision AS kw,
-                   greatest(($5 ->> 'recency_floor')::double precision,
-                            power(0.5, greatest(0, extract(epoch FROM ($3 - mm.created_at)) / 86400.0)
-                                       / ($5 ->> 'half_life_days')::double precision))::double precision AS rec,
-                   mm.reliability::double precision AS outc,
-                   CASE mm.priority WHEN 'critical' THEN 0.3 WHEN 'high' THEN 0.2 WHEN 'background' THEN -0.1
-                        ELSE 0 END::double precision AS prio,
-                   cand.pools, cand.pool_ranks
-            FROM cand
-            -- one primary-key probe per candidate (a join could scan the whole tenant)
-            CROSS JOIN LATERAL (SELECT * FROM spark.memories m1
-                                WHERE m1.tenant = ANY($1) AND m1.id = cand.id LIMIT 1) mm),
-        ranked AS (
-            SELECT sig.*,
-                   CASE WHEN sig.sim IS NOT NULL THEN rank() OVER (PARTITION BY sig.sim IS NULL ORDER BY sig.sim DESC) END
-                       AS r_sim,
-                   CASE WHEN sig.kw > 0 THEN rank() OVER (PARTITION BY sig.kw > 0 ORDER BY sig.kw DESC) END AS r_kw,
-                   rank() OVER (ORDER BY sig.rec DESC) AS r_rec,
-                   rank() OVER (ORDER BY sig.outc DESC) AS r_out
-            FROM sig),
-        w AS (
-            SELECT ($5 ->> 'w_similarity')::double precision AS ws, ($5 ->> 'w_keyword')::double precision AS wk,
-                   ($5 ->> 'w_recency')::double precision AS wr, ($5 ->> 'w_outcome')::double precision AS wo,
-                   ($5 ->> 'rrf_k')::double precision AS rk, $5 ->> 'fusion' AS fusion),
-        fused AS (
-            SELECT ranked.*,
-                   CASE WHEN w.fusion = 'rrf' THEN
-                       -- Reciprocal Rank Fusion across the pools that found the item, per-pool weights,
-                       -- normalised so an item ranked first by every kind of pool scores 1
-                       coalesce((SELECT sum(spark._pool_weight($5, e.key) / (w.rk + e.value::double precision))
-                                 FROM jsonb_each_text(ranked.pool_ranks) e)
-                                / nullif((spark._pool_weight($5, 'semantic') + spark._pool_weight($5, 'keyword_old')
-                                          + spark._pool_weight($5, 'recent') + spark._pool_weight($5, 'pinned'))
-                                         / (w.rk + 1), 0), 0)
-                   ELSE w.ws * coalesce(ranked.sim, 0) + w.wk * ranked.kw + w.wr * ranked.rec + w.wo * ranked.outc
-                   END * (1 + ranked.prio) AS score,
-                   CASE WHEN 'pinned' = ANY(ranked.pools) THEN 'pinned'
-                        WHEN ranked.kw > 0 THEN 'keyword match'
-                        WHEN ranked.sim >= $9 THEN 'similarity' END AS passed_by,
-                   CASE WHEN w.fusion = 'rrf' THEN (
-                            SELECT jsonb_object_agg(e.key, round((spark._pool_weight($5, e.key)
-                                                                  / (w.rk + e.value::double precision))::numeric, 5))
-                            FROM jsonb_each_text(ranked.pool_ranks) e)
-                        ELSE jsonb_build_object(
-                            'similarity', round((w.ws * coalesce(ranked.sim, 0))::numeric, 4),
-                            'keyword', round((w.wk * ranked.kw)::numeric, 4),
-                            'recency', round((w.wr * ranked.rec)::numeric, 4),
-                            'outcome', round((w.wo * ranked.outc)::numeric, 4)) END
-                   || jsonb_build_object('priority_factor', 1 + ranked.prio) AS terms
-            FROM ranked, w),
-        gated AS (
-            SELECT fused.*,
-                   CASE WHEN fused.passed_by IS NULL THEN
-                            format('dropped: gate min_similarity (similarity %%s < %%s, no keyword match)',
-                                   coalesce(round(fused.sim::numeric, 3)::text, 'none'), round($9::numeric, 3))
-                        WHEN fused.score < $10 THEN
-                            format('dropped: gate min_fusion_score (%%s < %%s)', round(fused.score::numeric, 4),
-                                   round($10::numeric, 3)) END AS gate_status
-            FROM fused)
-        SELECT gated.*,
-               CASE WHEN gated.gate_status IS NULL AND gated.score < $11 * max(gated.score) FILTER (
-                        WHERE gated.gate_status IS NULL) OVER () THEN
-                   format('dropped: adaptive cutoff (%%s < %%s x best %%s)', round(gated.score::numeric, 4), $11,
-                          round((max(gated.score) FILTER (WHERE gated.gate_status IS NULL) OVER ())::numeric, 4))
-                    ELSE gated.gate_status END AS pre_status
-        FROM gated
-        ORDER BY (gated.gate_status IS NULL) DESC, gated.score DESC, gated.id $q$, sem_sql, sim_sql, emb_sql);
-
     old_ef := current_setting('hnsw.ef_search', true);
     PERFORM set_config('hnsw.ef_search', p ->> 'ef_search', true);
-    FOR c IN EXECUTE cand_sql USING tenants, qvec, at, tsq, p, tenant, cutoff, query_text, min_sim, min_fuse, ratio, lexq
+    IF qvec IS NOT NULL THEN
+        -- the semantic pool: literal dimension and model id so the model's partial HNSW index applies
+        EXECUTE format($q$
+            SELECT array_agg(s.id ORDER BY s.dist, s.id), array_agg(s.dist ORDER BY s.dist, s.id) FROM (
+                SELECT mm.id, mm.embedding::vector(%1$s) <=> $2::vector(%1$s) AS dist
+                FROM spark.memories mm
+                WHERE mm.tenant = ANY($1) AND mm.embedding_model_id = %2$s AND mm.created_at <= $3
+                ORDER BY mm.embedding::vector(%1$s) <=> $2::vector(%1$s)
+                LIMIT $4) s $q$, mdl.dim, mdl.id)
+        INTO sem_ids, sem_dist
+        USING tenants, qvec, at, (p ->> 'pool_semantic')::integer;
+    END IF;
+    PERFORM set_config('hnsw.ef_search', coalesce(old_ef, '40'), true);
+
+    FOR c IN SELECT * FROM spark._candidates(tenants, qvec, at, tsq, p, tenant, cutoff, query_text, min_sim, min_fuse,
+                                             ratio, lexq, coalesce(sem_ids, '{}'), coalesce(sem_dist, '{}'), mdl.id)
     LOOP
         n := n + 1;
         ids[n] := c.id; keys[n] := c.key; texts[n] := c.text; cats_all[n] := c.category; kinds[n] := c.kind;
@@ -330,7 +365,6 @@ BEGIN
             penalty[ns] := 0;
         END IF;
     END LOOP;
-    PERFORM set_config('hnsw.ef_search', coalesce(old_ef, '40'), true);
 
     IF ns > 0 THEN
         -- pairwise similarity of the survivors in one statement (NULL where a vector is missing)
@@ -433,28 +467,6 @@ END
 $fn$;
 COMMENT ON FUNCTION spark._retrieve_core(text, text, vector, integer, jsonb, boolean) IS
     'Internal: the body of spark.retrieve (full_report false: surfaced rows only) and spark.explain (true).';
-
-CREATE OR REPLACE FUNCTION spark._pool_weight(params jsonb, pool text)
-RETURNS double precision
-LANGUAGE sql IMMUTABLE PARALLEL SAFE
-SET search_path = pg_catalog, @vector_schema@, pg_temp
-AS $fn$
-    SELECT (params ->> CASE pool WHEN 'keyword_recent' THEN 'rrf_w_keyword' WHEN 'keyword_old' THEN 'rrf_w_keyword'
-                                 ELSE 'rrf_w_' || pool END)::double precision
-$fn$;
-COMMENT ON FUNCTION spark._pool_weight(jsonb, text) IS
-    'Internal: the RRF weight of a candidate pool (params.rrf_w_<pool>; both keyword pools share rrf_w_keyword).';
-
-CREATE OR REPLACE FUNCTION spark._lexeme_queries(query_text text)
-RETURNS tsquery[]
-LANGUAGE sql IMMUTABLE PARALLEL SAFE
-SET search_path = pg_catalog, @vector_schema@, pg_temp
-AS $fn$
-    SELECT coalesce(array_agg(to_tsquery('simple', quote_literal(lexeme)) ORDER BY lexeme), '{}')
-    FROM unnest(to_tsvector('english', coalesce(query_text, '')))
-$fn$;
-COMMENT ON FUNCTION spark._lexeme_queries(text) IS
-    'Internal: one single-lexeme tsquery per English lexeme of query_text (for rarity-weighted keyword scores).';
 
 DROP FUNCTION IF EXISTS spark.explain(text, text, vector, integer, jsonb);
 CREATE OR REPLACE FUNCTION spark.explain(
