@@ -42,7 +42,7 @@ def cmd_db(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 0 if args.action == "status" else 2
-    server = EmbeddedServer(settings.home)
+    server = EmbeddedServer(settings.home, settings.get_int("database.shared_buffers_mb"))
     if args.action == "up" or args.action == "url":
         print(server.up())
     elif args.action == "down":

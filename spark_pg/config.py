@@ -73,6 +73,15 @@ KEYS: tuple[Key, ...] = (
         nullable=True,
     ),
     Key(
+        "database.shared_buffers_mb",
+        int,
+        512,
+        "shared_buffers of the embedded server (applied with ALTER SYSTEM and a restart when it differs). "
+        "The PostgreSQL default of 128 MB holds little of a 100,000-memory corpus and its HNSW index.",
+        lo=16,
+        hi=1_048_576,
+    ),
+    Key(
         "database.statement_timeout_ms",
         int,
         30000,

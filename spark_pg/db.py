@@ -45,9 +45,10 @@ class ServerStatus:
 class EmbeddedServer:
     """The embedded server whose data directory is ``<home>/pgdata``."""
 
-    def __init__(self, home: Path) -> None:
+    def __init__(self, home: Path, shared_buffers_mb: int = 512) -> None:
         self.home = home
         self.pgdata = (home / "pgdata").expanduser().resolve()
+        self.shared_buffers_mb = shared_buffers_mb
 
     def _prune_dead_handles(self) -> None:
         """Drop PIDs of processes that died without detaching (SIGKILL) from the wheel's handle list."""
@@ -92,25 +93,43 @@ class EmbeddedServer:
                 f"could not start the embedded server in {self.pgdata}: {exc}\n{tail}"
             ) from exc
         url: str = server.get_uri()
+        if self._configure(url):
+            self._pg_ctl("restart")
+            url = self.status().url or url
         return url
+
+    def _configure(self, url: str) -> bool:
+        """Apply spark_pg's server settings (ALTER SYSTEM); True if a restart is needed."""
+        wanted = f"{self.shared_buffers_mb}MB"
+        with psycopg.connect(url, autocommit=True) as conn:
+            row = conn.execute(
+                "SELECT setting::bigint * 8 / 1024 FROM pg_settings WHERE name = 'shared_buffers'"
+            )
+            current = row.fetchone()
+            if current is not None and int(current[0]) == self.shared_buffers_mb:
+                return False
+            conn.execute(f"ALTER SYSTEM SET shared_buffers = '{wanted}'")
+        return True
+
+    def _pg_ctl(self, action: str) -> None:
+        pg = _pgserver()
+        bin_path = pg.postgres_server.POSTGRES_VERSIONS[pg.postgres_server.TARGET_POSTGRES_VERSION]
+        user = SYSTEM_USER if os.geteuid() == 0 else None
+        args: tuple[str, ...] = ("-w", "-D", str(self.pgdata), "-m", "fast", action)
+        if action == "restart":
+            info = self._postmaster()
+            socket_dir = info.socket_dir if info is not None else self.pgdata
+            args += ("-o", f'-h "" -k {socket_dir}', "-l", str(self.pgdata / "log"))
+        try:
+            pg.pgexec.pgexec("pg_ctl", args, bin_path=bin_path, user=user, timeout=60)
+        except subprocess.SubprocessError as exc:
+            raise DatabaseError(f"pg_ctl {action} failed for the server in {self.pgdata}: {exc}") from exc
 
     def down(self) -> bool:
         """Stop the server. Returns False if it was not running."""
         if not self.status().running:
             return False
-        pg = _pgserver()
-        bin_path = pg.postgres_server.POSTGRES_VERSIONS[pg.postgres_server.TARGET_POSTGRES_VERSION]
-        user = SYSTEM_USER if os.geteuid() == 0 else None
-        try:
-            pg.pgexec.pgexec(
-                "pg_ctl",
-                ("-w", "-D", str(self.pgdata), "-m", "fast", "stop"),
-                bin_path=bin_path,
-                user=user,
-                timeout=60,
-            )
-        except subprocess.SubprocessError as exc:
-            raise DatabaseError(f"pg_ctl could not stop the server in {self.pgdata}: {exc}") from exc
+        self._pg_ctl("stop")
         return True
 
 
@@ -119,7 +138,7 @@ def database_url(settings: Settings, *, start: bool = True) -> str:
     url = settings.opt_str("database.url")
     if url:
         return url
-    server = EmbeddedServer(settings.home)
+    server = EmbeddedServer(settings.home, settings.get_int("database.shared_buffers_mb"))
     if start:
         return server.up()
     status = server.status()

@@ -41,6 +41,7 @@ SELECT jsonb_build_object(
     'include_system', true,        -- include the cold-start pack (tenant _system)
     'use_cache', true,             -- with query_embedding NULL, look the text up in spark.query_embeddings
     'ef_search', 100,              -- hnsw.ef_search for the semantic pool
+    'exact_scan_max', 4000,        -- tenants (with the pack) up to this many memories are scanned exactly
     'seed', 0                      -- random-pool seed (mixed with the query text)
 )
 $fn$;
@@ -66,7 +67,7 @@ DECLARE
         "rrf_w_recent": [0, 10, 0], "rrf_w_random": [0, 10, 0], "rrf_w_pinned": [0, 10, 0], "min_similarity": [-1, 1, 0], "min_fusion_score": [0, 10, 0],
         "adaptive_ratio": [0, 1, 0], "week_cap": [0, 1000, 1], "cap_yield": [0, 1, 0], "category_cap": [0, 1000, 1],
         "mmr_lambda": [0, 1, 0], "dup_similarity": [0, 1.01, 0], "restate_similarity": [0, 1.01, 0],
-        "restate_margin": [0, 2, 0], "ef_search": [1, 1000, 1],
+        "restate_margin": [0, 2, 0], "ef_search": [1, 1000, 1], "exact_scan_max": [0, 10000000, 1],
         "seed": [-2147483648, 2147483647, 1]}';
     rng jsonb;
 BEGIN

@@ -267,6 +267,8 @@ DECLARE
     lexq tsquery[];
     sem_ids bigint[];
     sem_dist double precision[];
+    n_scope bigint;
+    sem_scan text := 'none';
     restate_sim double precision;
     restate_margin double precision;
 BEGIN
@@ -330,7 +332,23 @@ BEGIN
     old_ef := current_setting('hnsw.ef_search', true);
     PERFORM set_config('hnsw.ef_search', p ->> 'ef_search', true);
     IF qvec IS NOT NULL THEN
-        -- the semantic pool: literal dimension and model id so the model's partial HNSW index applies
+        -- the semantic pool. A small tenant is scanned exactly (cheaper than an HNSW walk that must skip
+        -- every other tenant's rows, and exact); a large one through the model's partial HNSW index.
+        SELECT count(*) INTO n_scope FROM (
+            SELECT 1 FROM spark.memories m0 WHERE m0.tenant = ANY(tenants)
+            LIMIT (p ->> 'exact_scan_max')::integer + 1) x;
+        sem_scan := CASE WHEN n_scope <= (p ->> 'exact_scan_max')::integer THEN 'exact' ELSE 'hnsw' END;
+    END IF;
+    IF sem_scan = 'exact' THEN
+        SELECT array_agg(s.id ORDER BY s.dist, s.id), array_agg(s.dist ORDER BY s.dist, s.id)
+        INTO sem_ids, sem_dist
+        FROM (SELECT m1.id, m1.embedding <=> qvec AS dist
+              FROM spark.memories m1
+              WHERE m1.tenant = ANY(tenants) AND m1.embedding_model_id = mdl.id AND m1.created_at <= at
+              ORDER BY m1.embedding <=> qvec
+              LIMIT (p ->> 'pool_semantic')::integer) s;
+    ELSIF sem_scan = 'hnsw' THEN
+        -- literal dimension and model id so the model's partial HNSW index applies
         EXECUTE format($q$
             SELECT array_agg(s.id ORDER BY s.dist, s.id), array_agg(s.dist ORDER BY s.dist, s.id) FROM (
                 SELECT mm.id, mm.embedding::vector(%1$s) <=> $2::vector(%1$s) AS dist
@@ -439,7 +457,8 @@ BEGIN
         priority := prios[i]; pools := string_to_array(poolz[i], ',');
         why := spark._why(rank, status, pool_ranks[i], p ->> 'fusion', scores_all[i],
                           terms[i] || jsonb_build_object('mmr_penalty', round(penalty[j]::numeric, 4)),
-                          min_sim, passed[i], min_fuse, ratio, prio_labels[i], created[i], qsource, mode);
+                          min_sim, passed[i], min_fuse, ratio, prio_labels[i], created[i], qsource, mode)
+               || jsonb_build_object('semantic_scan', sem_scan);
         RETURN NEXT;
     END LOOP;
     IF NOT full_report THEN
@@ -460,7 +479,8 @@ BEGIN
         keyword_score := kws[i]; recency := recs[i]; outcome := outs[i]; trigger_conf := 0;
         priority := prios[i]; pools := string_to_array(poolz[i], ',');
         why := spark._why(NULL, status, pool_ranks[i], p ->> 'fusion', scores_all[i], terms[i], min_sim, passed[i],
-                          min_fuse, ratio, prio_labels[i], created[i], qsource, mode);
+                          min_fuse, ratio, prio_labels[i], created[i], qsource, mode)
+               || jsonb_build_object('semantic_scan', sem_scan);
         RETURN NEXT;
     END LOOP;
 END

@@ -92,3 +92,12 @@ def test_psql_connects_with_the_printed_url(home: Path) -> None:
         timeout=30,
     ).stdout
     assert out.strip() == "vector"
+
+
+def test_up_applies_shared_buffers_once(home: Path) -> None:
+    server = EmbeddedServer(home, shared_buffers_mb=64)
+    url = server.up()
+    with psycopg.connect(url) as conn:
+        assert conn.execute("SHOW shared_buffers").fetchone() == ("64MB",)
+    pid = server.status().pid
+    assert server.up() == url and server.status().pid == pid  # already right: no restart
