@@ -17,7 +17,7 @@ from typing import Any
 
 import psycopg
 
-from spark_pg import queries, schema
+from spark_pg import schema
 from spark_pg.config import RETRIEVE_PARAM_KEYS, Settings, load_settings
 from spark_pg.db import connect, database_url
 from spark_pg.embedding import Embedder, Vector, load_embedder
@@ -140,7 +140,3 @@ class SparkClient:
             k=self.settings.get_int("retrieval.k") if k is None else k,
             params=self.retrieve_params(params),
         )
-
-    def counts(self) -> list[tuple[str, int, int]]:
-        with self.conn.transaction():
-            return [(str(t), int(n), int(e)) for t, n, e in self.conn.execute(queries.COUNT_BY_TENANT)]

@@ -78,12 +78,6 @@ JOIN unnest(%(tenants)s::text[], %(keys)s::text[]) AS k(tenant, key) ON m.tenant
 WHERE m.embedding_model_id = %(model_id)s
 """
 
-SEARCH_SEMANTIC = """
-SELECT memory_id, system_default, key, text, kind, category, source, similarity
-FROM spark.search_semantic(tenant => %(tenant)s, query_embedding => %(embedding)s, k => %(k)s,
-                           min_similarity => %(min_similarity)s)
-"""
-
 _RETRIEVE_ARGS = """tenant => %(tenant)s, query_text => %(query)s, query_embedding => %(embedding)s,
                       k => %(k)s, params => %(params)s"""
 
@@ -107,9 +101,4 @@ SELECT rank, status, memory_id, key, text, category, kind, system_default, creat
        keyword_score, recency, outcome, trigger_conf, priority, pools, why
 FROM spark.explain({_RETRIEVE_ARGS})
 ORDER BY rank NULLS LAST, score DESC
-"""
-
-COUNT_BY_TENANT = """
-SELECT tenant, count(*) AS memories, count(embedding) AS embedded
-FROM spark.memories GROUP BY tenant ORDER BY tenant
 """
