@@ -76,7 +76,7 @@ KEYS: tuple[Key, ...] = (
         "database.shared_buffers_mb",
         int,
         512,
-        "shared_buffers of the embedded server, applied (ALTER SYSTEM and a restart) when spark-pg starts it. "
+        "shared_buffers of the embedded server, applied (ALTER SYSTEM, restart) when spark-pg starts it. "
         "The PostgreSQL default of 128 MB holds little of a 100,000-memory corpus and its HNSW index.",
         lo=16,
         hi=1_048_576,
