@@ -69,13 +69,19 @@ RETURNS TABLE (id bigint, key text, text text, category text, kind text, system_
                kw double precision, rec double precision, outc double precision, prio double precision,
                pools text[], pool_ranks jsonb, r_sim bigint, r_kw bigint, r_rec bigint, r_out bigint,
                score double precision, passed_by text, terms jsonb, gate_status text, pre_status text)
-LANGUAGE sql STABLE
+LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, @vector_schema@, pg_temp
+SET plan_cache_mode = 'force_generic_plan'
 AS $fn$
+#variable_conflict use_column
+BEGIN
+    -- static SQL in PL/pgSQL with a generic plan cached for the session: planning this statement costs
+    -- more (4-6 ms) than running it on a small tenant
+    RETURN QUERY
         WITH
         sem AS MATERIALIZED (SELECT u.id, u.dist FROM unnest($13, $14) AS u(id, dist)),
         kw AS MATERIALIZED (
-            SELECT mm.id, mm.created_at, mm.importance, mm.tsv, ts_rank_cd(mm.tsv, $4, 32) AS kr
+            SELECT mm.id, mm.created_at, mm.importance, mm.tsv, ts_rank(mm.tsv, $4, 32) AS kr
             FROM spark.memories mm
             WHERE $4 IS NOT NULL AND mm.tenant = ANY($1) AND mm.tsv @@ $4 AND mm.created_at <= $3),
         -- each query lexeme weighted by how rare it is among the keyword matches (a name on every turn
@@ -196,7 +202,8 @@ AS $fn$
                           round((max(gated.score) FILTER (WHERE gated.gate_status IS NULL) OVER ())::numeric, 4))
                     ELSE gated.gate_status END AS pre_status
         FROM gated
-        ORDER BY (gated.gate_status IS NULL) DESC, gated.score DESC, gated.id
+        ORDER BY (gated.gate_status IS NULL) DESC, gated.score DESC, gated.id;
+END
 $fn$;
 COMMENT ON FUNCTION spark._candidates(text[], vector, timestamptz, tsquery, jsonb, text, timestamptz, text,
     double precision, double precision, double precision, tsquery[], bigint[], double precision[], smallint) IS
