@@ -114,6 +114,14 @@ class SparkClient:
             raise InputError("query must not be empty")
         return self.embedder.embed_query(query)
 
+    def _call(self, query: str, k: int | None, params: Mapping[str, Any] | None) -> dict[str, Any]:
+        """The arguments search and explain share: query vector, k and params from the settings."""
+        return {
+            "embedding": self._embed_query(query),
+            "k": self.settings.get_int("retrieval.k") if k is None else k,
+            "params": self.retrieve_params(params),
+        }
+
     def search(
         self, tenant: str, query: str, k: int | None = None, params: Mapping[str, Any] | None = None
     ) -> list[Retrieved]:
@@ -122,21 +130,12 @@ class SparkClient:
             self.conn,
             tenant,
             query,
-            embedding=self._embed_query(query),
-            k=self.settings.get_int("retrieval.k") if k is None else k,
-            params=self.retrieve_params(params),
             cache=self.settings.get_bool("retrieval.cache_queries"),
+            **self._call(query, k, params),
         )
 
     def explain(
         self, tenant: str, query: str, k: int | None = None, params: Mapping[str, Any] | None = None
     ) -> list[Candidate]:
         """Every candidate of the same call, with why each was surfaced or dropped."""
-        return explain(
-            self.conn,
-            tenant,
-            query,
-            embedding=self._embed_query(query),
-            k=self.settings.get_int("retrieval.k") if k is None else k,
-            params=self.retrieve_params(params),
-        )
+        return explain(self.conn, tenant, query, **self._call(query, k, params))

@@ -94,13 +94,18 @@ def downgrade(url: str, revision: str = "base") -> None:
         connection.commit()
 
 
+def _installed_revision(conn: psycopg.Connection[Any]) -> str | None:
+    """The revision recorded in the version table, or None when spark_pg is not installed."""
+    exists = conn.execute("SELECT to_regclass(%s)", (f"public.{VERSION_TABLE}",)).fetchone()
+    if not exists or exists[0] is None:
+        return None
+    row = conn.execute(f"SELECT version_num FROM public.{VERSION_TABLE}").fetchone()
+    return None if row is None else str(row[0])
+
+
 def current_revision(url: str) -> str | None:
     with psycopg.connect(url) as conn:
-        exists = conn.execute("SELECT to_regclass(%s)", (f"public.{VERSION_TABLE}",)).fetchone()
-        if not exists or exists[0] is None:
-            return None
-        row = conn.execute(f"SELECT version_num FROM public.{VERSION_TABLE}").fetchone()
-        return None if row is None else str(row[0])
+        return _installed_revision(conn)
 
 
 @functools.cache
@@ -123,11 +128,7 @@ def install(url: str) -> str:
 
 def require_current(conn: psycopg.Connection[Any]) -> None:
     """Raise SchemaError unless the schema is installed at the head revision."""
-    row = conn.execute("SELECT to_regclass(%s)", (f"public.{VERSION_TABLE}",)).fetchone()
-    version = None
-    if row and row[0] is not None:
-        got = conn.execute(f"SELECT version_num FROM public.{VERSION_TABLE}").fetchone()
-        version = got[0] if got else None
+    version = _installed_revision(conn)
     if version != head_revision():
         raise SchemaError(
             f"the database schema is at {version or 'nothing'}, not {head_revision()}: run `spark-pg init`"

@@ -19,10 +19,11 @@ from spark_pg.embedding import Embedder, model_dir_for
 from spark_pg.errors import InputError
 from spark_pg.eval import cli as eval_cli
 from spark_pg.eval.dataset import DatasetError, Memory, load_dataset
-from spark_pg.eval.harness import EvalRun, drop_scratch, evaluate, scratch_name, summarize
+from spark_pg.eval.harness import EvalRun, evaluate, scratch_name, summarize
 from spark_pg.eval.metrics import hit_at, mean_scores, ndcg_at, recall_at, score_query
 from spark_pg.eval.report import PLOT_FILE, REPORT_FILE, format_text
 from spark_pg.eval.systems import SYSTEMS, System, or_words
+from spark_pg.scratch import drop as drop_scratch
 
 # ---------------------------------------------------------------------------------------------- metrics
 

@@ -65,11 +65,6 @@ class Scratch:
     seconds: float  # schema install + load (0 load when reused)
 
 
-def drop_scratch(server_url: str, name: str) -> None:
-    """Drop a scratch database (no error if it does not exist)."""
-    scratch.drop(server_url, name)
-
-
 def prepare_scratch(
     server_url: str,
     dataset: Dataset,
