@@ -36,6 +36,19 @@ $fn$;
 COMMENT ON FUNCTION spark._lexeme_queries(text) IS
     'Internal: one single-lexeme tsquery per English lexeme of query_text (for rarity-weighted keyword scores).';
 
+CREATE OR REPLACE FUNCTION spark._tenant_lexeme_keys(tenants text[], query_text text)
+RETURNS text[]
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+SET search_path = pg_catalog, @vector_schema@, pg_temp
+AS $fn$
+    -- the keys of memories_tenant_lexemes_idx (spark._tenant_lexemes) for each tenant x query lexeme
+    SELECT coalesce(array_agg(length(t) || ':' || t || ':' || l.lexeme ORDER BY t, l.lexeme), '{}')
+    FROM unnest(tenants) t, unnest(to_tsvector('english', coalesce(query_text, ''))) l
+$fn$;
+COMMENT ON FUNCTION spark._tenant_lexeme_keys(text[], text) IS
+    'Internal: the tenant-aware index keys of the English lexemes of query_text for each of tenants '
+    '(the format of spark._tenant_lexemes); empty when the text has no lexemes.';
+
 CREATE OR REPLACE FUNCTION spark._why(
     rank integer, status text, pool_ranks jsonb, fusion text, score double precision, terms jsonb,
     min_sim double precision, passed_by text, min_fuse double precision, ratio double precision,
@@ -60,10 +73,12 @@ COMMENT ON FUNCTION spark._why(integer, text, jsonb, text, double precision, jso
                                 double precision, double precision, text, timestamptz, text, text) IS
     'Internal: the why object of one spark.retrieve / spark.explain row.';
 
+DROP FUNCTION IF EXISTS spark._candidates(text[], vector, timestamptz, tsquery, jsonb, text, timestamptz, text,
+    double precision, double precision, double precision, tsquery[], bigint[], double precision[], smallint);
 CREATE OR REPLACE FUNCTION spark._candidates(
     tenants text[], qvec vector, as_of timestamptz, tsq tsquery, p jsonb, own text, cutoff timestamptz,
     query_text text, min_sim double precision, min_fuse double precision, ratio double precision,
-    lexq tsquery[], sem_ids bigint[], sem_dist double precision[], model_id smallint)
+    lexq tsquery[], sem_ids bigint[], sem_dist double precision[], model_id smallint, lexkeys text[])
 RETURNS TABLE (id bigint, key text, text text, category text, kind text, system_default boolean,
                created_at timestamptz, content_hash bytea, emb vector, prio_label text, sim double precision,
                kw double precision, rec double precision, outc double precision, prio double precision,
@@ -81,9 +96,15 @@ BEGIN
         WITH
         sem AS MATERIALIZED (SELECT u.id, u.dist FROM unnest($13, $14) AS u(id, dist)),
         kw AS MATERIALIZED (
-            SELECT mm.id, mm.created_at, mm.importance, mm.tsv, ts_rank(mm.tsv, $4, 32) AS kr
-            FROM spark.memories mm
-            WHERE $4 IS NOT NULL AND mm.tenant = ANY($1) AND mm.tsv @@ $4 AND mm.created_at <= $3),
+            SELECT x.id, x.created_at, x.importance, x.tsv, ts_rank(x.tsv, $4, 32) AS kr
+            FROM (
+                -- the tenant-aware lexeme index (migration 0003): its keys carry the tenant, so they are the
+                -- tenant filter too. OFFSET 0 keeps as_of out of the index scan: otherwise the planner ANDs in
+                -- a bitmap of every row created before as_of, which costs more than the whole keyword pool.
+                SELECT mm.id, mm.created_at, mm.importance, mm.tsv FROM spark.memories mm
+                WHERE $4 IS NOT NULL AND spark._tenant_lexemes(mm.tenant, mm.tsv) && $16
+                OFFSET 0) x
+            WHERE x.created_at <= $3),
         -- each query lexeme weighted by how rare it is among the keyword matches (a name on every turn
         -- counts little, a distinctive word a lot)
         lex AS MATERIALIZED (
@@ -206,7 +227,7 @@ BEGIN
 END
 $fn$;
 COMMENT ON FUNCTION spark._candidates(text[], vector, timestamptz, tsquery, jsonb, text, timestamptz, text,
-    double precision, double precision, double precision, tsquery[], bigint[], double precision[], smallint) IS
+    double precision, double precision, double precision, tsquery[], bigint[], double precision[], smallint, text[]) IS
     'Internal: every candidate of spark.retrieve (pools merged with UNION ALL, signals, fusion, gates), '
     'survivors of the gates first, best first. A static statement, so its plan can be cached; the semantic '
     'pool (which needs the model''s partial HNSW index) is computed by the caller and passed as sem_ids.';
@@ -369,7 +390,8 @@ BEGIN
     PERFORM set_config('hnsw.ef_search', coalesce(old_ef, '40'), true);
 
     FOR c IN SELECT * FROM spark._candidates(tenants, qvec, at, tsq, p, tenant, cutoff, query_text, min_sim, min_fuse,
-                                             ratio, lexq, coalesce(sem_ids, '{}'), coalesce(sem_dist, '{}'), mdl.id)
+                                             ratio, lexq, coalesce(sem_ids, '{}'), coalesce(sem_dist, '{}'), mdl.id,
+                                             spark._tenant_lexeme_keys(tenants, query_text))
     LOOP
         n := n + 1;
         ids[n] := c.id; keys[n] := c.key; texts[n] := c.text; cats_all[n] := c.category; kinds[n] := c.kind;
