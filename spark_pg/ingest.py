@@ -121,6 +121,7 @@ def ingest(
                     vector = by_pos.get(i)
                     copy.write_row(_row(record, vector, model_id if vector is not None else None))
             bar.update(len(chunk))
+        cur.execute(queries.DROP_STALE_VECTORS)
         for sql in (queries.UPSERT_WITH_CREATED_AT, queries.UPSERT_KEEP_CREATED_AT):
             cur.execute(sql, {"created_given": sql is queries.UPSERT_WITH_CREATED_AT})
             for (was_insert,) in cur.fetchall():
@@ -128,4 +129,5 @@ def ingest(
                     inserted += 1
                 else:
                     updated += 1
+        cur.execute(queries.STORE_VECTORS)
     return IngestResult(inserted, updated)

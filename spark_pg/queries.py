@@ -41,41 +41,49 @@ CREATE TEMP TABLE _spark_ingest (
 
 COPY_INGEST = f"COPY _spark_ingest ({', '.join(INGEST_COLUMNS)}) FROM STDIN"
 
+# A stored memory whose content changes loses its vectors (every model's): they describe the old text.
+DROP_STALE_VECTORS = """
+DELETE FROM spark.embeddings e
+USING _spark_ingest s, spark.memories m
+WHERE m.tenant = s.tenant AND m.key = s.key AND m.content_hash <> s.content_hash
+  AND e.tenant = m.tenant AND e.memory_id = m.id
+"""
+
 _UPSERT = """
 INSERT INTO spark.memories AS m (tenant, key, kind, category, source, text, context, descriptor, content_hash,
-                                 importance, tier, priority, created_at, metadata, embedding,
-                                 embedding_model_id, embedded_at)
+                                 importance, tier, priority, created_at, metadata)
 SELECT tenant, key, kind, category, source, text, context, descriptor, content_hash, importance, tier,
-       priority,
-       coalesce(created_at, now()), metadata, embedding, embedding_model_id,
-       CASE WHEN embedding IS NULL THEN NULL ELSE now() END
+       priority, coalesce(created_at, now()), metadata
 FROM _spark_ingest
 WHERE (created_at IS NOT NULL) = %(created_given)s
 ON CONFLICT (tenant, key) DO UPDATE SET
     kind = EXCLUDED.kind, category = EXCLUDED.category, source = EXCLUDED.source, text = EXCLUDED.text,
     context = EXCLUDED.context, descriptor = EXCLUDED.descriptor, content_hash = EXCLUDED.content_hash,
     importance = EXCLUDED.importance, tier = EXCLUDED.tier, priority = EXCLUDED.priority,
-    metadata = EXCLUDED.metadata,
-    embedding = CASE WHEN {keep} THEN m.embedding ELSE EXCLUDED.embedding END,
-    embedding_model_id = CASE WHEN {keep} THEN m.embedding_model_id ELSE EXCLUDED.embedding_model_id END,
-    embedded_at = CASE WHEN {keep} THEN m.embedded_at ELSE EXCLUDED.embedded_at END,
-    updated_at = now(){created_at}
+    metadata = EXCLUDED.metadata, updated_at = now(){created_at}
 RETURNING (xmax = 0) AS inserted
 """
-# A staged row without a vector whose content is unchanged keeps the stored vector (ingest skipped
-# embedding it); rows that give created_at overwrite it on update, rows that do not keep the stored one.
-_KEEP_VECTOR = "(EXCLUDED.embedding IS NULL AND m.content_hash = EXCLUDED.content_hash)"
-UPSERT_WITH_CREATED_AT = _UPSERT.replace("{keep}", _KEEP_VECTOR).replace(
-    "{created_at}", ", created_at = EXCLUDED.created_at"
-)
-UPSERT_KEEP_CREATED_AT = _UPSERT.replace("{keep}", _KEEP_VECTOR).replace("{created_at}", "")
+# rows that give created_at overwrite it on update, rows that do not keep the stored one
+UPSERT_WITH_CREATED_AT = _UPSERT.replace("{created_at}", ", created_at = EXCLUDED.created_at")
+UPSERT_KEEP_CREATED_AT = _UPSERT.replace("{created_at}", "")
+
+# the staged vectors (a row staged without one kept its content, and so its stored vector)
+STORE_VECTORS = """
+INSERT INTO spark.embeddings AS e (tenant, memory_id, model_id, created_at, embedding)
+SELECT m.tenant, m.id, s.embedding_model_id, m.created_at, s.embedding
+FROM _spark_ingest s JOIN spark.memories m ON m.tenant = s.tenant AND m.key = s.key
+WHERE s.embedding IS NOT NULL
+ON CONFLICT (tenant, memory_id, model_id) DO UPDATE SET
+    embedding = EXCLUDED.embedding, created_at = EXCLUDED.created_at, embedded_at = now()
+"""
 
 # (tenant, key, content_hash) of rows already embedded by a model, for one batch of keys
 EMBEDDED_HASHES = """
 SELECT m.tenant, m.key, m.content_hash
 FROM spark.memories m
 JOIN unnest(%(tenants)s::text[], %(keys)s::text[]) AS k(tenant, key) ON m.tenant = k.tenant AND m.key = k.key
-WHERE m.embedding_model_id = %(model_id)s
+WHERE EXISTS (SELECT 1 FROM spark.embeddings e
+              WHERE e.tenant = m.tenant AND e.memory_id = m.id AND e.model_id = %(model_id)s)
 """
 
 _RETRIEVE_ARGS = """tenant => %(tenant)s, query_text => %(query)s, query_embedding => %(embedding)s,

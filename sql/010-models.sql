@@ -7,7 +7,7 @@ SET search_path = pg_catalog, @vector_schema@, pg_temp
 AS $fn$
 DECLARE
     d integer;
-    idx text := format('memories_hnsw_m%s', model_id);
+    idx text := format('embeddings_hnsw_m%s', model_id);
 BEGIN
     IF model_id IS NULL THEN
         RAISE EXCEPTION 'model_id must not be NULL' USING ERRCODE = 'null_value_not_allowed';
@@ -19,8 +19,8 @@ BEGIN
     END IF;
     -- a column without a fixed dimension is indexed per model through a typed expression
     EXECUTE format(
-        'CREATE INDEX IF NOT EXISTS %I ON spark.memories USING hnsw ((embedding::vector(%s)) vector_cosine_ops) '
-        'WHERE embedding_model_id = %s', idx, d, model_id);
+        'CREATE INDEX IF NOT EXISTS %I ON spark.embeddings USING hnsw ((embedding::vector(%s)) vector_cosine_ops) '
+        'WHERE model_id = %s', idx, d, model_id);
     RETURN idx;
 END
 $fn$;

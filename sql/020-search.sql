@@ -41,17 +41,17 @@ BEGIN
     -- the tenant filter from starving it); the similarity cutoff applies outside.
     RETURN QUERY EXECUTE format($q$
         WITH nn AS MATERIALIZED (
-            SELECT mem.id, mem.tenant, mem.key, mem.text, mem.kind, mem.category, mem.source,
-                   mem.embedding::vector(%1$s) <=> $1::vector(%1$s) AS dist
-            FROM spark.memories mem
-            WHERE mem.embedding_model_id = %2$s
-              AND mem.tenant IN ($2, spark.system_tenant())
-            ORDER BY mem.embedding::vector(%1$s) <=> $1::vector(%1$s)
+            SELECT e.memory_id, e.tenant, e.embedding::vector(%1$s) <=> $1::vector(%1$s) AS dist
+            FROM spark.embeddings e
+            WHERE e.model_id = %2$s
+              AND e.tenant IN ($2, spark.system_tenant())
+            ORDER BY e.embedding::vector(%1$s) <=> $1::vector(%1$s)
             LIMIT $3)
-        SELECT nn.id, nn.tenant = spark.system_tenant(), nn.key, nn.text, nn.kind, nn.category, nn.source, (1 - nn.dist)::real
-        FROM nn
+        SELECT mem.id, mem.tenant = spark.system_tenant(), mem.key, mem.text, mem.kind, mem.category, mem.source,
+               (1 - nn.dist)::real
+        FROM nn JOIN spark.memories mem ON mem.tenant = nn.tenant AND mem.id = nn.memory_id
         WHERE 1 - nn.dist >= $4
-        ORDER BY nn.dist, nn.id $q$, m.dim, m.id)
+        ORDER BY nn.dist, mem.id $q$, m.dim, m.id)
     USING query_embedding, search_semantic.tenant, search_semantic.k, search_semantic.min_similarity;
 END
 $fn$;

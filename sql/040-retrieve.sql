@@ -107,9 +107,12 @@ BEGIN
             WHERE x.created_at <= $3),
         -- each query lexeme weighted by how rare it is among the keyword matches (a name on every turn
         -- counts little, a distinctive word a lot)
+        -- counted on at most 1,000 matches: a ratio needs no more, and a tenant of thousands of matches for
+        -- a common word would otherwise pay for every lexeme x every match
+        kw_sample AS MATERIALIZED (SELECT kw.tsv FROM kw LIMIT 1000),
         lex AS MATERIALIZED (
-            SELECT l.q, ln(1 + (SELECT count(*) FROM kw)::double precision
-                              / greatest(1, (SELECT count(*) FROM kw WHERE kw.tsv @@ l.q))) AS idf
+            SELECT l.q, ln(1 + (SELECT count(*) FROM kw_sample)::double precision
+                              / greatest(1, (SELECT count(*) FROM kw_sample ks WHERE ks.tsv @@ l.q))) AS idf
             FROM unnest($12::tsquery[]) l(q)),
         lex_total AS (SELECT nullif(sum(lex.idf), 0) AS total FROM lex),
         bounds AS (
@@ -126,14 +129,14 @@ BEGIN
         pools AS (
             SELECT s.id, 'semantic'::text AS pool, row_number() OVER (ORDER BY s.dist, s.id) AS rnk FROM sem s
             UNION ALL
-            SELECT x.id, 'keyword_recent', x.rnk FROM (
-                SELECT kw.id, row_number() OVER (ORDER BY kw.kr DESC, kw.id) AS rnk FROM kw WHERE kw.created_at > $7) x
-            WHERE x.rnk <= ($5 ->> 'pool_keyword_recent')::integer
+            -- ORDER BY ... LIMIT first (a top-N heap sort), then number the few rows kept
+            SELECT x.id, 'keyword_recent', row_number() OVER (ORDER BY x.kr DESC, x.id) FROM (
+                SELECT kw.id, kw.kr FROM kw WHERE kw.created_at > $7
+                ORDER BY kw.kr DESC, kw.id LIMIT ($5 ->> 'pool_keyword_recent')::integer) x
             UNION ALL
-            SELECT x.id, 'keyword_old', x.rnk FROM (
-                SELECT kw.id, row_number() OVER (ORDER BY kw.kr * (0.5 + kw.importance) DESC, kw.id) AS rnk
-                FROM kw WHERE kw.created_at <= $7) x
-            WHERE x.rnk <= ($5 ->> 'pool_keyword_old')::integer
+            SELECT x.id, 'keyword_old', row_number() OVER (ORDER BY x.s DESC, x.id) FROM (
+                SELECT kw.id, kw.kr * (0.5 + kw.importance) AS s FROM kw WHERE kw.created_at <= $7
+                ORDER BY s DESC, kw.id LIMIT ($5 ->> 'pool_keyword_old')::integer) x
             UNION ALL
             SELECT r.id, 'recent', row_number() OVER (ORDER BY r.created_at DESC, r.id) FROM (
                 SELECT mm.id, mm.created_at FROM spark.memories mm
@@ -152,8 +155,8 @@ BEGIN
             FROM pools pl GROUP BY pl.id),
         sig AS (
             SELECT mm.id, mm.key, mm.text, mm.category, mm.kind, mm.tenant <> $6 AS system_default,
-                   mm.created_at, mm.content_hash, CASE WHEN mm.embedding_model_id = $15 THEN mm.embedding END AS emb, mm.priority AS prio_label,
-                   (CASE WHEN mm.embedding_model_id = $15 THEN 1 - (mm.embedding <=> $2) END)::double precision AS sim,
+                   mm.created_at, mm.content_hash, ev.embedding AS emb, mm.priority AS prio_label,
+                   (1 - (ev.embedding <=> $2))::double precision AS sim,
                    CASE WHEN $4 IS NOT NULL AND mm.tsv @@ $4
                         THEN coalesce((SELECT sum(lex.idf) FROM lex WHERE mm.tsv @@ lex.q)
                                       / (SELECT lex_total.total FROM lex_total), 0)
@@ -168,7 +171,8 @@ BEGIN
             FROM cand
             -- one primary-key probe per candidate (a join could scan the whole tenant)
             CROSS JOIN LATERAL (SELECT * FROM spark.memories m1
-                                WHERE m1.tenant = ANY($1) AND m1.id = cand.id LIMIT 1) mm),
+                                WHERE m1.tenant = ANY($1) AND m1.id = cand.id LIMIT 1) mm
+            LEFT JOIN spark.embeddings ev ON ev.tenant = mm.tenant AND ev.memory_id = mm.id AND ev.model_id = $15),
         ranked AS (
             SELECT sig.*,
                    CASE WHEN sig.sim IS NOT NULL THEN rank() OVER (PARTITION BY sig.sim IS NULL ORDER BY sig.sim DESC) END
@@ -363,26 +367,26 @@ BEGIN
         -- the semantic pool. A small tenant is scanned exactly (cheaper than an HNSW walk that must skip
         -- every other tenant's rows, and exact); a large one through the model's partial HNSW index.
         SELECT count(*) INTO n_scope FROM (
-            SELECT 1 FROM spark.memories m0 WHERE m0.tenant = ANY(tenants)
+            SELECT 1 FROM spark.embeddings e0 WHERE e0.tenant = ANY(tenants) AND e0.model_id = mdl.id
             LIMIT (p ->> 'exact_scan_max')::integer + 1) x;
         sem_scan := CASE WHEN n_scope <= (p ->> 'exact_scan_max')::integer THEN 'exact' ELSE 'hnsw' END;
     END IF;
     IF sem_scan = 'exact' THEN
         SELECT array_agg(s.id ORDER BY s.dist, s.id), array_agg(s.dist ORDER BY s.dist, s.id)
         INTO sem_ids, sem_dist
-        FROM (SELECT m1.id, m1.embedding <=> qvec AS dist
-              FROM spark.memories m1
-              WHERE m1.tenant = ANY(tenants) AND m1.embedding_model_id = mdl.id AND m1.created_at <= at
-              ORDER BY m1.embedding <=> qvec
+        FROM (SELECT e.memory_id AS id, e.embedding <=> qvec AS dist
+              FROM spark.embeddings e
+              WHERE e.tenant = ANY(tenants) AND e.model_id = mdl.id AND e.created_at <= at
+              ORDER BY e.embedding <=> qvec
               LIMIT (p ->> 'pool_semantic')::integer) s;
     ELSIF sem_scan = 'hnsw' THEN
         -- literal dimension and model id so the model's partial HNSW index applies
         EXECUTE format($q$
             SELECT array_agg(s.id ORDER BY s.dist, s.id), array_agg(s.dist ORDER BY s.dist, s.id) FROM (
-                SELECT mm.id, mm.embedding::vector(%1$s) <=> $2::vector(%1$s) AS dist
-                FROM spark.memories mm
-                WHERE mm.tenant = ANY($1) AND mm.embedding_model_id = %2$s AND mm.created_at <= $3
-                ORDER BY mm.embedding::vector(%1$s) <=> $2::vector(%1$s)
+                SELECT e.memory_id AS id, e.embedding::vector(%1$s) <=> $2::vector(%1$s) AS dist
+                FROM spark.embeddings e
+                WHERE e.tenant = ANY($1) AND e.model_id = %2$s AND e.created_at <= $3
+                ORDER BY e.embedding::vector(%1$s) <=> $2::vector(%1$s)
                 LIMIT $4) s $q$, mdl.dim, mdl.id)
         INTO sem_ids, sem_dist
         USING tenants, qvec, at, (p ->> 'pool_semantic')::integer;

@@ -30,9 +30,11 @@ def write_jsonl(path: Path, rows: list[dict[str, object]]) -> Path:
 def stored(client: SparkClient, tenant: str) -> dict[str, tuple[object, ...]]:
     with client.conn.transaction():
         rows = client.conn.execute(
-            """SELECT x.key, x.text, x.kind, x.category, x.importance, x.created_at, x.embedding IS NOT NULL,
+            """SELECT x.key, x.text, x.kind, x.category, x.importance, x.created_at, e.embedding IS NOT NULL,
                       m.name, x.metadata
-               FROM spark.memories x LEFT JOIN spark.embedding_models m ON m.id = x.embedding_model_id
+               FROM spark.memories x
+               LEFT JOIN spark.embeddings e ON e.tenant = x.tenant AND e.memory_id = x.id
+               LEFT JOIN spark.embedding_models m ON m.id = e.model_id
                WHERE x.tenant = %s""",
             (tenant,),
         ).fetchall()
@@ -183,9 +185,41 @@ def test_unchanged_texts_are_not_embedded_again(
     with client.conn.transaction():
         sims = dict(
             client.conn.execute(
-                "SELECT key, 1 - (embedding <=> %s) FROM spark.memories WHERE tenant = %s",
+                """SELECT m.key, 1 - (e.embedding <=> %s)
+                   FROM spark.memories m JOIN spark.embeddings e ON e.tenant = m.tenant AND e.memory_id = m.id
+                   WHERE m.tenant = %s""",
                 (original(["a changed memory"])[0], tenant),
             ).fetchall()
         )
     assert sims["k0"] == pytest.approx(1.0, abs=1e-5)
     assert sims["k2"] < 0.99
+
+
+def test_changed_content_drops_every_models_stale_vector_and_created_at_follows(
+    client: SparkClient, tenant: str
+) -> None:
+    client.add(tenant, "Rotate the API tokens monthly", key="tok", created_at="2026-01-01T00:00:00Z")
+    conn = client.conn
+    with conn.transaction():
+        # a second model's vector for the same memory, as a re-embed in progress would leave it
+        conn.execute("SELECT spark.register_model('other-model', 384, 'mean', 256)")
+        conn.execute(
+            """INSERT INTO spark.embeddings (tenant, memory_id, model_id, created_at, embedding)
+               SELECT e.tenant, e.memory_id, m.id, e.created_at, e.embedding
+               FROM spark.embeddings e JOIN spark.memories x ON x.tenant = e.tenant AND x.id = e.memory_id,
+                    spark.embedding_models m
+               WHERE x.tenant = %s AND x.key = 'tok' AND m.name = 'other-model'""",
+            (tenant,),
+        )
+    vectors = """SELECT md.name, e.created_at FROM spark.embeddings e
+                 JOIN spark.memories x ON x.tenant = e.tenant AND x.id = e.memory_id
+                 JOIN spark.embedding_models md ON md.id = e.model_id
+                 WHERE x.tenant = %s AND x.key = 'tok' ORDER BY md.name"""
+    with conn.transaction():
+        conn.execute("UPDATE spark.memories SET created_at = '2026-02-01Z' WHERE tenant = %s", (tenant,))
+        moved = conn.execute(vectors, (tenant,)).fetchall()
+    assert len(moved) == 2 and {str(c.date()) for _, c in moved} == {"2026-02-01"}
+    client.add(tenant, "Rotate the API tokens weekly", key="tok")  # new text: every old vector is stale
+    with conn.transaction():
+        left = [name for name, _ in conn.execute(vectors, (tenant,)).fetchall()]
+    assert left == [client.embedder.spec.name]  # re-embedded by the active model only

@@ -117,3 +117,41 @@ def test_every_spark_function_pins_search_path_and_is_documented(conn: psycopg.C
     for name, config, comment in rows:
         assert config and any(c.startswith("search_path=pg_catalog") for c in config), name
         assert comment, f"{name} has no COMMENT"
+
+
+def test_upgrade_to_the_embeddings_table_moves_vectors_and_back(fresh_db: str) -> None:
+    """0004 moves each stored vector to spark.embeddings (index included); its downgrade moves it back."""
+    vector = "[" + ",".join(["0.5", "0.5"] + ["0"] * 382) + "]"
+    schema.upgrade(fresh_db, "0003_tenant_lexemes")
+    with psycopg.connect(fresh_db) as conn:
+        conn.execute(
+            "INSERT INTO spark.embedding_models (name, dim, pooling, max_tokens, active) "
+            "VALUES ('m', 384, 'mean', 256, true)"
+        )
+        conn.execute(
+            """INSERT INTO spark.memories (tenant, key, text, descriptor, content_hash, created_at,
+                                           embedding, embedding_model_id, embedded_at)
+               VALUES ('t', 'a', 'x', 'x', '\\x00', '2026-01-02Z', %s::vector, 1, '2026-01-03Z'),
+                      ('t', 'pending', 'y', 'y', '\\x00', '2026-01-02Z', NULL, NULL, NULL)""",
+            (vector,),
+        )
+        conn.execute(
+            "CREATE INDEX memories_hnsw_m1 ON spark.memories USING hnsw "
+            "((embedding::vector(384)) vector_cosine_ops) WHERE embedding_model_id = 1"
+        )
+    schema.upgrade(fresh_db, "0004_embeddings_table")
+    with psycopg.connect(fresh_db) as conn:
+        rows = conn.execute(
+            """SELECT m.key, e.model_id, e.created_at = m.created_at, e.embedding::text = %s
+               FROM spark.embeddings e JOIN spark.memories m ON m.tenant = e.tenant AND m.id = e.memory_id""",
+            (vector,),
+        ).fetchall()
+        assert rows == [("a", 1, True, True)]
+        indexes = {r[0] for r in conn.execute("SELECT indexname FROM pg_indexes WHERE schemaname = 'spark'")}
+        assert "embeddings_hnsw_m1" in indexes and "memories_hnsw_m1" not in indexes
+    schema.downgrade(fresh_db, "0003_tenant_lexemes")
+    with psycopg.connect(fresh_db) as conn:
+        back = conn.execute(
+            "SELECT key, embedding::text = %s, embedding_model_id FROM spark.memories ORDER BY key", (vector,)
+        ).fetchall()
+        assert back == [("a", True, 1), ("pending", None, None)]

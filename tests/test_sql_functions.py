@@ -48,10 +48,13 @@ def model_id(conn: Conn) -> int:
 
 def insert(conn: Conn, tenant: str, key: str, embedding: str | None, model_id: int | None) -> None:
     conn.execute(
-        """INSERT INTO spark.memories
-            (tenant, key, text, descriptor, content_hash, embedding, embedding_model_id)
-           VALUES (%s, %s, %s, %s, '\\x00', %s::vector, %s)""",
-        (tenant, key, f"text {key}", f"text {key}", embedding, model_id if embedding else None),
+        """WITH m AS (INSERT INTO spark.memories (tenant, key, text, descriptor, content_hash)
+                      VALUES (%(tenant)s, %(key)s, %(text)s, %(text)s, '\\x00')
+                      RETURNING tenant, id, created_at)
+           INSERT INTO spark.embeddings (tenant, memory_id, model_id, created_at, embedding)
+           SELECT m.tenant, m.id, %(model_id)s, m.created_at, %(embedding)s::vector FROM m
+           WHERE %(embedding)s::vector IS NOT NULL""",
+        {"tenant": tenant, "key": key, "text": f"text {key}", "embedding": embedding, "model_id": model_id},
     )
 
 
@@ -160,9 +163,9 @@ def test_register_model_is_idempotent_and_guards_dimension(conn: Conn, model_id:
     with pytest.raises(errors.DataException, match="registered with dim 384"), conn.transaction():
         conn.execute("SELECT spark.register_model('test-model', 768, 'mean', 256)")
     index = conn.execute(
-        "SELECT indexdef FROM pg_indexes WHERE indexname = %s", (f"memories_hnsw_m{model_id}",)
+        "SELECT indexdef FROM pg_indexes WHERE indexname = %s", (f"embeddings_hnsw_m{model_id}",)
     ).fetchone()
-    assert index is not None and "hnsw" in index[0] and f"embedding_model_id = {model_id}" in index[0]
+    assert index is not None and "hnsw" in index[0] and f"model_id = {model_id}" in index[0]
     active = conn.execute("SELECT name, dim FROM spark.active_model()").fetchone()
     assert active == ("test-model", DIM)
 
@@ -178,22 +181,42 @@ def test_filtered_vector_search_uses_the_hnsw_index_on_a_large_table(conn: Conn,
     # (a small tenant may get an exact scan instead, which is cheaper and exact)
     conn.execute(
         """
-        INSERT INTO spark.memories
-            (tenant, key, text, descriptor, content_hash, embedding, embedding_model_id)
-        SELECT CASE WHEN g %% 10 = 0 THEN 'small' ELSE 'big' END, 'k' || g, 'x', 'x', '\\x00',
-               (SELECT array_agg(random())::vector FROM generate_series(1, %s) WHERE g > 0), %s
-        FROM generate_series(1, 2000) g""",
-        (DIM, model_id),
+        WITH m AS (
+            INSERT INTO spark.memories (tenant, key, text, descriptor, content_hash)
+            SELECT CASE WHEN g %% 10 = 0 THEN 'small' ELSE 'big' END, 'k' || g, 'x', 'x', '\\x00'
+            FROM generate_series(1, 2000) g
+            RETURNING tenant, id, created_at)
+        INSERT INTO spark.embeddings (tenant, memory_id, model_id, created_at, embedding)
+        SELECT m.tenant, m.id, %s, m.created_at,
+               (SELECT array_agg(random())::vector FROM generate_series(1, %s) WHERE m.id > 0)
+        FROM m""",
+        (model_id, DIM),
     )
-    conn.execute("ANALYZE spark.memories")
+    conn.execute("ANALYZE spark.embeddings")
     plan = "\n".join(
         r[0]
         for r in conn.execute(
             f"""
-        EXPLAIN SELECT id FROM spark.memories
-        WHERE embedding_model_id = {model_id} AND tenant IN ('big', '_system')
+        EXPLAIN SELECT memory_id FROM spark.embeddings
+        WHERE model_id = {model_id} AND tenant IN ('big', '_system')
         ORDER BY embedding::vector({DIM}) <=> %s::vector({DIM}) LIMIT 10""",
             (vec(1),),
         ).fetchall()
     )
-    assert f"memories_hnsw_m{model_id}" in plan, plan
+    assert f"embeddings_hnsw_m{model_id}" in plan, plan
+
+
+def test_tenant_lexeme_keys_match_the_index_keys_and_never_cross_tenants(conn: Conn) -> None:
+    row = conn.execute(
+        """SELECT spark._tenant_lexeme_keys(ARRAY['a:b', 'a'], 'Rotating tokens'),
+                  spark._tenant_lexemes('a:b', to_tsvector('english', 'tokens rotate')),
+                  spark._tenant_lexemes('a', to_tsvector('english', 'b:token'))"""
+    ).fetchone()
+    assert row is not None
+    query_keys, stored_ab, stored_a = row
+    assert sorted(stored_ab) == ["3:a:b:rotat", "3:a:b:token"]
+    assert set(stored_ab) <= set(query_keys)
+    # tenant "a" with a lexeme that starts like tenant "a:b" still spells a different key
+    assert not set(stored_a) & set(stored_ab)
+    empty = conn.execute("SELECT spark._tenant_lexeme_keys(ARRAY['a'], 'the of and')").fetchone()
+    assert empty == ([],)

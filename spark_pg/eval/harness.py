@@ -47,7 +47,7 @@ SET model = EXCLUDED.model, memories = EXCLUDED.memories, loaded_at = now()
 """
 LOADED = f"""
 SELECT (SELECT count(*) FROM {INFO_TABLE} WHERE content_hash = %(hash)s AND model = %(model)s) > 0
-   AND (SELECT count(*) FROM spark.memories WHERE embedding IS NOT NULL) = %(memories)s
+   AND (SELECT count(*) FROM spark.embeddings) = %(memories)s
 """
 
 

@@ -31,9 +31,9 @@ FROM spark.retrieve(tenant => %(tenant)s, query_text => %(query)s, query_embeddi
 
 VECTOR_SQL = """
 SELECT m.id, m.key
-FROM spark.memories m
-WHERE m.tenant = %(tenant)s AND m.embedding_model_id = %(model_id)s AND m.created_at <= %(as_of)s
-ORDER BY m.embedding <=> %(embedding)s, m.id
+FROM spark.embeddings e JOIN spark.memories m ON m.tenant = e.tenant AND m.id = e.memory_id
+WHERE e.tenant = %(tenant)s AND e.model_id = %(model_id)s AND e.created_at <= %(as_of)s
+ORDER BY e.embedding <=> %(embedding)s, m.id
 LIMIT %(k)s
 """
 
@@ -47,10 +47,10 @@ LIMIT %(k)s
 
 RRF_SQL = """
 WITH vector_pool AS (
-    SELECT m.id, m.key, row_number() OVER (ORDER BY m.embedding <=> %(embedding)s, m.id) AS rank
-    FROM spark.memories m
-    WHERE m.tenant = %(tenant)s AND m.embedding_model_id = %(model_id)s AND m.created_at <= %(as_of)s
-    ORDER BY m.embedding <=> %(embedding)s, m.id
+    SELECT m.id, m.key, row_number() OVER (ORDER BY e.embedding <=> %(embedding)s, m.id) AS rank
+    FROM spark.embeddings e JOIN spark.memories m ON m.tenant = e.tenant AND m.id = e.memory_id
+    WHERE e.tenant = %(tenant)s AND e.model_id = %(model_id)s AND e.created_at <= %(as_of)s
+    ORDER BY e.embedding <=> %(embedding)s, m.id
     LIMIT 50
 ), keyword_pool AS (
     SELECT m.id, m.key, row_number() OVER (ORDER BY ts_rank_cd(m.tsv, q) DESC, m.id) AS rank
