@@ -41,7 +41,7 @@ SELECT jsonb_build_object(
     'include_system', true,        -- include the cold-start pack (tenant _system)
     'use_cache', true,             -- with query_embedding NULL, look the text up in spark.query_embeddings
     'ef_search', 100,              -- hnsw.ef_search for the semantic pool
-    'exact_scan_max', 7000,        -- tenants (with the pack) up to this many memories are scanned exactly
+    'exact_scan_max', 7000,        -- tenants (with the pack) up to this many vectors are scanned exactly
     'seed', 0                      -- random-pool seed (mixed with the query text)
 )
 $fn$;
