@@ -41,9 +41,9 @@ RETURNS text[]
 LANGUAGE sql IMMUTABLE PARALLEL SAFE
 SET search_path = pg_catalog, @vector_schema@, pg_temp
 AS $fn$
-    -- the keys of memories_tenant_lexemes_idx (spark._tenant_lexemes) for each tenant x query lexeme
-    SELECT coalesce(array_agg(length(t) || ':' || t || ':' || l.lexeme ORDER BY t, l.lexeme), '{}')
-    FROM unnest(tenants) t, unnest(to_tsvector('english', coalesce(query_text, ''))) l
+    -- the keys of memories_tenant_lexemes_idx for each tenant x query lexeme, made by the index's own function
+    SELECT coalesce(array_agg(key ORDER BY key), '{}')
+    FROM unnest(tenants) t, unnest(spark._tenant_lexemes(t, to_tsvector('english', coalesce(query_text, '')))) key
 $fn$;
 COMMENT ON FUNCTION spark._tenant_lexeme_keys(text[], text) IS
     'Internal: the tenant-aware index keys of the English lexemes of query_text for each of tenants '
