@@ -107,12 +107,9 @@ BEGIN
             WHERE x.created_at <= $3),
         -- each query lexeme weighted by how rare it is among the keyword matches (a name on every turn
         -- counts little, a distinctive word a lot)
-        -- counted on at most 1,000 matches: a ratio needs no more, and a tenant of thousands of matches for
-        -- a common word would otherwise pay for every lexeme x every match
-        kw_sample AS MATERIALIZED (SELECT kw.tsv FROM kw LIMIT 1000),
         lex AS MATERIALIZED (
-            SELECT l.q, ln(1 + (SELECT count(*) FROM kw_sample)::double precision
-                              / greatest(1, (SELECT count(*) FROM kw_sample ks WHERE ks.tsv @@ l.q))) AS idf
+            SELECT l.q, ln(1 + (SELECT count(*) FROM kw)::double precision
+                              / greatest(1, (SELECT count(*) FROM kw WHERE kw.tsv @@ l.q))) AS idf
             FROM unnest($12::tsquery[]) l(q)),
         lex_total AS (SELECT nullif(sum(lex.idf), 0) AS total FROM lex),
         bounds AS (
