@@ -130,4 +130,7 @@ def ingest(
                 else:
                     updated += 1
         cur.execute(queries.STORE_VECTORS)
+    # its own transaction: an index build locks writes to spark.embeddings until it commits
+    with conn.transaction():
+        conn.execute(queries.REFRESH_TENANT_STATS, {"tenants": sorted({r.tenant for r in records})})
     return IngestResult(inserted, updated)

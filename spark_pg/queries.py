@@ -77,6 +77,11 @@ ON CONFLICT (tenant, memory_id, model_id) DO UPDATE SET
     embedding = EXCLUDED.embedding, created_at = EXCLUDED.created_at, embedded_at = now()
 """
 
+# after an ingest commits: the touched tenants' statistics and vector indexes, where stale (sql/035)
+REFRESH_TENANT_STATS = (
+    "SELECT coalesce(sum(spark.refresh_tenant_stats(t)), 0) FROM unnest(%(tenants)s::text[]) t"
+)
+
 # (tenant, key, content_hash) of rows already embedded by a model, for one batch of keys
 EMBEDDED_HASHES = """
 SELECT m.tenant, m.key, m.content_hash

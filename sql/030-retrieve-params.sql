@@ -42,6 +42,8 @@ SELECT jsonb_build_object(
     'use_cache', true,             -- with query_embedding NULL, look the text up in spark.query_embeddings
     'ef_search', 100,              -- hnsw.ef_search for the semantic pool
     'exact_scan_max', 7000,        -- tenants (with the pack) up to this many vectors are scanned exactly
+    'keyword_match_budget', 1000,  -- keyword pools match the rarest query lexemes whose counted memories fit
+                                   -- this budget together; commoner ones only score (0 = match them all)
     'seed', 0                      -- random-pool seed (mixed with the query text)
 )
 $fn$;
@@ -68,6 +70,7 @@ DECLARE
         "adaptive_ratio": [0, 1, 0], "week_cap": [0, 1000, 1], "cap_yield": [0, 1, 0], "category_cap": [0, 1000, 1],
         "mmr_lambda": [0, 1, 0], "dup_similarity": [0, 1.01, 0], "restate_similarity": [0, 1.01, 0],
         "restate_margin": [0, 2, 0], "ef_search": [1, 1000, 1], "exact_scan_max": [0, 10000000, 1],
+        "keyword_match_budget": [0, 10000000, 1],
         "seed": [-2147483648, 2147483647, 1]}';
     rng jsonb;
 BEGIN

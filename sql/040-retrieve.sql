@@ -25,29 +25,9 @@ $fn$;
 COMMENT ON FUNCTION spark._pool_weight(jsonb, text) IS
     'Internal: the RRF weight of a candidate pool (params.rrf_w_<pool>; both keyword pools share rrf_w_keyword).';
 
-CREATE OR REPLACE FUNCTION spark._lexeme_queries(query_text text)
-RETURNS tsquery[]
-LANGUAGE sql IMMUTABLE PARALLEL SAFE
-SET search_path = pg_catalog, @vector_schema@, pg_temp
-AS $fn$
-    SELECT coalesce(array_agg(to_tsquery('simple', quote_literal(lexeme)) ORDER BY lexeme), '{}')
-    FROM unnest(to_tsvector('english', coalesce(query_text, '')))
-$fn$;
-COMMENT ON FUNCTION spark._lexeme_queries(text) IS
-    'Internal: one single-lexeme tsquery per English lexeme of query_text (for rarity-weighted keyword scores).';
-
-CREATE OR REPLACE FUNCTION spark._tenant_lexeme_keys(tenants text[], query_text text)
-RETURNS text[]
-LANGUAGE sql IMMUTABLE PARALLEL SAFE
-SET search_path = pg_catalog, @vector_schema@, pg_temp
-AS $fn$
-    -- the keys of memories_tenant_lexemes_idx for each tenant x query lexeme, made by the index's own function
-    SELECT coalesce(array_agg(key ORDER BY key), '{}')
-    FROM unnest(tenants) t, unnest(spark._tenant_lexemes(t, to_tsvector('english', coalesce(query_text, '')))) key
-$fn$;
-COMMENT ON FUNCTION spark._tenant_lexeme_keys(text[], text) IS
-    'Internal: the tenant-aware index keys of the English lexemes of query_text for each of tenants '
-    '(the format of spark._tenant_lexemes); empty when the text has no lexemes.';
+-- replaced by spark._keyword_plan (sql/035)
+DROP FUNCTION IF EXISTS spark._lexeme_queries(text);
+DROP FUNCTION IF EXISTS spark._tenant_lexeme_keys(text[], text);
 
 CREATE OR REPLACE FUNCTION spark._why(
     rank integer, status text, pool_ranks jsonb, fusion text, score double precision, terms jsonb,
@@ -73,12 +53,94 @@ COMMENT ON FUNCTION spark._why(integer, text, jsonb, text, double precision, jso
                                 double precision, double precision, text, timestamptz, text, text) IS
     'Internal: the why object of one spark.retrieve / spark.explain row.';
 
+CREATE OR REPLACE FUNCTION spark._semantic_pool(
+    tenants text[], qvec vector, as_of timestamptz, pool integer, exact_scan_max integer, model_id smallint,
+    dim integer)
+RETURNS TABLE (ids bigint[], dists double precision[], scans jsonb)
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, @vector_schema@, pg_temp
+AS $fn$
+#variable_conflict use_column
+DECLARE
+    t text;
+    tidx text;
+    n bigint;
+    scan text;
+    t_ids bigint[];
+    t_dist double precision[];
+    all_ids bigint[] := '{}';
+    all_dist double precision[] := '{}';
+BEGIN
+    scans := '{}';
+    -- each tenant (the caller's and the cold-start pack) by its cheapest exact-enough path, then merged
+    FOREACH t IN ARRAY tenants LOOP
+        SELECT v.index_name INTO tidx FROM spark.tenant_vector_indexes v
+        WHERE v.tenant = t AND v.model_id = _semantic_pool.model_id;
+        IF tidx IS NOT NULL THEN
+            -- the tenant's own partial HNSW index: tenant and model as literals so the planner can use it
+            scan := 'tenant_hnsw';
+            EXECUTE format($q$
+                SELECT array_agg(s.id), array_agg(s.dist) FROM (
+                    SELECT e.memory_id AS id, e.embedding::vector(%1$s) <=> $1::vector(%1$s) AS dist
+                    FROM spark.embeddings e
+                    WHERE e.tenant = %2$L AND e.model_id = %3$s AND e.created_at <= $2
+                    ORDER BY e.embedding::vector(%1$s) <=> $1::vector(%1$s)
+                    LIMIT $3) s $q$, dim, t, model_id)
+            INTO t_ids, t_dist
+            USING qvec, as_of, pool;
+        ELSE
+            SELECT count(*) INTO n FROM (
+                SELECT 1 FROM spark.embeddings e0 WHERE e0.tenant = t AND e0.model_id = _semantic_pool.model_id
+                LIMIT exact_scan_max + 1) x;
+            IF n <= exact_scan_max THEN
+                -- a small tenant: an exact scan is cheaper than a walk of the shared graph, and exact
+                scan := 'exact';
+                SELECT array_agg(s.id), array_agg(s.dist) INTO t_ids, t_dist
+                FROM (SELECT e.memory_id AS id, e.embedding <=> qvec AS dist
+                      FROM spark.embeddings e
+                      WHERE e.tenant = t AND e.model_id = _semantic_pool.model_id AND e.created_at <= as_of
+                      ORDER BY e.embedding <=> qvec
+                      LIMIT pool) s;
+            ELSE
+                -- a large tenant without its own index yet: the model's shared HNSW index, iterative scan
+                scan := 'hnsw';
+                EXECUTE format($q$
+                    SELECT array_agg(s.id), array_agg(s.dist) FROM (
+                        SELECT e.memory_id AS id, e.embedding::vector(%1$s) <=> $2::vector(%1$s) AS dist
+                        FROM spark.embeddings e
+                        WHERE e.tenant = $1 AND e.model_id = %2$s AND e.created_at <= $3
+                        ORDER BY e.embedding::vector(%1$s) <=> $2::vector(%1$s)
+                        LIMIT $4) s $q$, dim, model_id)
+                INTO t_ids, t_dist
+                USING t, qvec, as_of, pool;
+            END IF;
+        END IF;
+        all_ids := all_ids || coalesce(t_ids, '{}');
+        all_dist := all_dist || coalesce(t_dist, '{}');
+        scans := scans || jsonb_build_object(t, scan);
+    END LOOP;
+    SELECT array_agg(u.id ORDER BY u.dist, u.id), array_agg(u.dist ORDER BY u.dist, u.id) INTO ids, dists
+    FROM (SELECT x.id, x.dist FROM unnest(all_ids, all_dist) x(id, dist) ORDER BY x.dist, x.id LIMIT pool) u;
+    ids := coalesce(ids, '{}');
+    dists := coalesce(dists, '{}');
+    RETURN NEXT;
+END
+$fn$;
+COMMENT ON FUNCTION spark._semantic_pool(text[], vector, timestamptz, integer, integer, smallint, integer) IS
+    'Internal: the semantic pool of spark.retrieve, the pool nearest vectors of model_id (dimension dim) to qvec '
+    'among tenants'' memories created by as_of: per tenant through its own HNSW index '
+    '(spark.tenant_vector_indexes), else exactly up to exact_scan_max vectors, else the model''s shared HNSW '
+    'index. scans names the path taken per tenant. The caller sets hnsw.ef_search and hnsw.iterative_scan.';
+
 DROP FUNCTION IF EXISTS spark._candidates(text[], vector, timestamptz, tsquery, jsonb, text, timestamptz, text,
     double precision, double precision, double precision, tsquery[], bigint[], double precision[], smallint);
+DROP FUNCTION IF EXISTS spark._candidates(text[], vector, timestamptz, tsquery, jsonb, text, timestamptz, text,
+    double precision, double precision, double precision, tsquery[], bigint[], double precision[], smallint, text[]);
 CREATE OR REPLACE FUNCTION spark._candidates(
     tenants text[], qvec vector, as_of timestamptz, tsq tsquery, p jsonb, own text, cutoff timestamptz,
     query_text text, min_sim double precision, min_fuse double precision, ratio double precision,
-    lexq tsquery[], sem_ids bigint[], sem_dist double precision[], model_id smallint, lexkeys text[])
+    lexq tsquery[], sem_ids bigint[], sem_dist double precision[], model_id smallint, lexkeys text[],
+    lexdf double precision[])
 RETURNS TABLE (id bigint, key text, text text, category text, kind text, system_default boolean,
                created_at timestamptz, content_hash bytea, emb vector, prio_label text, sim double precision,
                kw double precision, rec double precision, outc double precision, prio double precision,
@@ -106,11 +168,13 @@ BEGIN
                 OFFSET 0) x
             WHERE x.created_at <= $3),
         -- each query lexeme weighted by how rare it is among the keyword matches (a name on every turn
-        -- counts little, a distinctive word a lot)
+        -- counts little, a distinctive word a lot); a lexeme skipped as too common brings its counted
+        -- document frequency ($17), and its memories join the count of matches
+        kw_n AS (SELECT (SELECT count(*) FROM kw) + coalesce((SELECT sum(d) FROM unnest($17) d), 0) AS n),
         lex AS MATERIALIZED (
-            SELECT l.q, ln(1 + (SELECT count(*) FROM kw)::double precision
-                              / greatest(1, (SELECT count(*) FROM kw WHERE kw.tsv @@ l.q))) AS idf
-            FROM unnest($12::tsquery[]) l(q)),
+            SELECT l.q, ln(1 + (SELECT kw_n.n FROM kw_n)::double precision
+                              / greatest(1, coalesce(l.df, (SELECT count(*) FROM kw WHERE kw.tsv @@ l.q)))) AS idf
+            FROM unnest($12::tsquery[], $17::double precision[]) l(q, df)),
         lex_total AS (SELECT nullif(sum(lex.idf), 0) AS total FROM lex),
         bounds AS (
             SELECT min(mm.id) AS lo, max(mm.id) AS hi FROM spark.memories mm WHERE mm.tenant = $6),
@@ -228,7 +292,8 @@ BEGIN
 END
 $fn$;
 COMMENT ON FUNCTION spark._candidates(text[], vector, timestamptz, tsquery, jsonb, text, timestamptz, text,
-    double precision, double precision, double precision, tsquery[], bigint[], double precision[], smallint, text[]) IS
+    double precision, double precision, double precision, tsquery[], bigint[], double precision[], smallint, text[],
+    double precision[]) IS
     'Internal: every candidate of spark.retrieve (pools merged with UNION ALL, signals, fusion, gates), '
     'survivors of the gates first, best first. A static statement, so its plan can be cached; the semantic '
     'pool (which needs the model''s partial HNSW index) is computed by the caller and passed as sem_ids.';
@@ -293,11 +358,12 @@ DECLARE
     held integer;
     held_val double precision;
     cap_yield double precision;
-    lexq tsquery[];
+    kplan record;
+    skipped_note jsonb := '{}';
     sem_ids bigint[];
     sem_dist double precision[];
-    n_scope bigint;
-    sem_scan text := 'none';
+    spool record;
+    sem_scan jsonb := '"none"';
     restate_sim double precision;
     restate_margin double precision;
 BEGIN
@@ -355,44 +421,25 @@ BEGIN
     m_max := greatest(3 * k, 20);
 
     tsq := spark._or_tsquery(query_text);
-    lexq := spark._lexeme_queries(query_text);
     tenants := CASE WHEN (p ->> 'include_system')::boolean AND tenant <> spark.system_tenant()
                     THEN ARRAY[tenant, spark.system_tenant()] ELSE ARRAY[tenant] END;
     old_ef := current_setting('hnsw.ef_search', true);
     PERFORM set_config('hnsw.ef_search', p ->> 'ef_search', true);
     IF qvec IS NOT NULL THEN
-        -- the semantic pool. A small tenant is scanned exactly (cheaper than an HNSW walk that must skip
-        -- every other tenant's rows, and exact); a large one through the model's partial HNSW index.
-        SELECT count(*) INTO n_scope FROM (
-            SELECT 1 FROM spark.embeddings e0 WHERE e0.tenant = ANY(tenants) AND e0.model_id = mdl.id
-            LIMIT (p ->> 'exact_scan_max')::integer + 1) x;
-        sem_scan := CASE WHEN n_scope <= (p ->> 'exact_scan_max')::integer THEN 'exact' ELSE 'hnsw' END;
-    END IF;
-    IF sem_scan = 'exact' THEN
-        SELECT array_agg(s.id ORDER BY s.dist, s.id), array_agg(s.dist ORDER BY s.dist, s.id)
-        INTO sem_ids, sem_dist
-        FROM (SELECT e.memory_id AS id, e.embedding <=> qvec AS dist
-              FROM spark.embeddings e
-              WHERE e.tenant = ANY(tenants) AND e.model_id = mdl.id AND e.created_at <= at
-              ORDER BY e.embedding <=> qvec
-              LIMIT (p ->> 'pool_semantic')::integer) s;
-    ELSIF sem_scan = 'hnsw' THEN
-        -- literal dimension and model id so the model's partial HNSW index applies
-        EXECUTE format($q$
-            SELECT array_agg(s.id ORDER BY s.dist, s.id), array_agg(s.dist ORDER BY s.dist, s.id) FROM (
-                SELECT e.memory_id AS id, e.embedding::vector(%1$s) <=> $2::vector(%1$s) AS dist
-                FROM spark.embeddings e
-                WHERE e.tenant = ANY($1) AND e.model_id = %2$s AND e.created_at <= $3
-                ORDER BY e.embedding::vector(%1$s) <=> $2::vector(%1$s)
-                LIMIT $4) s $q$, mdl.dim, mdl.id)
-        INTO sem_ids, sem_dist
-        USING tenants, qvec, at, (p ->> 'pool_semantic')::integer;
+        SELECT * INTO spool FROM spark._semantic_pool(tenants, qvec, at, (p ->> 'pool_semantic')::integer,
+                                                     (p ->> 'exact_scan_max')::integer, mdl.id, mdl.dim);
+        sem_ids := spool.ids; sem_dist := spool.dists; sem_scan := spool.scans;
     END IF;
     PERFORM set_config('hnsw.ef_search', coalesce(old_ef, '40'), true);
 
+    SELECT * INTO kplan FROM spark._keyword_plan(tenants, query_text, (p ->> 'keyword_match_budget')::integer);
+    IF cardinality(kplan.skipped) > 0 THEN
+        -- a lexeme too common to match on: it still counts in every candidate's keyword score
+        skipped_note := jsonb_build_object('keyword_skipped', to_jsonb(kplan.skipped));
+    END IF;
     FOR c IN SELECT * FROM spark._candidates(tenants, qvec, at, tsq, p, tenant, cutoff, query_text, min_sim, min_fuse,
-                                             ratio, lexq, coalesce(sem_ids, '{}'), coalesce(sem_dist, '{}'), mdl.id,
-                                             spark._tenant_lexeme_keys(tenants, query_text))
+                                             ratio, kplan.lexq, coalesce(sem_ids, '{}'), coalesce(sem_dist, '{}'),
+                                             mdl.id, kplan.lexkeys, kplan.lexdf)
     LOOP
         n := n + 1;
         ids[n] := c.id; keys[n] := c.key; texts[n] := c.text; cats_all[n] := c.category; kinds[n] := c.kind;
@@ -488,7 +535,7 @@ BEGIN
         why := spark._why(rank, status, pool_ranks[i], p ->> 'fusion', scores_all[i],
                           terms[i] || jsonb_build_object('mmr_penalty', round(penalty[j]::numeric, 4)),
                           min_sim, passed[i], min_fuse, ratio, prio_labels[i], created[i], qsource, mode)
-               || jsonb_build_object('semantic_scan', sem_scan);
+               || jsonb_build_object('semantic_scan', sem_scan) || skipped_note;
         RETURN NEXT;
     END LOOP;
     IF NOT full_report THEN
@@ -510,7 +557,7 @@ BEGIN
         priority := prios[i]; pools := string_to_array(poolz[i], ',');
         why := spark._why(NULL, status, pool_ranks[i], p ->> 'fusion', scores_all[i], terms[i], min_sim, passed[i],
                           min_fuse, ratio, prio_labels[i], created[i], qsource, mode)
-               || jsonb_build_object('semantic_scan', sem_scan);
+               || jsonb_build_object('semantic_scan', sem_scan) || skipped_note;
         RETURN NEXT;
     END LOOP;
 END

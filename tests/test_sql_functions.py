@@ -204,19 +204,3 @@ def test_filtered_vector_search_uses_the_hnsw_index_on_a_large_table(conn: Conn,
         ).fetchall()
     )
     assert f"embeddings_hnsw_m{model_id}" in plan, plan
-
-
-def test_tenant_lexeme_keys_match_the_index_keys_and_never_cross_tenants(conn: Conn) -> None:
-    row = conn.execute(
-        """SELECT spark._tenant_lexeme_keys(ARRAY['a:b', 'a'], 'Rotating tokens'),
-                  spark._tenant_lexemes('a:b', to_tsvector('english', 'tokens rotate')),
-                  spark._tenant_lexemes('a', to_tsvector('english', 'b:token'))"""
-    ).fetchone()
-    assert row is not None
-    query_keys, stored_ab, stored_a = row
-    assert sorted(stored_ab) == ["3:a:b:rotat", "3:a:b:token"]
-    assert set(stored_ab) <= set(query_keys)
-    # tenant "a" with a lexeme that starts like tenant "a:b" still spells a different key
-    assert not set(stored_a) & set(stored_ab)
-    empty = conn.execute("SELECT spark._tenant_lexeme_keys(ARRAY['a'], 'the of and')").fetchone()
-    assert empty == ([],)

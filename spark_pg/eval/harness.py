@@ -108,6 +108,8 @@ def prepare_scratch(
             )
             with conn.transaction():
                 conn.execute(RECORD_LOAD, (content_hash, model, dataset.name, len(dataset.memories)))
+        with conn.transaction():  # a database loaded before tenant statistics existed gets them now
+            conn.execute("SELECT spark.refresh_tenant_stats()")
     return Scratch(name, url, reused, time.perf_counter() - started)
 
 

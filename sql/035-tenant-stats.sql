@@ -1,0 +1,139 @@
+-- Per-tenant statistics and vector indexes (tables: migration 0005), and the keyword plan built from them.
+
+CREATE OR REPLACE FUNCTION spark.refresh_tenant_stats(
+    tenant text DEFAULT NULL, force boolean DEFAULT false, index_min_vectors integer DEFAULT 1500)
+RETURNS integer
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, @vector_schema@, pg_temp
+AS $fn$
+#variable_conflict use_column
+DECLARE
+    min_df constant integer := 20;   -- rarer lexemes are not stored: they never strain the match budget
+    t text;
+    n bigint;
+    last bigint;
+    md record;
+    nv bigint;
+    reg_name text;
+    idx text;
+    changed boolean;
+    touched integer := 0;
+BEGIN
+    IF tenant IS NOT NULL THEN
+        PERFORM spark._check_tenant(tenant);
+    END IF;
+    IF force IS NULL THEN
+        RAISE EXCEPTION 'force must not be NULL' USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    IF index_min_vectors IS NULL THEN
+        RAISE EXCEPTION 'index_min_vectors must not be NULL' USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    IF index_min_vectors < 1 THEN
+        RAISE EXCEPTION 'index_min_vectors must be at least 1, got %', index_min_vectors
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    FOR t IN
+        SELECT x.t FROM (
+            SELECT DISTINCT m.tenant AS t FROM spark.memories m WHERE refresh_tenant_stats.tenant IS NULL
+            UNION SELECT s.tenant FROM spark.tenant_stats s WHERE refresh_tenant_stats.tenant IS NULL
+            UNION SELECT v.tenant FROM spark.tenant_vector_indexes v WHERE refresh_tenant_stats.tenant IS NULL
+            UNION SELECT refresh_tenant_stats.tenant WHERE refresh_tenant_stats.tenant IS NOT NULL) x
+        ORDER BY x.t
+    LOOP
+        changed := false;
+        -- one refresher per tenant at a time; a second one waits, then finds the work done
+        PERFORM pg_advisory_xact_lock(hashtextextended('spark.refresh_tenant_stats:' || t, 0));
+
+        -- lexeme document frequencies: rebuilt when missing or when the tenant moved by more than a quarter
+        SELECT count(*) INTO n FROM spark.memories m WHERE m.tenant = t;
+        SELECT s.memories INTO last FROM spark.tenant_stats s WHERE s.tenant = t;
+        IF n = 0 THEN
+            DELETE FROM spark.tenant_stats s WHERE s.tenant = t;
+            changed := FOUND;
+        ELSIF force OR last IS NULL OR n * 4 > last * 5 OR n * 5 < last * 4 THEN
+            INSERT INTO spark.tenant_stats AS s (tenant, memories, lexeme_min_df, refreshed_at)
+            VALUES (t, n, min_df, now())
+            ON CONFLICT (tenant) DO UPDATE
+                SET memories = EXCLUDED.memories, lexeme_min_df = EXCLUDED.lexeme_min_df,
+                    refreshed_at = EXCLUDED.refreshed_at;
+            DELETE FROM spark.lexeme_stats l WHERE l.tenant = t;
+            INSERT INTO spark.lexeme_stats (tenant, lexeme, df)
+            SELECT t, x.lexeme, count(*)
+            FROM spark.memories m, unnest(tsvector_to_array(m.tsv)) x(lexeme)
+            WHERE m.tenant = t
+            GROUP BY x.lexeme
+            HAVING count(*) >= min_df;
+            changed := true;
+        END IF;
+
+        -- a partial HNSW index per model once the tenant holds index_min_vectors of its vectors; dropped when
+        -- it falls below half of that (the gap keeps a tenant near the line from flapping)
+        FOR md IN SELECT e.id, e.dim FROM spark.embedding_models e ORDER BY e.id LOOP
+            SELECT count(*) INTO nv FROM spark.embeddings e WHERE e.tenant = t AND e.model_id = md.id;
+            SELECT v.index_name INTO reg_name FROM spark.tenant_vector_indexes v WHERE v.tenant = t AND v.model_id = md.id;
+            IF reg_name IS NOT NULL AND (nv * 2 < index_min_vectors
+                                         OR to_regclass(format('spark.%I', reg_name)) IS NULL) THEN
+                EXECUTE format('DROP INDEX IF EXISTS spark.%I', reg_name);
+                DELETE FROM spark.tenant_vector_indexes v WHERE v.tenant = t AND v.model_id = md.id;
+                reg_name := NULL;
+                changed := true;
+            END IF;
+            IF reg_name IS NULL AND nv >= index_min_vectors THEN
+                -- the name must fit 63 bytes whatever the tenant is called: a hash of it
+                idx := format('embeddings_hnsw_m%s_t%s', md.id, left(md5(t), 16));
+                EXECUTE format(
+                    'CREATE INDEX %I ON spark.embeddings USING hnsw ((embedding::vector(%s)) vector_cosine_ops) '
+                    'WHERE tenant = %L AND model_id = %s', idx, md.dim, t, md.id);
+                INSERT INTO spark.tenant_vector_indexes (tenant, model_id, index_name, vectors)
+                VALUES (t, md.id, idx, nv);
+                changed := true;
+            END IF;
+        END LOOP;
+        IF changed THEN
+            touched := touched + 1;
+        END IF;
+    END LOOP;
+    RETURN touched;
+END
+$fn$;
+COMMENT ON FUNCTION spark.refresh_tenant_stats(text, boolean, integer) IS
+    'Keep the per-tenant statistics spark.retrieve plans with. tenant: one tenant, or NULL for every tenant. '
+    'Rebuilds spark.lexeme_stats (lexemes held by at least 20 of the tenant''s memories) when they are missing '
+    'or the tenant''s memory count moved by more than a quarter since (force = true: always); creates a '
+    'partial HNSW index over the tenant''s vectors of each model once it holds index_min_vectors (default '
+    '1,500) of them and drops it below half that (spark.tenant_vector_indexes). Returns how many tenants '
+    'changed. Index builds lock writes to spark.embeddings until the transaction ends: commit soon. Ingest '
+    'calls it after each commit; call it after loads that bypass ingest. Errors: 22004 NULL force or '
+    'index_min_vectors, 22023 empty or over-long tenant, index_min_vectors below 1.';
+
+CREATE OR REPLACE FUNCTION spark._keyword_plan(tenants text[], query_text text, budget integer)
+RETURNS TABLE (lexq tsquery[], lexdf double precision[], lexkeys text[], skipped text[])
+LANGUAGE sql STABLE PARALLEL SAFE
+SET search_path = pg_catalog, @vector_schema@, pg_temp
+AS $fn$
+    -- the question's English lexemes, rarest first by their counted document frequency (no count: rare);
+    -- the match reads the lexemes that fit the budget together, the rest are skipped as too common
+    WITH lx AS (
+        SELECT l.lexeme,
+               coalesce((SELECT sum(s.df) FROM spark.lexeme_stats s
+                         WHERE s.tenant = ANY(tenants) AND s.lexeme = l.lexeme), 0)::double precision AS df
+        FROM unnest(to_tsvector('english', coalesce(query_text, ''))) l),
+    plan AS (
+        SELECT lx.lexeme, lx.df,
+               budget = 0 OR sum(lx.df) OVER (ORDER BY lx.df, lx.lexeme) <= budget AS matched
+        FROM lx)
+    SELECT coalesce(array_agg(to_tsquery('simple', quote_literal(p.lexeme)) ORDER BY p.lexeme), '{}'),
+           coalesce(array_agg(CASE WHEN NOT p.matched THEN p.df END ORDER BY p.lexeme), '{}'),
+           coalesce((SELECT array_agg(key ORDER BY key)
+                     FROM plan m, unnest(tenants) t,
+                          unnest(spark._tenant_lexemes(t, array_to_tsvector(ARRAY[m.lexeme]))) key
+                     WHERE m.matched), '{}'),
+           coalesce(array_agg(p.lexeme ORDER BY p.lexeme) FILTER (WHERE NOT p.matched), '{}')
+    FROM plan p
+$fn$;
+COMMENT ON FUNCTION spark._keyword_plan(text[], text, integer) IS
+    'Internal: the keyword plan of query_text for tenants under a match budget (0 = no budget). lexq: one '
+    'single-lexeme tsquery per English lexeme; lexdf: aligned with lexq, NULL for a matched lexeme (its rarity '
+    'is counted on the matches), the counted document frequency for a skipped one; lexkeys: the keys of '
+    'memories_tenant_lexemes_idx (spark._tenant_lexemes format) of the matched lexemes x tenants; skipped: the '
+    'lexemes left out of the match because their counts together exceed budget.';

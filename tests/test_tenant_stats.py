@@ -1,0 +1,302 @@
+"""Per-tenant statistics (lexeme counts) and vector indexes, and how spark.retrieve plans with them."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import psycopg
+import pytest
+from psycopg import errors
+from psycopg.rows import dict_row
+from psycopg.types.json import Jsonb
+
+from spark_pg import schema
+from spark_pg.db import connect
+from spark_pg.embedding import Embedder
+from spark_pg.ingest import ingest
+from spark_pg.records import MemoryIn
+from tests.conftest import temp_database
+
+Conn = psycopg.Connection[Any]
+DIM = 384
+
+
+@pytest.fixture(scope="module")
+def stats_db(server_url: str) -> Iterator[str]:
+    with temp_database(server_url, install=True) as url:
+        yield url
+
+
+@pytest.fixture
+def conn(stats_db: str) -> Iterator[Conn]:
+    """Work rolled back at the end of each test."""
+    connection = connect(stats_db)
+    try:
+        with connection.transaction(force_rollback=True):
+            yield connection
+    finally:
+        connection.close()
+
+
+def model(conn: Conn) -> int:
+    row = conn.execute("SELECT spark.register_model('test-model', %s, 'mean', 256)", (DIM,)).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+def add(conn: Conn, tenant: str, texts: list[str], model_id: int | None = None) -> list[int]:
+    """Insert memories (keys t0, t1, ...) and, with a model, a distinct deterministic vector for each."""
+    start = conn.execute("SELECT count(*) FROM spark.memories WHERE tenant = %s", (tenant,)).fetchone()
+    assert start is not None
+    rows = conn.execute(
+        """INSERT INTO spark.memories (tenant, key, text, descriptor, content_hash)
+           SELECT %(tenant)s, 't' || (%(start)s + n), x, x, '\\x00'
+           FROM unnest(%(texts)s::text[]) WITH ORDINALITY u(x, n)
+           RETURNING id""",
+        {"tenant": tenant, "texts": texts, "start": start[0]},
+    ).fetchall()
+    ids = [r[0] for r in rows]
+    if model_id is not None:
+        conn.execute(
+            """INSERT INTO spark.embeddings (tenant, memory_id, model_id, created_at, embedding)
+               SELECT m.tenant, m.id, %(model_id)s, m.created_at,
+                      (SELECT array_agg(sin(m.id * 7.31 + g * 0.37))::vector
+                       FROM generate_series(1, %(dim)s) g)
+               FROM spark.memories m WHERE m.id = ANY(%(ids)s)""",
+            {"model_id": model_id, "ids": ids, "dim": DIM},
+        )
+    return ids
+
+
+def refresh(conn: Conn, tenant: str | None, force: bool = False, index_min: int = 1500) -> int:
+    row = conn.execute("SELECT spark.refresh_tenant_stats(%s, %s, %s)", (tenant, force, index_min)).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+def lexeme_counts(conn: Conn, tenant: str) -> dict[str, int]:
+    rows = conn.execute("SELECT lexeme, df FROM spark.lexeme_stats WHERE tenant = %s", (tenant,)).fetchall()
+    return dict(rows)
+
+
+def test_refresh_counts_lexemes_held_by_at_least_20_memories(conn: Conn) -> None:
+    add(conn, "lex", [f"deploy the service, step {n}" for n in range(25)] + ["kubernetes probes"] * 5)
+    assert refresh(conn, "lex") == 1
+    # "step" is in 25 memories, "kubernet" in 5: under the cut-off of 20, so not stored
+    assert lexeme_counts(conn, "lex") == {"deploy": 25, "servic": 25, "step": 25}
+    state = conn.execute(
+        "SELECT memories, lexeme_min_df FROM spark.tenant_stats WHERE tenant = 'lex'"
+    ).fetchone()
+    assert state == (30, 20)
+
+
+def test_refresh_rebuilds_only_when_the_tenant_moved_by_a_quarter(conn: Conn) -> None:
+    add(conn, "grow", [f"deploy {n}" for n in range(24)])
+    assert refresh(conn, "grow") == 1
+    assert refresh(conn, "grow") == 0
+    add(conn, "grow", ["deploy again"] * 6)  # 30 = 24 x 1.25: not more than a quarter
+    assert refresh(conn, "grow") == 0
+    assert lexeme_counts(conn, "grow") == {"deploy": 24}
+    add(conn, "grow", ["deploy once more"])
+    assert refresh(conn, "grow") == 1
+    assert lexeme_counts(conn, "grow") == {"deploy": 31}
+    assert refresh(conn, "grow", force=True) == 1
+
+
+def test_refresh_of_every_tenant_and_of_an_emptied_one(conn: Conn) -> None:
+    add(conn, "a", ["alpha release"] * 20)
+    add(conn, "b", ["beta release"] * 20)
+    assert refresh(conn, None) >= 2
+    assert lexeme_counts(conn, "a") == {"alpha": 20, "releas": 20}
+    assert lexeme_counts(conn, "b") == {"beta": 20, "releas": 20}
+    conn.execute("DELETE FROM spark.memories WHERE tenant = 'a'")
+    assert refresh(conn, None) == 1
+    assert lexeme_counts(conn, "a") == {}
+    assert conn.execute("SELECT count(*) FROM spark.tenant_stats WHERE tenant = 'a'").fetchone() == (0,)
+    assert refresh(conn, "nobody") == 0  # an unknown tenant is not an error
+
+
+@pytest.mark.parametrize(
+    ("args", "error", "names"),
+    [
+        (("t", None, 10), errors.NullValueNotAllowed, "force"),
+        (("t", False, None), errors.NullValueNotAllowed, "index_min_vectors"),
+        (("t", False, 0), errors.InvalidParameterValue, "index_min_vectors"),
+        (("", False, 10), errors.InvalidParameterValue, "tenant"),
+    ],
+)
+def test_refresh_rejects_bad_input(
+    conn: Conn, args: tuple[Any, ...], error: type[Exception], names: str
+) -> None:
+    with pytest.raises(error, match=names):
+        conn.execute("SELECT spark.refresh_tenant_stats(%s, %s, %s)", args)
+
+
+def test_keyword_plan_keys_match_the_index_and_never_cross_tenants(conn: Conn) -> None:
+    row = conn.execute(
+        """SELECT (spark._keyword_plan(ARRAY['a:b', 'a'], 'Rotating tokens', 0)).lexkeys,
+                  spark._tenant_lexemes('a:b', to_tsvector('english', 'tokens rotate')),
+                  spark._tenant_lexemes('a', to_tsvector('english', 'b:token'))"""
+    ).fetchone()
+    assert row is not None
+    query_keys, stored_ab, stored_a = row
+    assert sorted(stored_ab) == ["3:a:b:rotat", "3:a:b:token"]
+    assert set(stored_ab) <= set(query_keys)
+    # tenant "a" with a lexeme that starts like tenant "a:b" still spells a different key
+    assert not set(stored_a) & set(stored_ab)
+    empty = conn.execute("SELECT * FROM spark._keyword_plan(ARRAY['a'], 'the of and', 10)").fetchone()
+    assert empty == ([], [], [], [])
+
+
+def plan(conn: Conn, tenants: list[str], query: str, budget: int) -> dict[str, Any]:
+    cur = conn.cursor(row_factory=dict_row)
+    row = cur.execute(
+        "SELECT lexq::text[] AS lexq, lexdf, lexkeys, skipped FROM spark._keyword_plan(%s, %s, %s)",
+        (tenants, query, budget),
+    ).fetchone()
+    assert row is not None
+    return row
+
+
+def test_keyword_plan_spends_the_budget_on_the_rarest_lexemes(conn: Conn) -> None:
+    conn.execute(
+        """INSERT INTO spark.tenant_stats (tenant, memories, lexeme_min_df)
+           VALUES ('t', 1000, 20), ('u', 10, 20);
+           INSERT INTO spark.lexeme_stats (tenant, lexeme, df)
+           VALUES ('t', 'deploy', 500), ('t', 'kubernet', 30), ('u', 'kubernet', 40)"""
+    )
+    p = plan(conn, ["t"], "Kubernetes deploy rollback", 100)
+    assert p["lexq"] == ["'deploy'", "'kubernet'", "'rollback'"]
+    # rollback (no count: rare) and kubernet (30) fit 100 together; deploy (500) does not
+    assert p["skipped"] == ["deploy"]
+    assert p["lexdf"] == [500, None, None]
+    assert sorted(p["lexkeys"]) == ["1:t:kubernet", "1:t:rollback"]
+    # counts add up over the tenants searched together: 70 for kubernet
+    assert plan(conn, ["t", "u"], "Kubernetes deploy rollback", 60)["skipped"] == ["deploy", "kubernet"]
+    assert plan(conn, ["t", "u"], "Kubernetes deploy rollback", 70)["skipped"] == ["deploy"]
+    unlimited = plan(conn, ["t"], "Kubernetes deploy rollback", 0)
+    assert unlimited["skipped"] == [] and unlimited["lexdf"] == [None, None, None]
+    assert len(unlimited["lexkeys"]) == 3
+
+
+def explain(
+    conn: Conn, tenant: str, query: str, vector: str | None = None, **params: Any
+) -> list[dict[str, Any]]:
+    cur = conn.cursor(row_factory=dict_row)
+    return cur.execute(
+        "SELECT * FROM spark.explain(tenant => %s, query_text => %s, query_embedding => %s::vector, k => 5, "
+        "params => %s)",
+        (tenant, query, vector, Jsonb(params)),
+    ).fetchall()
+
+
+def test_retrieve_skips_common_lexemes_from_the_match_but_still_scores_them(conn: Conn) -> None:
+    add(conn, "kw", [f"deploy step {n} of the release" for n in range(30)])
+    add(conn, "kw", ["Kubernetes deploy needs liveness probes"])
+    refresh(conn, "kw")
+    budgeted = explain(conn, "kw", "kubernetes deploy", keyword_match_budget=10)
+    full = explain(conn, "kw", "kubernetes deploy", keyword_match_budget=0)
+    for rows in (budgeted, full):
+        assert rows[0]["text"] == "Kubernetes deploy needs liveness probes"
+        assert rows[0]["keyword_score"] == pytest.approx(1.0)
+    assert budgeted[0]["why"]["keyword_skipped"] == ["deploy"]
+    assert "keyword_skipped" not in full[0]["why"]
+    # memories holding only the skipped lexeme leave the keyword pools ...
+    deploy_only = [r for r in budgeted if r["text"].startswith("deploy step")]
+    assert deploy_only, "the recent pool should still bring some of them"
+    assert not any(p.startswith("keyword") for r in deploy_only for p in r["pools"])
+    assert any(
+        p.startswith("keyword") for r in full if r["text"].startswith("deploy step") for p in r["pools"]
+    )
+    # ... but keep a keyword score, weighted by the counted rarity of "deploy" (31 of 31 memories)
+    full_scores = {r["memory_id"]: r["keyword_score"] for r in full}
+    for r in deploy_only:
+        assert 0 < r["keyword_score"] == pytest.approx(full_scores[r["memory_id"]], abs=0.02)
+
+
+def test_tenant_index_is_built_used_and_dropped(conn: Conn) -> None:
+    mid = model(conn)
+    ids = add(conn, "big", [f"note {n}" for n in range(40)], mid)
+    add(conn, "small", [f"note {n}" for n in range(5)], mid)
+    assert refresh(conn, None, index_min=20) >= 2
+    registry = conn.execute(
+        "SELECT tenant, model_id, index_name, vectors FROM spark.tenant_vector_indexes"
+    ).fetchall()
+    assert [(t, m, v) for t, m, _, v in registry] == [("big", mid, 40)]
+    name = registry[0][2]
+    indexdef = conn.execute("SELECT indexdef FROM pg_indexes WHERE indexname = %s", (name,)).fetchone()
+    assert indexdef is not None and "hnsw" in indexdef[0] and "'big'" in indexdef[0]
+
+    conn.execute("SET LOCAL hnsw.ef_search = 100")
+    target = conn.execute(
+        "SELECT embedding::text FROM spark.embeddings WHERE memory_id = %s", (ids[7],)
+    ).fetchone()
+    assert target is not None
+
+    def pool(exact_max: int) -> tuple[list[int], dict[str, str]]:
+        row = conn.execute(
+            "SELECT ids, scans FROM spark._semantic_pool(ARRAY['big', '_system'], %s::vector, now(), 10, %s, "
+            "%s::smallint, %s)",
+            (target[0], exact_max, mid, DIM),
+        ).fetchone()
+        assert row is not None
+        return row[0], row[1]
+
+    by_index, scans = pool(1000)
+    assert scans == {"big": "tenant_hnsw", "_system": "exact"}
+    assert by_index[0] == ids[7] and len(by_index) == 10
+    rows = explain(conn, "big", "note", target[0])
+    assert rows[0]["memory_id"] == ids[7]
+    assert rows[0]["why"]["semantic_scan"] == {"big": "tenant_hnsw", "_system": "exact"}
+
+    conn.execute("DELETE FROM spark.tenant_vector_indexes")  # unregistered: exact, then the shared graph
+    exact, scans = pool(1000)
+    assert scans["big"] == "exact" and exact == by_index
+    shared, scans = pool(10)
+    assert scans["big"] == "hnsw" and shared == by_index
+
+    # registered but missing: rebuilt
+    conn.execute(f'DROP INDEX spark."{name}"')
+    conn.execute(
+        "INSERT INTO spark.tenant_vector_indexes (tenant, model_id, index_name, vectors) "
+        "VALUES ('big', %s, %s, 40)",
+        (mid, name),
+    )
+    assert refresh(conn, "big", index_min=20) == 1
+    assert conn.execute("SELECT to_regclass(%s) IS NOT NULL", (f"spark.{name}",)).fetchone() == (True,)
+
+    # 15 left: under 20 but not under half of it, kept; 9 left: dropped
+    conn.execute("DELETE FROM spark.memories WHERE id = ANY(%s)", (ids[:25],))
+    refresh(conn, "big", index_min=20)
+    assert conn.execute("SELECT count(*) FROM spark.tenant_vector_indexes").fetchone() == (1,)
+    conn.execute("DELETE FROM spark.memories WHERE id = ANY(%s)", (ids[25:31],))
+    refresh(conn, "big", index_min=20)
+    assert conn.execute("SELECT count(*) FROM spark.tenant_vector_indexes").fetchone() == (0,)
+    assert conn.execute("SELECT to_regclass(%s)", (f"spark.{name}",)).fetchone() == (None,)
+
+
+def test_ingest_refreshes_the_tenants_it_touched(conn: Conn, embedder: Embedder) -> None:
+    records = [
+        MemoryIn(tenant="ingested", key=f"k{n}", text=f"Rotate the API keys, reminder {n}") for n in range(21)
+    ]
+    ingest(conn, records, embedder)
+    assert conn.execute("SELECT memories FROM spark.tenant_stats WHERE tenant = 'ingested'").fetchone() == (
+        21,
+    )
+    assert lexeme_counts(conn, "ingested")["rotat"] == 21
+
+
+def test_downgrade_drops_the_tenant_indexes(fresh_db: str) -> None:
+    schema.install(fresh_db)
+    with connect(fresh_db) as c:
+        mid = model(c)
+        add(c, "big", [f"note {n}" for n in range(12)], mid)
+        refresh(c, "big", index_min=10)
+        c.commit()
+        row = c.execute("SELECT index_name FROM spark.tenant_vector_indexes").fetchone()
+        assert row is not None
+    schema.downgrade(fresh_db, "0004_embeddings_table")
+    with connect(fresh_db) as c:
+        assert c.execute("SELECT to_regclass(%s)", (f"spark.{row[0]}",)).fetchone() == (None,)
+        assert c.execute("SELECT to_regclass('spark.tenant_stats')").fetchone() == (None,)
