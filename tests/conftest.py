@@ -119,15 +119,22 @@ def installed_db(server_url: str) -> Iterator[str]:
         yield url
 
 
-@pytest.fixture
-def conn(db_url: str) -> Iterator[psycopg.Connection[Any]]:
-    """A connection whose work is rolled back at the end of the test."""
-    connection = connect(db_url)
+@contextmanager
+def rolled_back(url: str) -> Iterator[psycopg.Connection[Any]]:
+    """A connection to ``url`` inside a transaction that is rolled back at the end."""
+    connection = connect(url)
     try:
         with connection.transaction(force_rollback=True):
             yield connection
     finally:
         connection.close()
+
+
+@pytest.fixture
+def conn(db_url: str) -> Iterator[psycopg.Connection[Any]]:
+    """A connection whose work is rolled back at the end of the test."""
+    with rolled_back(db_url) as connection:
+        yield connection
 
 
 @pytest.fixture(scope="session")

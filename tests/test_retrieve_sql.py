@@ -17,7 +17,7 @@ from spark_pg.db import connect
 from spark_pg.embedding import Embedder
 from spark_pg.ingest import ingest
 from spark_pg.records import MemoryIn
-from tests.conftest import temp_database
+from tests.conftest import rolled_back, temp_database
 
 Conn = psycopg.Connection[Any]
 NOW = datetime(2026, 6, 1, 12, tzinfo=UTC)
@@ -77,12 +77,8 @@ def rdb(server_url: str, model_settings: Settings, embedder: Embedder) -> Iterat
 
 @pytest.fixture
 def conn(rdb: str) -> Iterator[Conn]:
-    connection = connect(rdb)
-    try:
-        with connection.transaction(force_rollback=True):
-            yield connection
-    finally:
-        connection.close()
+    with rolled_back(rdb) as connection:
+        yield connection
 
 
 def retrieve(

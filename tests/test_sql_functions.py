@@ -9,8 +9,7 @@ import psycopg
 import pytest
 from psycopg import errors
 
-from spark_pg.db import connect
-from tests.conftest import temp_database
+from tests.conftest import rolled_back, temp_database
 
 Conn = psycopg.Connection[Any]
 DIM = 384
@@ -26,12 +25,8 @@ def sql_db(server_url: str) -> Iterator[str]:
 @pytest.fixture
 def conn(sql_db: str) -> Iterator[Conn]:
     """Work rolled back at the end of each test."""
-    connection = connect(sql_db)
-    try:
-        with connection.transaction(force_rollback=True):
-            yield connection
-    finally:
-        connection.close()
+    with rolled_back(sql_db) as connection:
+        yield connection
 
 
 def vec(*head: float) -> str:

@@ -16,7 +16,7 @@ from spark_pg.db import connect
 from spark_pg.embedding import Embedder
 from spark_pg.ingest import ingest
 from spark_pg.records import MemoryIn
-from tests.conftest import temp_database
+from tests.conftest import rolled_back, temp_database
 
 Conn = psycopg.Connection[Any]
 DIM = 384
@@ -31,12 +31,8 @@ def stats_db(server_url: str) -> Iterator[str]:
 @pytest.fixture
 def conn(stats_db: str) -> Iterator[Conn]:
     """Work rolled back at the end of each test."""
-    connection = connect(stats_db)
-    try:
-        with connection.transaction(force_rollback=True):
-            yield connection
-    finally:
-        connection.close()
+    with rolled_back(stats_db) as connection:
+        yield connection
 
 
 def model(conn: Conn) -> int:
