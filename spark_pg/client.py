@@ -25,6 +25,7 @@ from spark_pg.errors import InputError
 from spark_pg.ingest import IngestResult, ingest
 from spark_pg.records import MemoryIn, read_file, validate_row
 from spark_pg.retrieve import Candidate, Retrieved, explain, retrieve
+from spark_pg.triggers import load_rules, sync_rules
 
 SYSTEM_TENANT = "_system"
 
@@ -94,12 +95,16 @@ class SparkClient:
         return self.ingest_records(records, progress=progress, label=path.name)
 
     def load_seed_pack(self, *, progress: bool = False) -> IngestResult:
-        """Load (or refresh) the cold-start pack into the shared system tenant."""
+        """Load (or refresh) the cold-start pack and its trigger rules into the shared system tenant."""
         pack = resources.files("spark_pg") / "data" / "seed_pack.yaml"
         with resources.as_file(pack) as path:
             records = read_file(path, SYSTEM_TENANT)
         seeded = [replace(r, kind="seed", source="system_default") for r in records]
-        return self.ingest_records(seeded, progress=progress, label="cold-start pack")
+        result = self.ingest_records(seeded, progress=progress, label="cold-start pack")
+        rules = resources.files("spark_pg") / "data" / "trigger_rules.yaml"
+        with resources.as_file(rules) as path:
+            sync_rules(self.conn, SYSTEM_TENANT, load_rules(path))
+        return result
 
     def retrieve_params(self, params: Mapping[str, Any] | None = None) -> dict[str, Any]:
         """spark.retrieve params: the configured retrieval.* keys, then ``params``."""

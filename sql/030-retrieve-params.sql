@@ -15,6 +15,7 @@ SELECT jsonb_build_object(
     'pool_recent', 10,             -- newest memories inside the recent window
     'pool_random', 10,             -- a random sample of older memories (seeded, reproducible)
     'pool_pinned', 10,             -- tier = pinned
+    'pool_trigger', 10,            -- memories named by the trigger rules whose patterns match trigger_text
     'recent_days', 7,              -- the recent window
     'half_life_days', 30,          -- recency halves every N days ...
     'recency_floor', 0.1,          -- ... but never drops below this
@@ -22,12 +23,14 @@ SELECT jsonb_build_object(
     'w_keyword', 1.0,
     'w_recency', 0.05,
     'w_outcome', 0.1,
+    'w_trigger', 0.3,              -- weighted fusion: x the matching rule's confidence
     'rrf_k', 60,                   -- rrf: sum over the pools that found an item of rrf_w_<pool> / (rrf_k + rank)
     'rrf_w_semantic', 1.0,
     'rrf_w_keyword', 1.0,          -- both keyword pools
     'rrf_w_recent', 0.2,
     'rrf_w_random', 0.1,
     'rrf_w_pinned', 0.5,
+    'rrf_w_trigger', 1.0,
     'min_similarity', 0.25,        -- gate for candidates whose only evidence is semantic
     'min_fusion_score', 0.2,       -- the decision gate on the fused score
     'adaptive_ratio', 0.4,         -- adaptive / high_precision: also drop scores below ratio x best
@@ -38,6 +41,10 @@ SELECT jsonb_build_object(
     'dup_similarity', 0.85,        -- this similar to a chosen item (or to its duplicates): dropped
     'restate_similarity', 0.72,    -- this similar to a chosen item and restate_margin closer to it than to
     'restate_margin', 0.25,        -- the query: a restatement, dropped
+    'min_actionability', 0,        -- drop memories scored below this at ingestion (triggers and pinned pass)
+    'domains', NULL,               -- allowed action domains (JSON array of strings); NULL = all; general always
+    'domain_min', 3,               -- ... unless that leaves fewer than this many candidates: then no filter
+    'trigger_text', NULL,          -- the text trigger rules match (the tool call); NULL = query_text
     'include_system', true,        -- include the cold-start pack (tenant _system)
     'use_cache', true,             -- with query_embedding NULL, look the text up in spark.query_embeddings
     'ef_search', 100,              -- hnsw.ef_search for the semantic pool
@@ -63,6 +70,8 @@ DECLARE
     ranges constant jsonb := '{
         "pool_semantic": [0, 1000, 1], "pool_keyword_recent": [0, 1000, 1], "pool_keyword_old": [0, 1000, 1],
         "pool_recent": [0, 1000, 1], "pool_random": [0, 1000, 1], "pool_pinned": [0, 1000, 1],
+        "pool_trigger": [0, 1000, 1], "w_trigger": [0, 10, 0], "rrf_w_trigger": [0, 10, 0],
+        "min_actionability": [0, 1, 0], "domain_min": [0, 1000, 1],
         "recent_days": [0, 36500, 0], "half_life_days": [0.001, 36500, 0], "recency_floor": [0, 1, 0],
         "w_similarity": [0, 10, 0], "w_keyword": [0, 10, 0], "w_recency": [0, 10, 0], "w_outcome": [0, 10, 0],
         "rrf_k": [1, 1000, 0], "rrf_w_semantic": [0, 10, 0], "rrf_w_keyword": [0, 10, 0],
@@ -113,6 +122,17 @@ BEGIN
         ELSIF item.key = 'precision_mode' THEN
             IF item.value NOT IN ('"high_recall"', '"adaptive"', '"high_precision"') THEN
                 RAISE EXCEPTION 'params.precision_mode must be "high_recall", "adaptive" or "high_precision", got %',
+                    item.value USING ERRCODE = 'invalid_parameter_value';
+            END IF;
+        ELSIF item.key = 'trigger_text' THEN
+            IF jsonb_typeof(item.value) NOT IN ('string', 'null') THEN
+                RAISE EXCEPTION 'params.trigger_text must be a string or null, got %', item.value
+                    USING ERRCODE = 'invalid_parameter_value';
+            END IF;
+        ELSIF item.key = 'domains' THEN
+            IF jsonb_typeof(item.value) <> 'null' AND (jsonb_typeof(item.value) <> 'array' OR EXISTS (
+                   SELECT 1 FROM jsonb_array_elements(item.value) d WHERE jsonb_typeof(d) <> 'string')) THEN
+                RAISE EXCEPTION 'params.domains must be null or an array of action-domain strings, got %',
                     item.value USING ERRCODE = 'invalid_parameter_value';
             END IF;
         ELSIF item.key = 'as_of' THEN

@@ -14,6 +14,16 @@ $fn$;
 COMMENT ON FUNCTION spark._or_tsquery(text) IS
     'Internal: OR tsquery of the English lexemes of query_text (NULL when it has none, e.g. only stop words).';
 
+CREATE OR REPLACE FUNCTION spark._priority_bonus(priority text)
+RETURNS double precision
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+SET search_path = pg_catalog, @vector_schema@, pg_temp
+AS $fn$
+    SELECT CASE priority WHEN 'critical' THEN 0.3 WHEN 'high' THEN 0.2 WHEN 'background' THEN -0.1 ELSE 0 END
+$fn$;
+COMMENT ON FUNCTION spark._priority_bonus(text) IS
+    'Internal: the fusion factor bonus of a priority (critical +0.3, high +0.2, background -0.1, else 0; NULL: 0).';
+
 CREATE OR REPLACE FUNCTION spark._pool_weight(params jsonb, pool text)
 RETURNS double precision
 LANGUAGE sql IMMUTABLE PARALLEL SAFE
@@ -136,15 +146,19 @@ DROP FUNCTION IF EXISTS spark._candidates(text[], vector, timestamptz, tsquery, 
     double precision, double precision, double precision, tsquery[], bigint[], double precision[], smallint);
 DROP FUNCTION IF EXISTS spark._candidates(text[], vector, timestamptz, tsquery, jsonb, text, timestamptz, text,
     double precision, double precision, double precision, tsquery[], bigint[], double precision[], smallint, text[]);
+DROP FUNCTION IF EXISTS spark._candidates(text[], vector, timestamptz, tsquery, jsonb, text, timestamptz, text,
+    double precision, double precision, double precision, tsquery[], bigint[], double precision[], smallint, text[],
+    double precision[]);
 CREATE OR REPLACE FUNCTION spark._candidates(
     tenants text[], qvec vector, as_of timestamptz, tsq tsquery, p jsonb, own text, cutoff timestamptz,
     query_text text, min_sim double precision, min_fuse double precision, ratio double precision,
     lexq tsquery[], sem_ids bigint[], sem_dist double precision[], model_id smallint, lexkeys text[],
-    lexdf double precision[])
+    lexdf double precision[], trigger_text text)
 RETURNS TABLE (id bigint, key text, text text, category text, kind text, system_default boolean,
                created_at timestamptz, content_hash bytea, emb vector, prio_label text, sim double precision,
                kw double precision, rec double precision, outc double precision, prio double precision,
-               pools text[], pool_ranks jsonb, r_sim bigint, r_kw bigint, r_rec bigint, r_out bigint,
+               pools text[], pool_ranks jsonb, trig double precision, extra jsonb, domain_ok boolean,
+               act_ok boolean, r_sim bigint, r_kw bigint, r_rec bigint, r_out bigint,
                score double precision, passed_by text, terms jsonb, gate_status text, pre_status text)
 LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, @vector_schema@, pg_temp
@@ -187,6 +201,16 @@ BEGIN
                             AND mm.id >= b.lo + abs(hashtext($8 || ':' || ($5 ->> 'seed') || ':' || g) % (b.hi - b.lo + 1))
                           ORDER BY mm.id LIMIT 1) pr
             LIMIT ($5 ->> 'pool_random')::integer),
+        -- the trigger pool: rules of the tenant (and the pack) whose patterns match the trigger text surface
+        -- the memories they name; shadow rules never surface (the advisor logs their hits itself)
+        trig AS MATERIALIZED (
+            SELECT DISTINCT ON (mm.id) mm.id, r.confidence::double precision AS conf, r.priority, r.interrupt,
+                   r.name, array_agg(r.name) OVER (PARTITION BY mm.id) AS rules
+            FROM spark.trigger_rules r
+            JOIN spark.memories mm ON mm.tenant = ANY($1) AND mm.key = ANY(r.surface) AND mm.created_at <= $3
+            WHERE $18 IS NOT NULL AND r.tenant = ANY($1) AND NOT r.shadow
+              AND $18 ~* r.pattern AND (r.context_pattern IS NULL OR $18 ~* r.context_pattern)
+            ORDER BY mm.id, r.confidence DESC, r.interrupt DESC, r.name),
         pools AS (
             SELECT s.id, 'semantic'::text AS pool, row_number() OVER (ORDER BY s.dist, s.id) AS rnk FROM sem s
             UNION ALL
@@ -205,6 +229,10 @@ BEGIN
                 ORDER BY mm.created_at DESC LIMIT ($5 ->> 'pool_recent')::integer) r
             UNION ALL
             SELECT pb.id, 'random', row_number() OVER (ORDER BY pb.id) FROM probes pb
+            UNION ALL
+            SELECT x.id, 'trigger', row_number() OVER (ORDER BY x.conf DESC, x.id) FROM (
+                SELECT t.id, t.conf FROM trig t ORDER BY t.conf DESC, t.id
+                LIMIT ($5 ->> 'pool_trigger')::integer) x
             UNION ALL
             SELECT pn.id, 'pinned', row_number() OVER (ORDER BY pn.importance DESC, pn.id) FROM (
                 SELECT mm.id, mm.importance FROM spark.memories mm
@@ -226,10 +254,24 @@ BEGIN
                             power(0.5, greatest(0, extract(epoch FROM ($3 - mm.created_at)) / 86400.0)
                                        / ($5 ->> 'half_life_days')::double precision))::double precision AS rec,
                    mm.reliability::double precision AS outc,
-                   CASE mm.priority WHEN 'critical' THEN 0.3 WHEN 'high' THEN 0.2 WHEN 'background' THEN -0.1
-                        ELSE 0 END::double precision AS prio,
-                   cand.pools, cand.pool_ranks
+                   -- a trigger can raise the priority of what it surfaces, never lower it
+                   greatest(spark._priority_bonus(mm.priority), spark._priority_bonus(tg.priority))
+                       ::double precision AS prio,
+                   cand.pools, cand.pool_ranks,
+                   coalesce(tg.conf, 0) AS trig,
+                   nullif(jsonb_strip_nulls(jsonb_build_object(
+                       'trigger', CASE WHEN tg.id IS NOT NULL THEN jsonb_build_object(
+                           'rules', to_jsonb(tg.rules), 'confidence', round(tg.conf::numeric, 3),
+                           'priority', tg.priority, 'interrupt', tg.interrupt) END,
+                       'action_domain', mm.action_domain,
+                       'actionability', round(mm.actionability::numeric, 3))), '{}') AS extra,
+                   $5 -> 'domains' = 'null' OR coalesce(mm.action_domain, 'general') = 'general'
+                       OR $5 -> 'domains' ? mm.action_domain OR tg.id IS NOT NULL OR mm.tier = 'pinned'
+                       AS domain_ok,
+                   mm.actionability IS NULL OR mm.actionability >= ($5 ->> 'min_actionability')::double precision
+                       OR tg.id IS NOT NULL OR mm.tier = 'pinned' AS act_ok
             FROM cand
+            LEFT JOIN trig tg ON tg.id = cand.id
             -- one primary-key probe per candidate (a join could scan the whole tenant)
             CROSS JOIN LATERAL (SELECT * FROM spark.memories m1
                                 WHERE m1.tenant = ANY($1) AND m1.id = cand.id LIMIT 1) mm
@@ -245,6 +287,7 @@ BEGIN
         w AS (
             SELECT ($5 ->> 'w_similarity')::double precision AS ws, ($5 ->> 'w_keyword')::double precision AS wk,
                    ($5 ->> 'w_recency')::double precision AS wr, ($5 ->> 'w_outcome')::double precision AS wo,
+                   ($5 ->> 'w_trigger')::double precision AS wt,
                    ($5 ->> 'rrf_k')::double precision AS rk, $5 ->> 'fusion' AS fusion),
         fused AS (
             SELECT ranked.*,
@@ -257,8 +300,10 @@ BEGIN
                                           + spark._pool_weight($5, 'recent') + spark._pool_weight($5, 'pinned'))
                                          / (w.rk + 1), 0), 0)
                    ELSE w.ws * coalesce(ranked.sim, 0) + w.wk * ranked.kw + w.wr * ranked.rec + w.wo * ranked.outc
+                        + w.wt * ranked.trig
                    END * (1 + ranked.prio) AS score,
-                   CASE WHEN 'pinned' = ANY(ranked.pools) THEN 'pinned'
+                   CASE WHEN ranked.trig > 0 THEN 'trigger'
+                        WHEN 'pinned' = ANY(ranked.pools) THEN 'pinned'
                         WHEN ranked.kw > 0 THEN 'keyword match'
                         WHEN ranked.sim >= $9 THEN 'similarity' END AS passed_by,
                    CASE WHEN w.fusion = 'rrf' THEN (
@@ -269,7 +314,10 @@ BEGIN
                             'similarity', round((w.ws * coalesce(ranked.sim, 0))::numeric, 4),
                             'keyword', round((w.wk * ranked.kw)::numeric, 4),
                             'recency', round((w.wr * ranked.rec)::numeric, 4),
-                            'outcome', round((w.wo * ranked.outc)::numeric, 4)) END
+                            'outcome', round((w.wo * ranked.outc)::numeric, 4))
+                             || CASE WHEN ranked.trig > 0
+                                     THEN jsonb_build_object('trigger', round((w.wt * ranked.trig)::numeric, 4))
+                                     ELSE '{}' END END
                    || jsonb_build_object('priority_factor', 1 + ranked.prio) AS terms
             FROM ranked, w),
         gated AS (
@@ -277,23 +325,32 @@ BEGIN
                    CASE WHEN fused.passed_by IS NULL THEN
                             format('dropped: gate min_similarity (similarity %s < %s, no keyword match)',
                                    coalesce(round(fused.sim::numeric, 3)::text, 'none'), round($9::numeric, 3))
+                        WHEN NOT fused.act_ok THEN
+                            format('dropped: not actionable (actionability %s < %s)',
+                                   round((fused.extra ->> 'actionability')::numeric, 3),
+                                   $5 ->> 'min_actionability')
                         WHEN fused.score < $10 THEN
                             format('dropped: gate min_fusion_score (%s < %s)', round(fused.score::numeric, 4),
                                    round($10::numeric, 3)) END AS gate_status
             FROM fused)
         SELECT gated.*,
-               CASE WHEN gated.gate_status IS NULL AND gated.score < $11 * max(gated.score) FILTER (
-                        WHERE gated.gate_status IS NULL) OVER () THEN
-                   format('dropped: adaptive cutoff (%s < %s x best %s)', round(gated.score::numeric, 4), $11,
-                          round((max(gated.score) FILTER (WHERE gated.gate_status IS NULL) OVER ())::numeric, 4))
-                    ELSE gated.gate_status END AS pre_status
+               CASE WHEN gated.gate_status IS NOT NULL THEN gated.gate_status
+                    -- the action-domain filter, relaxed when it would leave fewer than domain_min
+                    WHEN NOT gated.domain_ok AND count(*) FILTER (WHERE gated.gate_status IS NULL AND gated.domain_ok)
+                                                 OVER () >= ($5 ->> 'domain_min')::integer THEN
+                        format('dropped: action domain %s is not one of %s', gated.extra ->> 'action_domain',
+                               $5 -> 'domains')
+                    WHEN gated.score < $11 * max(gated.score) FILTER (WHERE gated.gate_status IS NULL) OVER () THEN
+                        format('dropped: adaptive cutoff (%s < %s x best %s)', round(gated.score::numeric, 4), $11,
+                               round((max(gated.score) FILTER (WHERE gated.gate_status IS NULL) OVER ())::numeric, 4))
+                    END AS pre_status
         FROM gated
         ORDER BY (gated.gate_status IS NULL) DESC, gated.score DESC, gated.id;
 END
 $fn$;
 COMMENT ON FUNCTION spark._candidates(text[], vector, timestamptz, tsquery, jsonb, text, timestamptz, text,
     double precision, double precision, double precision, tsquery[], bigint[], double precision[], smallint, text[],
-    double precision[]) IS
+    double precision[], text) IS
     'Internal: every candidate of spark.retrieve (pools merged with UNION ALL, signals, fusion, gates), '
     'survivors of the gates first, best first. A static statement, so its plan can be cached; the semantic '
     'pool (which needs the model''s partial HNSW index) is computed by the caller and passed as sem_ids.';
@@ -335,7 +392,7 @@ DECLARE
     sims double precision[] := '{}'; kws double precision[] := '{}'; recs double precision[] := '{}';
     outs double precision[] := '{}'; prios double precision[] := '{}'; prio_labels text[] := '{}';
     poolz text[] := '{}'; pool_ranks jsonb[] := '{}'; terms jsonb[] := '{}'; passed text[] := '{}';
-    pre text[] := '{}';
+    pre text[] := '{}'; trigs double precision[] := '{}'; extras jsonb[] := '{}';
     -- survivors of the gates, best first (index s into these arrays; rows_all index in surv)
     surv integer[] := '{}';
     ns integer := 0;
@@ -439,14 +496,15 @@ BEGIN
     END IF;
     FOR c IN SELECT * FROM spark._candidates(tenants, qvec, at, tsq, p, tenant, cutoff, query_text, min_sim, min_fuse,
                                              ratio, kplan.lexq, coalesce(sem_ids, '{}'), coalesce(sem_dist, '{}'),
-                                             mdl.id, kplan.lexkeys, kplan.lexdf)
+                                             mdl.id, kplan.lexkeys, kplan.lexdf,
+                                             left(coalesce(p ->> 'trigger_text', query_text), 1000))
     LOOP
         n := n + 1;
         ids[n] := c.id; keys[n] := c.key; texts[n] := c.text; cats_all[n] := c.category; kinds[n] := c.kind;
         sysd[n] := c.system_default; created[n] := c.created_at; scores_all[n] := c.score; sims[n] := c.sim;
         kws[n] := c.kw; recs[n] := c.rec; outs[n] := c.outc; prios[n] := c.prio; prio_labels[n] := c.prio_label;
         poolz[n] := array_to_string(c.pools, ','); pool_ranks[n] := c.pool_ranks; terms[n] := c.terms;
-        passed[n] := c.passed_by; pre[n] := c.pre_status;
+        passed[n] := c.passed_by; pre[n] := c.pre_status; trigs[n] := c.trig; extras[n] := c.extra;
         IF c.pre_status IS NULL AND ns < m_max THEN
             ns := ns + 1;
             surv[ns] := n;
@@ -530,12 +588,12 @@ BEGIN
         status := 'surfaced';
         memory_id := ids[i]; key := keys[i]; text := texts[i]; category := cats_all[i]; kind := kinds[i];
         system_default := sysd[i]; created_at := created[i]; score := scores_all[i]; semantic_sim := sims[i];
-        keyword_score := kws[i]; recency := recs[i]; outcome := outs[i]; trigger_conf := 0;
+        keyword_score := kws[i]; recency := recs[i]; outcome := outs[i]; trigger_conf := trigs[i];
         priority := prios[i]; pools := string_to_array(poolz[i], ',');
         why := spark._why(rank, status, pool_ranks[i], p ->> 'fusion', scores_all[i],
                           terms[i] || jsonb_build_object('mmr_penalty', round(penalty[j]::numeric, 4)),
                           min_sim, passed[i], min_fuse, ratio, prio_labels[i], created[i], qsource, mode)
-               || jsonb_build_object('semantic_scan', sem_scan) || skipped_note;
+               || jsonb_build_object('semantic_scan', sem_scan) || skipped_note || coalesce(extras[i], '{}');
         RETURN NEXT;
     END LOOP;
     IF NOT full_report THEN
@@ -553,11 +611,11 @@ BEGIN
         status := coalesce(st, 'not chosen: below the top k');
         memory_id := ids[i]; key := keys[i]; text := texts[i]; category := cats_all[i]; kind := kinds[i];
         system_default := sysd[i]; created_at := created[i]; score := scores_all[i]; semantic_sim := sims[i];
-        keyword_score := kws[i]; recency := recs[i]; outcome := outs[i]; trigger_conf := 0;
+        keyword_score := kws[i]; recency := recs[i]; outcome := outs[i]; trigger_conf := trigs[i];
         priority := prios[i]; pools := string_to_array(poolz[i], ',');
         why := spark._why(NULL, status, pool_ranks[i], p ->> 'fusion', scores_all[i], terms[i], min_sim, passed[i],
                           min_fuse, ratio, prio_labels[i], created[i], qsource, mode)
-               || jsonb_build_object('semantic_scan', sem_scan) || skipped_note;
+               || jsonb_build_object('semantic_scan', sem_scan) || skipped_note || coalesce(extras[i], '{}');
         RETURN NEXT;
     END LOOP;
 END

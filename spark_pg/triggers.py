@@ -1,0 +1,247 @@
+"""Trigger rules: read and validate the YAML file, and write the rules to ``spark.trigger_rules``.
+
+The file format follows the seeds::
+
+    version: 1
+    rules:
+      - name: destructive_commands
+        pattern: "rm -rf|drop table|truncate"      # case-insensitive POSIX regular expression
+        context_pattern: "bash|sql"                # optional: must match too
+        surface: [seed:safety-destructive-ops]     # memory keys (the tenant's or the cold-start pack's)
+        priority: critical                         # critical | high | normal | background
+        interrupt: true                            # may block the call (advisor, opt-in)
+    learned: []                                    # written by the system, not by hand
+
+Patterns run inside every retrieval, so a pattern that could be slow is refused here, with the rule's name,
+before it reaches the database (which checks again: ``spark._trigger_pattern_problem``).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import yaml
+from psycopg.types.json import Jsonb
+
+from spark_pg.errors import InputError
+from spark_pg.records import PRIORITIES
+
+RULE_KEYS = frozenset(
+    {
+        "name",
+        "pattern",
+        "context_pattern",
+        "surface",
+        "priority",
+        "interrupt",
+        "confidence",
+        "shadow",
+        "metadata",
+    }
+)
+FILE_KEYS = frozenset({"version", "rules", "learned"})
+NAME = re.compile(r"^[A-Za-z0-9_.:-]{1,64}$")
+MAX_PATTERN = 500
+_UNSAFE = (
+    (re.compile(r"\\[1-9]"), "uses a backreference (\\1 ... \\9), which can take exponential time"),
+    (re.compile(r"\(\?[=!<]"), "uses a lookaround ((?=, (?!, (?<), which is not allowed"),
+    (
+        re.compile(r"\([^()]*[+*}][^()]*\)[+*{]"),
+        "nests quantifiers (like (a+)+), which can take exponential time",
+    ),
+)
+
+
+class TriggerRuleError(InputError):
+    """A trigger rule file or rule is invalid; nothing from that file was written."""
+
+    def __init__(self, source: str, rule: str, message: str) -> None:
+        self.source = source
+        self.rule = rule
+        super().__init__(f"{source}: {rule}: {message}")
+
+
+@dataclass(frozen=True)
+class TriggerRule:
+    name: str
+    pattern: str
+    surface: tuple[str, ...]
+    context_pattern: str | None = None
+    priority: str = "normal"
+    interrupt: bool = False
+    origin: str = "static"
+    confidence: float = 1.0
+    shadow: bool = False
+    metadata: Mapping[str, Any] | None = None
+
+
+def pattern_problem(pattern: str) -> str | None:
+    """Why ``pattern`` cannot be a trigger pattern, or None when it can (mirrors the database's check)."""
+    if not pattern:
+        return "is empty"
+    if len(pattern) > MAX_PATTERN:
+        return f"is {len(pattern)} characters; the limit is {MAX_PATTERN}"
+    for check, problem in _UNSAFE:
+        if check.search(pattern):
+            return problem
+    try:
+        re.compile(pattern)
+    except re.error as exc:
+        return f"is not a valid regular expression: {exc}"
+    return None
+
+
+def _rule(raw: Any, where: str, source: str, *, origin: str) -> TriggerRule:
+    if not isinstance(raw, Mapping):
+        raise TriggerRuleError(source, where, f"must be a mapping, not {type(raw).__name__}")
+    name = raw.get("name")
+    if not isinstance(name, str) or not NAME.match(name):
+        raise TriggerRuleError(
+            source, where, f"name must be 1 to 64 letters, digits or _ . : -, got {name!r}"
+        )
+    where = f"rule {name!r}"
+    unknown = sorted(set(raw) - RULE_KEYS)
+    if unknown:
+        raise TriggerRuleError(
+            source, where, f"unknown key {unknown[0]!r}; allowed: {', '.join(sorted(RULE_KEYS))}"
+        )
+    patterns: dict[str, str | None] = {}
+    for key in ("pattern", "context_pattern"):
+        value = raw.get(key)
+        if value is None and key == "context_pattern":
+            patterns[key] = None
+            continue
+        if not isinstance(value, str):
+            raise TriggerRuleError(source, where, f"{key} must be a string, not {type(value).__name__}")
+        problem = pattern_problem(value)
+        if problem:
+            raise TriggerRuleError(source, where, f"{key} {value!r} {problem}")
+        patterns[key] = value
+    surface = raw.get("surface")
+    if isinstance(surface, str):
+        surface = [surface]
+    if (
+        not isinstance(surface, list)
+        or not 1 <= len(surface) <= 50
+        or not all(isinstance(k, str) and k.strip() for k in surface)
+    ):
+        raise TriggerRuleError(source, where, "surface must list 1 to 50 memory keys")
+    priority = raw.get("priority", "normal")
+    if priority not in PRIORITIES:
+        raise TriggerRuleError(source, where, f"priority {priority!r} is not one of {', '.join(PRIORITIES)}")
+    flags: dict[str, bool] = {}
+    for key in ("interrupt", "shadow"):
+        value = raw.get(key, origin == "learned" if key == "shadow" else False)
+        if not isinstance(value, bool):
+            raise TriggerRuleError(source, where, f"{key} must be true or false, got {value!r}")
+        flags[key] = value
+    confidence = raw.get("confidence", 1.0 if origin == "static" else 0.5)
+    if isinstance(confidence, bool) or not isinstance(confidence, int | float) or not 0 <= confidence <= 1:
+        raise TriggerRuleError(source, where, f"confidence must be a number from 0 to 1, got {confidence!r}")
+    metadata = raw.get("metadata") or {}
+    if not isinstance(metadata, Mapping):
+        raise TriggerRuleError(source, where, "metadata must be a mapping")
+    pattern = patterns["pattern"]
+    assert pattern is not None
+    return TriggerRule(
+        name=name,
+        pattern=pattern,
+        surface=tuple(surface),
+        context_pattern=patterns["context_pattern"],
+        priority=str(priority),
+        interrupt=flags["interrupt"],
+        origin=origin,
+        confidence=float(confidence),
+        shadow=flags["shadow"],
+        metadata=dict(metadata),
+    )
+
+
+def parse_rules(data: Any, source: str = "<rules>") -> list[TriggerRule]:
+    """Validate a parsed YAML document; every rule is checked before any is returned."""
+    if data is None:
+        return []
+    if not isinstance(data, Mapping):
+        raise TriggerRuleError(source, "file", "must be a mapping with a 'rules' list")
+    unknown = sorted(set(data) - FILE_KEYS)
+    if unknown:
+        raise TriggerRuleError(
+            source, "file", f"unknown key {unknown[0]!r}; allowed: {', '.join(sorted(FILE_KEYS))}"
+        )
+    if data.get("version", 1) != 1:
+        raise TriggerRuleError(source, "file", f"version {data.get('version')!r} is not supported (1 is)")
+    rules: list[TriggerRule] = []
+    for section, origin in (("rules", "static"), ("learned", "learned")):
+        items = data.get(section) or []
+        if not isinstance(items, list):
+            raise TriggerRuleError(source, section, "must be a list")
+        rules.extend(_rule(raw, f"{section}[{i}]", source, origin=origin) for i, raw in enumerate(items))
+    names = [r.name for r in rules]
+    duplicate = next((n for n in names if names.count(n) > 1), None)
+    if duplicate:
+        raise TriggerRuleError(source, f"rule {duplicate!r}", "is defined twice")
+    return rules
+
+
+def load_rules(path: str | Path) -> list[TriggerRule]:
+    """Read and validate a trigger rule YAML file."""
+    path = Path(path)
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise TriggerRuleError(str(path), "file", f"cannot be read: {exc.strerror}") from None
+    except yaml.YAMLError as exc:
+        raise TriggerRuleError(str(path), "file", f"is not valid YAML: {exc}") from None
+    return parse_rules(data, str(path))
+
+
+PUT_RULE = """
+SELECT spark.put_trigger_rule(
+    tenant => %(tenant)s, name => %(name)s, pattern => %(pattern)s, surface => %(surface)s,
+    context_pattern => %(context_pattern)s, priority => %(priority)s, interrupt => %(interrupt)s,
+    origin => %(origin)s, confidence => %(confidence)s::real, shadow => %(shadow)s, metadata => %(metadata)s)
+"""
+DROP_OTHER_STATIC = """
+DELETE FROM spark.trigger_rules
+WHERE tenant = %(tenant)s AND origin = 'static' AND NOT (name = ANY(%(names)s))
+"""
+
+
+@dataclass(frozen=True)
+class SyncResult:
+    written: int
+    removed: int
+
+
+def sync_rules(conn: psycopg.Connection[Any], tenant: str, rules: Sequence[TriggerRule]) -> SyncResult:
+    """Make the tenant's static rules exactly ``rules`` in one transaction; learned ones are only upserted."""
+    with conn.transaction(), conn.cursor() as cur:
+        for rule in rules:
+            try:
+                cur.execute(
+                    PUT_RULE,
+                    {
+                        "tenant": tenant,
+                        "name": rule.name,
+                        "pattern": rule.pattern,
+                        "surface": list(rule.surface),
+                        "context_pattern": rule.context_pattern,
+                        "priority": rule.priority,
+                        "interrupt": rule.interrupt,
+                        "origin": rule.origin,
+                        "confidence": rule.confidence,
+                        "shadow": rule.shadow,
+                        "metadata": Jsonb(dict(rule.metadata or {})),
+                    },
+                )
+            except (psycopg.errors.InvalidRegularExpression, psycopg.errors.InvalidParameterValue) as exc:
+                raise TriggerRuleError("database", f"rule {rule.name!r}", str(exc).strip()) from None
+        static = [r.name for r in rules if r.origin == "static"]
+        cur.execute(DROP_OTHER_STATIC, {"tenant": tenant, "names": static})
+        removed = cur.rowcount
+    return SyncResult(written=len(rules), removed=removed)

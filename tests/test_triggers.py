@@ -1,0 +1,256 @@
+"""Trigger rules (YAML, validation, the database write path), the trigger pool, and the advisor's gates
+inside spark.retrieve (actionability, action domains)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+from psycopg import errors
+from psycopg.rows import dict_row
+from psycopg.types.json import Jsonb
+
+from spark_pg.triggers import (
+    TriggerRule,
+    TriggerRuleError,
+    load_rules,
+    parse_rules,
+    pattern_problem,
+    sync_rules,
+)
+from tests.conftest import rolled_back, temp_database
+
+Conn = psycopg.Connection[Any]
+PACK_RULES = Path(__file__).resolve().parents[1] / "spark_pg" / "data" / "trigger_rules.yaml"
+
+
+@pytest.fixture(scope="module")
+def trig_db(server_url: str) -> Iterator[str]:
+    with temp_database(server_url, install=True) as url:
+        yield url
+
+
+@pytest.fixture
+def conn(trig_db: str) -> Iterator[Conn]:
+    with rolled_back(trig_db) as connection:
+        yield connection
+
+
+def rule(**fields: Any) -> dict[str, Any]:
+    return {"name": "r1", "pattern": "deploy", "surface": ["k1"], **fields}
+
+
+@pytest.mark.parametrize(
+    ("raw", "message"),
+    [
+        (rule(pattern="(a+)+$"), "nests quantifiers"),
+        (rule(pattern=r"(ab)\1"), "backreference"),
+        (rule(pattern="foo(?=bar)"), "lookaround"),
+        (rule(pattern="x" * 501), "limit is 500"),
+        (rule(pattern="deploy("), "not a valid regular expression"),
+        (rule(context_pattern="[z-a]"), "context_pattern"),
+        (rule(surface=[]), "surface"),
+        (rule(priority="urgent"), "priority 'urgent'"),
+        (rule(interrupt="yes"), "interrupt must be true or false"),
+        (rule(confidence=1.5), "confidence"),
+        (rule(colour="red"), "unknown key 'colour'"),
+        (rule(name="has space"), "name must be"),
+    ],
+)
+def test_a_bad_rule_is_refused_with_its_name(raw: dict[str, Any], message: str) -> None:
+    with pytest.raises(TriggerRuleError, match=message) as info:
+        parse_rules({"version": 1, "rules": [raw]}, "rules.yaml")
+    assert "rules.yaml" in str(info.value)
+
+
+def test_file_level_errors() -> None:
+    with pytest.raises(TriggerRuleError, match="defined twice"):
+        parse_rules({"rules": [rule(), rule()]})
+    with pytest.raises(TriggerRuleError, match="version 2"):
+        parse_rules({"version": 2, "rules": []})
+    with pytest.raises(TriggerRuleError, match="unknown key 'rule'"):
+        parse_rules({"rule": []})
+    assert parse_rules(None) == []
+
+
+def test_learned_rules_default_to_shadow_and_lower_confidence() -> None:
+    rules = parse_rules({"rules": [rule()], "learned": [rule(name="l1")]})
+    assert [(r.origin, r.shadow, r.confidence) for r in rules] == [
+        ("static", False, 1.0),
+        ("learned", True, 0.5),
+    ]
+
+
+def test_the_pack_rules_file_is_valid_and_safe(tmp_path: Path) -> None:
+    rules = load_rules(PACK_RULES)
+    assert {r.name for r in rules} >= {"destructive_commands", "auth_security", "deployment"}
+    assert all(pattern_problem(r.pattern) is None for r in rules)
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("rules: [ {name: x, pattern: 'a', surface: [k]\n")
+    with pytest.raises(TriggerRuleError, match="not valid YAML"):
+        load_rules(bad)
+    with pytest.raises(TriggerRuleError, match="cannot be read"):
+        load_rules(tmp_path / "missing.yaml")
+
+
+@pytest.mark.parametrize(
+    ("args", "error"),
+    [
+        (("t", "r", "(a*)*b", ["k"]), errors.InvalidRegularExpression),
+        (("t", "r", r"(x)\1", ["k"]), errors.InvalidRegularExpression),
+        (("t", "r", "deploy(", ["k"]), errors.InvalidRegularExpression),
+        (("t", "bad name", "deploy", ["k"]), errors.InvalidParameterValue),
+        (("t", "r", "deploy", []), errors.InvalidParameterValue),
+        ((None, "r", "deploy", ["k"]), errors.NullValueNotAllowed),
+    ],
+)
+def test_put_trigger_rule_refuses_bad_input_with_an_errcode(
+    conn: Conn, args: tuple[Any, ...], error: type[Exception]
+) -> None:
+    with pytest.raises(error):
+        conn.execute("SELECT spark.put_trigger_rule(%s, %s, %s, %s)", args)
+
+
+def add_memories(conn: Conn, tenant: str, rows: list[tuple[str, str, str | None, float | None]]) -> None:
+    """(key, text, action_domain, actionability), all created a day ago."""
+    conn.execute(
+        """INSERT INTO spark.memories (tenant, key, text, descriptor, content_hash, action_domain,
+                                       actionability, created_at)
+           SELECT %s, k, x, x, sha256(convert_to(x, 'UTF8')), d, a, now() - interval '1 day'
+           FROM unnest(%s::text[], %s::text[], %s::text[], %s::real[]) u(k, x, d, a)""",
+        (tenant, [r[0] for r in rows], [r[1] for r in rows], [r[2] for r in rows], [r[3] for r in rows]),
+    )
+
+
+def explain(conn: Conn, tenant: str, query: str, **params: Any) -> list[dict[str, Any]]:
+    params.setdefault("include_system", False)
+    cur = conn.cursor(row_factory=dict_row)
+    return cur.execute(
+        "SELECT * FROM spark.explain(tenant => %s, query_text => %s, k => 5, params => %s)",
+        (tenant, query, Jsonb(params)),
+    ).fetchall()
+
+
+def surfaced(rows: list[dict[str, Any]]) -> list[str]:
+    return [r["key"] for r in rows if r["status"] == "surfaced"]
+
+
+def test_a_matching_rule_surfaces_its_memories_without_any_shared_word(conn: Conn) -> None:
+    add_memories(
+        conn,
+        "acme",
+        [
+            ("backup", "Take a snapshot of the cluster state first.", "system", 0.8),
+            ("other", "Prefer small pull requests.", "code", 0.8),
+        ],
+    )
+    sync_rules(
+        conn,
+        "acme",
+        [
+            TriggerRule(
+                name="wipe",
+                pattern="rm -rf|drop table",
+                surface=("backup",),
+                priority="critical",
+                interrupt=True,
+            )
+        ],
+    )
+    rows = explain(conn, "acme", "clean build folder", trigger_text="Bash rm -rf ./build")
+    top = rows[0]
+    assert top["key"] == "backup" and top["status"] == "surfaced"
+    assert top["trigger_conf"] == pytest.approx(1.0) and "trigger" in top["pools"]
+    assert top["why"]["trigger"] == {
+        "rules": ["wipe"],
+        "confidence": 1.0,
+        "priority": "critical",
+        "interrupt": True,
+    }
+    assert top["why"]["gates"]["min_similarity"]["by"] == "trigger"
+    assert top["priority"] == pytest.approx(0.3)  # the rule's priority raised the memory's
+    # the rule does not fire on other text, and context_pattern must match too
+    assert "backup" not in surfaced(
+        explain(conn, "acme", "clean build folder", trigger_text="Bash make clean")
+    )
+    sync_rules(
+        conn,
+        "acme",
+        [TriggerRule(name="wipe", pattern="rm -rf", context_pattern="^bash", surface=("backup",))],
+    )
+    assert "backup" not in surfaced(explain(conn, "acme", "x", trigger_text="Edit notes: rm -rf is scary"))
+    assert "backup" in surfaced(explain(conn, "acme", "x", trigger_text="Bash rm -rf ./build"))
+
+
+def test_shadow_and_other_tenants_rules_never_surface(conn: Conn) -> None:
+    add_memories(conn, "acme", [("backup", "Take a snapshot of the cluster state first.", "system", 0.8)])
+    add_memories(conn, "beta", [("backup", "Beta's own note.", "system", 0.8)])
+    sync_rules(conn, "acme", [TriggerRule(name="w", pattern="rm -rf", surface=("backup",), shadow=True)])
+    sync_rules(conn, "beta", [TriggerRule(name="w", pattern="rm -rf", surface=("backup",))])
+    assert surfaced(explain(conn, "acme", "x", trigger_text="rm -rf /tmp/x")) == []
+
+
+def test_sync_replaces_static_rules_and_keeps_learned_ones(conn: Conn) -> None:
+    learned = TriggerRule(name="l", pattern="y", surface=("k",), origin="learned", shadow=True)
+    sync_rules(conn, "acme", [TriggerRule(name="a", pattern="x", surface=("k",)), learned])
+    result = sync_rules(conn, "acme", [TriggerRule(name="b", pattern="z", surface=("k",))])
+    names = conn.execute(
+        "SELECT name FROM spark.trigger_rules WHERE tenant = 'acme' ORDER BY name"
+    ).fetchall()
+    assert names == [("b",), ("l",)] and result.removed == 1
+    with pytest.raises(TriggerRuleError, match="rule 'c'"):
+        sync_rules(conn, "acme", [TriggerRule(name="c", pattern="[[:nope:]]", surface=("k",))])
+
+
+def test_actionability_gate_drops_observations_unless_a_trigger_or_pin_vouches(conn: Conn) -> None:
+    add_memories(
+        conn,
+        "acme",
+        [
+            ("advice", "Run the migration on a staging copy before production.", "data", 0.9),
+            ("tweet", "RT @dev: migration day on production, wish us luck", "social", 0.05),
+            ("unscored", "Migration notes for production from the wiki.", None, None),
+        ],
+    )
+    rows = {r["key"]: r for r in explain(conn, "acme", "production migration", min_actionability=0.3)}
+    assert rows["advice"]["status"] == "surfaced" and rows["unscored"]["status"] == "surfaced"
+    assert rows["tweet"]["status"] == "dropped: not actionable (actionability 0.050 < 0.3)"
+    # the default (0) keeps it: conversational memory is not advice and must not be gated
+    assert "tweet" in surfaced(explain(conn, "acme", "production migration"))
+    sync_rules(conn, "acme", [TriggerRule(name="t", pattern="migration", surface=("tweet",))])
+    assert "tweet" in surfaced(explain(conn, "acme", "production migration", min_actionability=0.3))
+
+
+def test_domain_filter_applies_only_when_enough_candidates_remain(conn: Conn) -> None:
+    add_memories(
+        conn,
+        "acme",
+        [
+            ("code1", "Deploy scripts live in ops/deploy.sh; keep them idempotent.", "code", 0.8),
+            ("gen1", "Deploy on Tuesdays, never on Fridays.", "general", 0.8),
+            ("x1", "Deploy day! Our launch thread is live, retweet it.", "social", 0.8),
+        ],
+    )
+    strict = {r["key"]: r["status"] for r in explain(conn, "acme", "deploy", domains=["code"], domain_min=2)}
+    assert strict["x1"] == 'dropped: action domain social is not one of ["code"]'
+    assert strict["code1"] == strict["gen1"] == "surfaced"
+    relaxed = {r["key"]: r["status"] for r in explain(conn, "acme", "deploy", domains=["code"], domain_min=3)}
+    assert relaxed["x1"] == "surfaced"
+
+
+@pytest.mark.parametrize(
+    ("params", "names"),
+    [
+        ({"domains": "code"}, "params.domains"),
+        ({"domains": [1]}, "params.domains"),
+        ({"trigger_text": 5}, "params.trigger_text"),
+        ({"min_actionability": 2}, "params.min_actionability"),
+        ({"pool_trigger": -1}, "params.pool_trigger"),
+    ],
+)
+def test_new_params_are_validated(conn: Conn, params: dict[str, Any], names: str) -> None:
+    with pytest.raises(errors.InvalidParameterValue, match=names):
+        explain(conn, "acme", "deploy", **params)
