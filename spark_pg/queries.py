@@ -25,6 +25,8 @@ INGEST_COLUMNS = (
     "priority",
     "created_at",
     "metadata",
+    "action_domain",
+    "actionability",
     "embedding",
     "embedding_model_id",
 )
@@ -35,7 +37,7 @@ CREATE_INGEST_TABLE = """
 CREATE TEMP TABLE _spark_ingest (
     tenant text, key text, kind text, category text, source text, text text, context text, descriptor text,
     content_hash bytea, importance real, tier text, priority text, created_at timestamptz, metadata jsonb,
-    embedding vector, embedding_model_id smallint
+    action_domain text, actionability real, embedding vector, embedding_model_id smallint
 ) ON COMMIT DROP
 """
 
@@ -51,16 +53,18 @@ WHERE m.tenant = s.tenant AND m.key = s.key AND m.content_hash <> s.content_hash
 
 _UPSERT = """
 INSERT INTO spark.memories AS m (tenant, key, kind, category, source, text, context, descriptor, content_hash,
-                                 importance, tier, priority, created_at, metadata)
+                                 importance, tier, priority, created_at, metadata, action_domain,
+                                 actionability)
 SELECT tenant, key, kind, category, source, text, context, descriptor, content_hash, importance, tier,
-       priority, coalesce(created_at, now()), metadata
+       priority, coalesce(created_at, now()), metadata, action_domain, actionability
 FROM _spark_ingest
 WHERE (created_at IS NOT NULL) = %(created_given)s
 ON CONFLICT (tenant, key) DO UPDATE SET
     kind = EXCLUDED.kind, category = EXCLUDED.category, source = EXCLUDED.source, text = EXCLUDED.text,
     context = EXCLUDED.context, descriptor = EXCLUDED.descriptor, content_hash = EXCLUDED.content_hash,
     importance = EXCLUDED.importance, tier = EXCLUDED.tier, priority = EXCLUDED.priority,
-    metadata = EXCLUDED.metadata, updated_at = now(){created_at}
+    metadata = EXCLUDED.metadata, action_domain = EXCLUDED.action_domain,
+    actionability = EXCLUDED.actionability, updated_at = now(){created_at}
 RETURNING (xmax = 0) AS inserted
 """
 # rows that give created_at overwrite it on update, rows that do not keep the stored one

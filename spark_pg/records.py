@@ -66,6 +66,8 @@ class MemoryIn:
     tier: str = "active"
     priority: str = "normal"
     metadata: dict[str, Any] = field(default_factory=dict)
+    action_domain: str | None = None  # None: classified at ingestion (spark_pg.intent.classify_domain)
+    actionability: float | None = None  # None: scored at ingestion (spark_pg.intent.actionability)
 
     @property
     def descriptor(self) -> str:

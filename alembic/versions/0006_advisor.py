@@ -80,15 +80,16 @@ def upgrade() -> None:
             tenant       text NOT NULL,
             retrieval_id bigint NOT NULL,
             memory_id    bigint NOT NULL,
+            memory_tenant text NOT NULL,  -- the tenant's own, or the cold-start pack's (_system)
             rank         integer NOT NULL CHECK (rank >= 1),
             score        real NOT NULL,
             signals      jsonb NOT NULL,
             pools        text[] NOT NULL,
             PRIMARY KEY (tenant, retrieval_id, memory_id),
             FOREIGN KEY (tenant, retrieval_id) REFERENCES spark.retrievals (tenant, id) ON DELETE CASCADE,
-            FOREIGN KEY (tenant, memory_id) REFERENCES spark.memories (tenant, id) ON DELETE CASCADE
+            FOREIGN KEY (memory_tenant, memory_id) REFERENCES spark.memories (tenant, id) ON DELETE CASCADE
         );
-        CREATE INDEX retrieval_items_memory_idx ON spark.retrieval_items (tenant, memory_id);
+        CREATE INDEX retrieval_items_memory_idx ON spark.retrieval_items (memory_tenant, memory_id);
         COMMENT ON TABLE spark.retrieval_items IS
             'What an advise call surfaced, in rank order, with its fused score and separate signals.';
 
@@ -111,15 +112,17 @@ def upgrade() -> None:
             id           bigint GENERATED ALWAYS AS IDENTITY,
             retrieval_id bigint,
             memory_id    bigint NOT NULL,
+            memory_tenant text NOT NULL,  -- the tenant's own, or the cold-start pack's (_system)
             session_id   text,
             outcome      text NOT NULL CHECK (outcome IN ('followed', 'helpful', 'unhelpful', 'ignored')),
             source       text NOT NULL DEFAULT 'api' CHECK (source <> '' AND length(source) <= 64),
             created_at   timestamptz NOT NULL DEFAULT now(),
             PRIMARY KEY (tenant, id),
-            FOREIGN KEY (tenant, retrieval_id) REFERENCES spark.retrievals (tenant, id) ON DELETE SET NULL (retrieval_id),
-            FOREIGN KEY (tenant, memory_id) REFERENCES spark.memories (tenant, id) ON DELETE CASCADE
+            FOREIGN KEY (tenant, retrieval_id) REFERENCES spark.retrievals (tenant, id)
+                ON DELETE SET NULL (retrieval_id),
+            FOREIGN KEY (memory_tenant, memory_id) REFERENCES spark.memories (tenant, id) ON DELETE CASCADE
         );
-        CREATE INDEX outcomes_memory_idx ON spark.outcomes (tenant, memory_id);
+        CREATE INDEX outcomes_memory_idx ON spark.outcomes (memory_tenant, memory_id);
         CREATE INDEX outcomes_session_idx ON spark.outcomes (tenant, session_id);
         COMMENT ON TABLE spark.outcomes IS
             'Outcome signals per surfaced item (record_outcome): the input of reliability, learned weights, '

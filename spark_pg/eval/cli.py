@@ -28,7 +28,22 @@ def _positive(text: str) -> int:
     return value
 
 
+def cmd_scenarios(args: argparse.Namespace) -> int:
+    from spark_pg.eval.scenarios import evaluate_scenarios, format_scenarios, plot_scenarios
+
+    settings = load_settings()
+    result = evaluate_scenarios(settings, Path(args.scenarios) if args.scenarios else None, progress=True)
+    folder = Path(args.report) if args.report else Path("reports") / "eval-scenarios"
+    result["report"] = str(plot_scenarios(result, folder / "precision-by-category.png"))
+    (folder / "result.json").write_text(json.dumps(result, indent=2))
+    print(f"report: {folder}", file=sys.stderr)
+    print(json.dumps(result) if args.json else format_scenarios(result))
+    return 0
+
+
 def cmd_eval(args: argparse.Namespace) -> int:
+    if args.scenarios is not None:
+        return cmd_scenarios(args)
     from spark_pg.eval.harness import evaluate, summarize
     from spark_pg.eval.report import format_text, write_report
 
@@ -65,8 +80,15 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         "configured server, ask every question of DIR/queries.jsonl as of its time, and report recall@5, "
         "recall@10, hit@10, nDCG@10 and latency per system and category.",
     )
-    p.add_argument(
-        "--dataset", required=True, metavar="DIR", help="folder with memories.jsonl and queries.jsonl"
+    what = p.add_mutually_exclusive_group(required=True)
+    what.add_argument("--dataset", metavar="DIR", help="folder with memories.jsonl and queries.jsonl")
+    what.add_argument(
+        "--scenarios",
+        nargs="?",
+        const="",
+        metavar="DIR",
+        help="the advisor on tool-call scenarios (default: the built-in set; DIR holds insights.yaml and "
+        "scenarios.yaml)",
     )
     p.add_argument("--k", type=_positive, default=10, help="results retrieved per question (at least 10 are)")
     p.add_argument("--json", action="store_true", help="print one JSON object on stdout")

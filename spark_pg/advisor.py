@@ -1,0 +1,191 @@
+"""The advisor: from a coding agent's tool call to the few memories that matter now.
+
+One call of :meth:`Advisor.advise` is: skip trivial read-only calls; extract the intent (intent.py); embed
+it as a query; one database round trip to ``spark.advise`` (spark.retrieve with the intent's action domains,
+the actionability gate and the trigger rules, plus the log). Python never ranks: it maps rows to advice and
+decides which advice may block the call (interrupts, opt-in).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import psycopg
+from psycopg.rows import dict_row
+from psycopg.types.json import Jsonb
+
+from spark_pg.embedding import Embedder
+from spark_pg.intent import ACTIONABILITY_GATE, Intent, extract_intent
+
+ADVISE = """
+WITH cache AS (
+    INSERT INTO spark.query_embeddings AS e (tenant, model_id, query_hash, query_text, embedding)
+    SELECT %(tenant)s, m.id, sha256(convert_to(%(query)s, 'UTF8')), %(query)s, %(embedding)s
+    FROM spark.active_model() m
+    WHERE m.id IS NOT NULL AND %(embedding)s::vector IS NOT NULL
+      AND vector_dims(%(embedding)s::vector) = m.dim
+      AND spark._check_tenant(%(tenant)s) IS NOT NULL
+    ON CONFLICT (tenant, model_id, query_hash) DO UPDATE SET last_used_at = now(), uses = e.uses + 1
+)
+SELECT * FROM spark.advise(tenant => %(tenant)s, query_text => %(query)s, query_embedding => %(embedding)s,
+                           k => %(k)s, params => %(params)s, session_id => %(session)s, tool_name => %(tool)s,
+                           intent_family => %(family)s)
+"""
+RECORD_OUTCOME = """
+SELECT spark.record_outcome(tenant => %(tenant)s, memory_id => %(memory_id)s, outcome => %(outcome)s,
+                            retrieval_id => %(retrieval_id)s, session_id => %(session)s, source => %(source)s)
+"""
+TRIGGER_FIELDS = ("command", "file_path", "path", "pattern", "query", "url", "description", "prompt")
+MAX_TRIGGER_TEXT = 1000
+
+
+@dataclass(frozen=True)
+class Advice:
+    """One piece of advice: what to tell the agent, how sure, and why."""
+
+    memory_id: int
+    key: str
+    text: str
+    score: float
+    priority: str  # critical | high | normal | background (the memory's, raised by a matching trigger)
+    source: str
+    category: str
+    why: dict[str, Any]
+    retrieval_id: int
+    blocking: bool = False  # an interrupt: the caller should stop the tool call and show this first
+
+    @property
+    def trigger(self) -> dict[str, Any] | None:
+        value = self.why.get("trigger")
+        return value if isinstance(value, dict) else None
+
+
+@dataclass(frozen=True)
+class AdvisorOptions:
+    """How the advisor asks: result count, gates, domain filter and interrupts (opt-in)."""
+
+    k: int = 5
+    min_actionability: float = ACTIONABILITY_GATE
+    domain_filter: bool = True
+    interrupts: bool = False
+    interrupt_min_confidence: float = 0.9
+    params: Mapping[str, Any] = field(default_factory=dict)  # any other spark.retrieve params
+
+
+def trigger_text(tool_name: str, tool_input: Mapping[str, Any] | str | None, task_context: str = "") -> str:
+    """What trigger rules match: the tool, its command / path / query as given (rules look for things like
+    ``rm -rf`` verbatim), and the task context; never file bodies or diffs."""
+    parts = [tool_name]
+    if isinstance(tool_input, str):
+        parts.append(tool_input[:MAX_TRIGGER_TEXT])
+    elif isinstance(tool_input, Mapping):
+        parts.extend(str(tool_input[f])[:400] for f in TRIGGER_FIELDS if isinstance(tool_input.get(f), str))
+    if task_context:
+        parts.append(task_context[:400])
+    return " ".join(" ".join(parts).split())[:MAX_TRIGGER_TEXT]
+
+
+class Advisor:
+    """Advice for one tenant's tool calls; one database round trip per call after the query embedding."""
+
+    def __init__(
+        self,
+        conn: psycopg.Connection[Any],
+        embedder: Embedder | None,
+        tenant: str,
+        *,
+        session_id: str | None = None,
+        options: AdvisorOptions | None = None,
+    ) -> None:
+        self.conn = conn
+        self.embedder = embedder
+        self.tenant = tenant
+        self.session_id = session_id
+        self.options = options or AdvisorOptions()
+        self.last_intent: Intent | None = None
+
+    def params(self, intent: Intent, trigger: str) -> dict[str, Any]:
+        """The spark.retrieve params of one call."""
+        opts = self.options
+        params: dict[str, Any] = {"trigger_text": trigger, "min_actionability": opts.min_actionability}
+        if opts.domain_filter:
+            params["domains"] = list(intent.domains)
+        params.update(opts.params)
+        return params
+
+    def advise(
+        self, tool_name: str, tool_input: Mapping[str, Any] | str | None, task_context: str = ""
+    ) -> list[Advice]:
+        """Ranked advice for a tool call (empty for a trivial read-only call or when nothing is worth it)."""
+        intent = extract_intent(tool_name, tool_input, task_context)
+        self.last_intent = intent
+        if intent.trivial or not intent.text.strip():
+            return []
+        embedding = self.embedder.embed_query(intent.text) if self.embedder else None
+        args = {
+            "tenant": self.tenant,
+            "query": intent.text,
+            "embedding": embedding,
+            "k": self.options.k,
+            "params": Jsonb(self.params(intent, trigger_text(tool_name, tool_input, task_context))),
+            "session": self.session_id,
+            "tool": tool_name,
+            "family": intent.family,
+        }
+        with self.conn.transaction(), self.conn.cursor(row_factory=dict_row) as cur:
+            rows = cur.execute(ADVISE, args).fetchall()
+        return [self._advice(row) for row in rows]
+
+    def _advice(self, row: Mapping[str, Any]) -> Advice:
+        why = row["why"] if isinstance(row["why"], dict) else json.loads(row["why"])
+        trig = why.get("trigger") or {}
+        priority = str(trig.get("priority") or row["priority_label"])
+        ranks = ("background", "normal", "high", "critical")
+        if row["priority_label"] in ranks and priority in ranks:
+            priority = max(priority, str(row["priority_label"]), key=ranks.index)
+        opts = self.options
+        blocking = bool(
+            opts.interrupts
+            and priority == "critical"
+            and trig.get("interrupt")
+            and float(trig.get("confidence", 0)) >= opts.interrupt_min_confidence
+        )
+        return Advice(
+            memory_id=int(row["memory_id"]),
+            key=str(row["key"]),
+            text=str(row["text"]),
+            score=float(row["score"]),
+            priority=priority,
+            source=str(row["source"]),
+            category=str(row["category"]),
+            why=why,
+            retrieval_id=int(row["retrieval_id"]),
+            blocking=blocking,
+        )
+
+    def record_outcome(
+        self, memory_id: int, outcome: str, *, retrieval_id: int | None = None, source: str = "api"
+    ) -> float:
+        """Mark a surfaced memory followed / helpful / unhelpful / ignored; returns its new reliability."""
+        with self.conn.transaction():
+            row = self.conn.execute(
+                RECORD_OUTCOME,
+                {
+                    "tenant": self.tenant,
+                    "memory_id": memory_id,
+                    "outcome": outcome,
+                    "retrieval_id": retrieval_id,
+                    "session": self.session_id,
+                    "source": source,
+                },
+            ).fetchone()
+        assert row is not None
+        return float(row[0])
+
+
+def blocking(advice: Sequence[Advice]) -> Advice | None:
+    """The advice that should stop the call, if any (only with interrupts enabled)."""
+    return next((a for a in advice if a.blocking), None)

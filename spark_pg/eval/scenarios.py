@@ -1,0 +1,254 @@
+"""`spark-pg eval --scenarios`: the advisor on tool-call scenarios over a noisy insight pool.
+
+A scenario folder holds ``insights.yaml`` (memories in the ingest format; ``metadata.noise`` labels noise,
+``metadata.dup_group`` near-duplicates: both are labels, stripped before loading) and ``scenarios.yaml``
+(tool calls with the keys of the memories that truly help). Each run loads the pool and the cold-start pack
+into a fresh scratch database and asks every scenario through :class:`~spark_pg.advisor.Advisor`, and through
+a keyword-matching baseline (the predecessor's approach: an OR keyword query over the raw tool call).
+
+Metrics per system, over the scenarios (and per category and split):
+- ``precision@5``: relevant items among those delivered (at most 5); a scenario whose right answer is no
+  advice scores 1 when nothing is delivered and 0 otherwise; one with relevant items and nothing delivered
+  scores 0.
+- ``noise_rate``: delivered items labelled noise, over all items delivered.
+- ``recall@5``: relevant items delivered, over the relevant items (scenarios with some).
+- ``advise_ms``: p50 / p95 of the whole call, query embedding included.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import yaml
+from tqdm import tqdm
+
+from spark_pg import schema, scratch
+from spark_pg.advisor import Advisor
+from spark_pg.client import SparkClient
+from spark_pg.config import Settings
+from spark_pg.db import connect, database_url
+from spark_pg.embedding import Embedder, load_embedder
+from spark_pg.errors import InputError
+from spark_pg.ingest import ingest
+from spark_pg.records import read_file
+
+TENANT = "scenarios"
+LABELS = ("noise", "dup_group")
+KEYWORD_BASELINE = """
+SELECT key FROM spark.memories
+WHERE tenant = %(tenant)s AND tsv @@ spark._or_tsquery(%(text)s)
+ORDER BY ts_rank(tsv, spark._or_tsquery(%(text)s)) DESC, id
+LIMIT 5
+"""
+
+
+@dataclass(frozen=True)
+class Scenario:
+    id: str
+    category: str
+    split: str
+    tool_name: str
+    tool_input: Any
+    task_context: str
+    relevant: frozenset[str]
+
+
+@dataclass(frozen=True)
+class Outcome:
+    scenario: Scenario
+    delivered: tuple[str, ...]
+    ms: float
+
+
+def default_folder() -> Path:
+    return Path(str(resources.files("spark_pg") / "data" / "scenarios"))
+
+
+def load_scenarios(folder: Path) -> list[Scenario]:
+    path = folder / "scenarios.yaml"
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, yaml.YAMLError) as exc:
+        raise InputError(f"{path}: cannot be read as YAML: {exc}") from None
+    items = data.get("scenarios") if isinstance(data, Mapping) else None
+    if not isinstance(items, list) or not items:
+        raise InputError(f"{path}: needs a non-empty 'scenarios' list")
+    out = []
+    for i, raw in enumerate(items):
+        try:
+            out.append(
+                Scenario(
+                    id=str(raw["id"]),
+                    category=str(raw["category"]),
+                    split=str(raw.get("split", "tune")),
+                    tool_name=str(raw["tool_name"]),
+                    tool_input=raw.get("tool_input"),
+                    task_context=str(raw.get("task_context") or ""),
+                    relevant=frozenset(str(k) for k in raw.get("relevant") or ()),
+                )
+            )
+        except (KeyError, TypeError) as exc:
+            raise InputError(f"{path}: scenario {i}: missing or bad field {exc}") from None
+    return out
+
+
+def _score(outcomes: Sequence[Outcome], noise: frozenset[str]) -> dict[str, Any]:
+    precisions, recalls, delivered, noisy = [], [], 0, 0
+    for o in outcomes:
+        hits = sum(1 for key in o.delivered if key in o.scenario.relevant)
+        if o.delivered:
+            precisions.append(hits / len(o.delivered))
+        else:
+            precisions.append(0.0 if o.scenario.relevant else 1.0)
+        if o.scenario.relevant:
+            recalls.append(hits / len(o.scenario.relevant))
+        delivered += len(o.delivered)
+        noisy += sum(1 for key in o.delivered if key in noise)
+    ms = [o.ms for o in outcomes]
+    return {
+        "precision@5": round(float(np.mean(precisions)), 4) if precisions else None,
+        "noise_rate": round(noisy / delivered, 4) if delivered else 0.0,
+        "recall@5": round(float(np.mean(recalls)), 4) if recalls else None,
+        "delivered": delivered,
+        "advise_ms": {
+            "p50": round(float(np.percentile(ms, 50)), 2) if ms else None,
+            "p95": round(float(np.percentile(ms, 95)), 2) if ms else None,
+        },
+    }
+
+
+def summarize_system(outcomes: Sequence[Outcome], noise: frozenset[str]) -> dict[str, Any]:
+    result = _score(outcomes, noise)
+    for group in ("category", "split"):
+        values = sorted({getattr(o.scenario, group) for o in outcomes})
+        result[f"by_{group}"] = {
+            v: _score([o for o in outcomes if getattr(o.scenario, group) == v], noise) for v in values
+        }
+    result["scenarios"] = {
+        o.scenario.id: {"delivered": list(o.delivered), "relevant": sorted(o.scenario.relevant)}
+        for o in outcomes
+    }
+    return result
+
+
+def _load_pool(url: str, folder: Path, embedder: Embedder, settings: Settings) -> frozenset[str]:
+    records = read_file(folder / "insights.yaml", TENANT)
+    noise = frozenset(r.key for r in records if r.metadata.get("noise"))
+    clean = [replace(r, metadata={k: v for k, v in r.metadata.items() if k not in LABELS}) for r in records]
+    schema.install(url)
+    with connect(url) as conn:
+        ingest(conn, clean, embedder, batch_size=settings.get_int("embedding.batch_size"))
+        conn.commit()
+    with SparkClient(settings, url=url) as client:
+        client.load_seed_pack()
+    return noise
+
+
+def _ask(
+    name: str,
+    scenarios: Sequence[Scenario],
+    call: Callable[[Scenario], list[str]],
+    progress: bool,
+) -> list[Outcome]:
+    out = []
+    for s in tqdm(scenarios, desc=name, unit="call", disable=not progress):
+        t0 = time.perf_counter()
+        delivered = call(s)
+        out.append(Outcome(s, tuple(delivered[:5]), (time.perf_counter() - t0) * 1000))
+    return out
+
+
+def evaluate_scenarios(
+    settings: Settings,
+    folder: Path | None = None,
+    *,
+    server_url: str | None = None,
+    embedder: Embedder | None = None,
+    progress: bool = False,
+) -> dict[str, Any]:
+    """Run the advisor and the keyword baseline on every scenario; the result object of ``--json``."""
+    folder = folder or default_folder()
+    scenarios = load_scenarios(folder)
+    embedder = embedder or load_embedder(settings)
+    server = server_url or database_url(settings)
+    digest = hashlib.sha256(f"{folder.resolve()}:{embedder.spec.name}".encode()).hexdigest()[:12]
+    name = f"spark_scen_{digest}"
+    scratch.drop(server, name)
+    url = scratch.create(server, name)
+    try:
+        noise = _load_pool(url, folder, embedder, settings)
+        with connect(url) as conn:
+            advisor = Advisor(conn, embedder, TENANT, session_id="eval")
+            for s in scenarios[:3]:  # warm the model, plans and caches
+                advisor.advise(s.tool_name, s.tool_input, s.task_context)
+
+            def advise(s: Scenario) -> list[str]:
+                return [a.key for a in advisor.advise(s.tool_name, s.tool_input, s.task_context)]
+
+            def keyword(s: Scenario) -> list[str]:
+                text = f"{s.tool_name} {yaml.safe_dump(s.tool_input)} {s.task_context}"[:5000]
+                with conn.transaction():
+                    rows = conn.execute(KEYWORD_BASELINE, {"tenant": TENANT, "text": text}).fetchall()
+                return [r[0] for r in rows]
+
+            runs = {"advisor": _ask("advisor", scenarios, advise, progress)}
+            runs["keyword"] = _ask("keyword", scenarios, keyword, progress)
+    finally:
+        scratch.drop(server, name)
+    return {
+        "scenarios": len(scenarios),
+        "folder": str(folder),
+        "model": embedder.spec.name,
+        "systems": {sys_name: summarize_system(out, noise) for sys_name, out in runs.items()},
+    }
+
+
+def format_scenarios(result: Mapping[str, Any]) -> str:
+    lines = [f"{result['scenarios']} scenarios ({result['model']})", ""]
+    lines.append(f"{'system':<10} {'P@5':>6} {'noise':>6} {'R@5':>6} {'p50 ms':>7} {'p95 ms':>7}")
+    for sys_name, s in result["systems"].items():
+        lines.append(
+            f"{sys_name:<10} {s['precision@5']:>6.3f} {s['noise_rate']:>6.3f} {s['recall@5'] or 0:>6.3f} "
+            f"{s['advise_ms']['p50']:>7.1f} {s['advise_ms']['p95']:>7.1f}"
+        )
+    lines.append("")
+    cats = sorted(next(iter(result["systems"].values()))["by_category"])
+    lines.append(f"{'P@5 by category':<16} " + " ".join(f"{c[:12]:>12}" for c in cats))
+    for sys_name, s in result["systems"].items():
+        lines.append(
+            f"{sys_name:<16} " + " ".join(f"{s['by_category'][c]['precision@5']:>12.3f}" for c in cats)
+        )
+    return "\n".join(lines)
+
+
+def plot_scenarios(result: Mapping[str, Any], path: Path) -> Path:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    systems = list(result["systems"])
+    cats = sorted(result["systems"][systems[0]]["by_category"])
+    fig, ax = plt.subplots(figsize=(9, 4))
+    width = 0.8 / len(systems)
+    for i, sys_name in enumerate(systems):
+        values = [result["systems"][sys_name]["by_category"][c]["precision@5"] for c in cats]
+        ax.bar(np.arange(len(cats)) + i * width, values, width, label=sys_name)
+    ax.set_xticks(np.arange(len(cats)) + width * (len(systems) - 1) / 2, cats, rotation=20)
+    ax.set_ylabel("precision@5")
+    ax.set_ylim(0, 1.05)
+    ax.axhline(0.85, color="grey", linestyle=":", label="bar 0.85")
+    ax.legend()
+    ax.set_title(f"advisor scenarios ({result['scenarios']}): precision@5 by category")
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path

@@ -1,0 +1,149 @@
+-- The advisor's round trip (retrieve + log) and its outcomes (tables: migration 0006).
+
+CREATE OR REPLACE FUNCTION spark.advise(
+    tenant text,
+    query_text text,
+    query_embedding vector DEFAULT NULL,
+    k integer DEFAULT 5,
+    params jsonb DEFAULT '{}',
+    session_id text DEFAULT NULL,
+    tool_name text DEFAULT NULL,
+    intent_family text DEFAULT NULL)
+RETURNS TABLE (retrieval_id bigint, rank integer, memory_id bigint, key text, text text, category text,
+               kind text, source text, priority_label text, system_default boolean, score real, semantic_sim real,
+               keyword_score real, recency real, outcome real, trigger_conf real, priority real, pools text[],
+               why jsonb)
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, @vector_schema@, pg_temp
+AS $fn$
+#variable_conflict use_column
+DECLARE
+    rid bigint;
+    ttext text;
+BEGIN
+    IF session_id IS NOT NULL AND (session_id = '' OR length(session_id) > 256) THEN
+        RAISE EXCEPTION 'session_id must be 1 to 256 characters' USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    PERFORM spark._check_tenant(tenant);
+    -- spark.retrieve checks every other argument; an error anywhere undoes the whole call, log included
+    ttext := left(coalesce(advise.params ->> 'trigger_text', advise.query_text), 1000);
+    INSERT INTO spark.retrievals AS l (tenant, session_id, tool_name, intent_family, query_text, trigger_text,
+                                       params)
+    VALUES (advise.tenant, advise.session_id, advise.tool_name, advise.intent_family,
+            coalesce(advise.query_text, ''), ttext, coalesce(advise.params, '{}'))
+    RETURNING l.id INTO rid;
+    RETURN QUERY
+    WITH hits AS MATERIALIZED (
+        SELECT r.rank AS rnk, r.*, mm.tenant AS owner, mm.source AS src,
+               mm.priority AS prio_label
+        FROM spark._retrieve_core(advise.tenant, advise.query_text, advise.query_embedding, advise.k,
+                                  advise.params, false) r
+        JOIN spark.memories mm ON mm.tenant IN (advise.tenant, spark.system_tenant()) AND mm.id = r.memory_id),
+    items AS (
+        INSERT INTO spark.retrieval_items (tenant, retrieval_id, memory_id, memory_tenant, rank, score, signals,
+                                           pools)
+        SELECT advise.tenant, rid, h.memory_id, h.owner, h.rnk, h.score,
+               jsonb_build_object('semantic_sim', h.semantic_sim, 'keyword_score', h.keyword_score,
+                                  'recency', h.recency, 'outcome', h.outcome, 'trigger_conf', h.trigger_conf,
+                                  'priority', h.priority),
+               h.pools
+        FROM hits h)
+    SELECT rid, h.rnk, h.memory_id, h.key, h.text, h.category, h.kind, h.src, h.prio_label, h.system_default,
+           h.score, h.semantic_sim, h.keyword_score, h.recency, h.outcome, h.trigger_conf, h.priority, h.pools,
+           h.why
+    FROM hits h
+    ORDER BY h.rnk;
+    -- what shadow (learned, unpromoted) rules would have surfaced: their precision decides promotion
+    INSERT INTO spark.trigger_shadow_hits (tenant, retrieval_id, rule_name, memory_id)
+    SELECT advise.tenant, rid, r.name, mm.id
+    FROM spark.trigger_rules r
+    JOIN spark.memories mm ON mm.tenant = advise.tenant AND mm.key = ANY(r.surface)
+    WHERE r.tenant = advise.tenant AND r.shadow
+      AND ttext ~* r.pattern AND (r.context_pattern IS NULL OR ttext ~* r.context_pattern)
+    ON CONFLICT DO NOTHING;
+    RETURN;
+END
+$fn$;
+COMMENT ON FUNCTION spark.advise(text, text, vector, integer, jsonb, text, text, text) IS
+    'spark.retrieve plus the log an advisor needs, in one round trip: the call goes to spark.retrievals, what '
+    'it surfaced (tenant-owned memories, with signals) to spark.retrieval_items, and what shadow trigger rules '
+    'would have surfaced to spark.trigger_shadow_hits. Same tenant, query_text, query_embedding, k, params as '
+    'spark.retrieve (k defaults to 5); session_id, tool_name, intent_family: recorded with the call. Returns '
+    'the surfaced rows with retrieval_id (for record_outcome), source and priority_label added. Errors: those '
+    'of spark.retrieve, and 22023 for an empty or over-long session_id; on error nothing is written.';
+
+CREATE OR REPLACE FUNCTION spark.record_outcome(
+    tenant text,
+    memory_id bigint,
+    outcome text,
+    retrieval_id bigint DEFAULT NULL,
+    session_id text DEFAULT NULL,
+    source text DEFAULT 'api')
+RETURNS real
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, @vector_schema@, pg_temp
+AS $fn$
+#variable_conflict use_variable
+DECLARE
+    owner text;
+    sid text := session_id;
+    rel real;
+BEGIN
+    PERFORM spark._check_tenant(tenant);
+    IF memory_id IS NULL OR outcome IS NULL THEN
+        RAISE EXCEPTION '% must not be NULL', CASE WHEN memory_id IS NULL THEN 'memory_id' ELSE 'outcome' END
+            USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    IF outcome NOT IN ('followed', 'helpful', 'unhelpful', 'ignored') THEN
+        RAISE EXCEPTION 'outcome must be followed, helpful, unhelpful or ignored, got %', quote_literal(outcome)
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF source IS NULL OR source = '' OR length(source) > 64 THEN
+        RAISE EXCEPTION 'source must be 1 to 64 characters' USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    SELECT m.tenant INTO owner FROM spark.memories m
+    WHERE m.tenant IN (tenant, spark.system_tenant()) AND m.id = memory_id
+    ORDER BY m.tenant = tenant DESC LIMIT 1;
+    IF owner IS NULL THEN
+        RAISE EXCEPTION 'memory_id % is not a memory of tenant % or of the cold-start pack', memory_id, tenant
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF retrieval_id IS NOT NULL THEN
+        SELECT coalesce(sid, r.session_id) INTO sid FROM spark.retrievals r
+        WHERE r.tenant = tenant AND r.id = retrieval_id;
+        IF NOT FOUND THEN
+            RAISE EXCEPTION 'retrieval_id % is not an advise call of tenant %', retrieval_id, tenant
+                USING ERRCODE = 'invalid_parameter_value';
+        END IF;
+    END IF;
+    INSERT INTO spark.outcomes (tenant, retrieval_id, memory_id, memory_tenant, session_id, outcome, source)
+    VALUES (tenant, retrieval_id, memory_id, owner, sid, outcome, source);
+    IF owner <> tenant THEN
+        -- the pack is shared: one tenant's verdict must not move what every other tenant sees
+        SELECT m.reliability INTO rel FROM spark.memories m WHERE m.tenant = owner AND m.id = memory_id;
+        RETURN rel;
+    END IF;
+    UPDATE spark.memories m
+    SET helpful_count = m.helpful_count + (outcome = 'helpful')::integer,
+        followed_count = m.followed_count + (outcome = 'followed')::integer,
+        unhelpful_count = m.unhelpful_count + (outcome = 'unhelpful')::integer,
+        ignored_count = m.ignored_count + (outcome = 'ignored')::integer,
+        -- a smoothed success rate (one success and one failure assumed up front, so it starts at 0.5);
+        -- being ignored counts as a quarter of a failure
+        reliability = (m.helpful_count + m.followed_count + (outcome IN ('helpful', 'followed'))::integer + 1)::real
+                      / (m.helpful_count + m.followed_count + m.unhelpful_count + 0.25 * m.ignored_count
+                         + CASE outcome WHEN 'ignored' THEN 0.25 ELSE 1 END + 2)::real,
+        last_seen_at = now()
+    WHERE m.tenant = owner AND m.id = memory_id
+    RETURNING m.reliability INTO rel;
+    RETURN rel;
+END
+$fn$;
+COMMENT ON FUNCTION spark.record_outcome(text, bigint, text, bigint, text, text) IS
+    'Record what became of a surfaced memory. tenant: whose call; memory_id: the memory (the tenant''s or '
+    'the cold-start pack''s); outcome: followed | helpful | unhelpful | ignored; retrieval_id: the advise call '
+    '(spark.advise), whose session it inherits; session_id: the agent session; source: who says so (api, '
+    'hook, user). Updates the memory''s counters and reliability, (successes + 1) / (successes + failures + '
+    '0.25 x ignored + 2), except for pack memories, whose shared reliability no single tenant moves. Returns '
+    'the reliability. Errors: 22004 NULL tenant, memory_id or outcome; 22023 unknown outcome, a memory or '
+    'retrieval not of this tenant, bad source.';

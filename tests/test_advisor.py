@@ -1,0 +1,141 @@
+"""Advisor.advise end to end on a real database with the real model: intent, gates, triggers, the log,
+interrupts and outcomes."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import psycopg
+import pytest
+from psycopg import errors
+
+from spark_pg.advisor import Advisor, AdvisorOptions, blocking, trigger_text
+from spark_pg.client import SparkClient
+from spark_pg.config import Settings
+from spark_pg.db import connect
+from spark_pg.embedding import Embedder
+from spark_pg.ingest import ingest
+from spark_pg.records import MemoryIn
+from tests.conftest import rolled_back, temp_database
+
+Conn = psycopg.Connection[Any]
+T = "dev"
+MEMORIES = [
+    ("jwt", "security", "Verify JWT signatures on the server before trusting any claim in the token."),
+    (
+        "alembic",
+        "database",
+        "Always write an Alembic revision for schema changes; never alter tables by hand.",
+    ),
+    ("pytest", "testing", "Run pytest with -x when a suite is slow, so the first failure stops the run."),
+    ("tweet", "social", "RT @devguru: JWT auth is so hot right now (eng: 12 likes)"),
+    ("depth", "training", "[DEPTH:3] Strong reasoning: the model compared JWT and sessions."),
+    (
+        "backup",
+        "ops",
+        "Before any destructive command on the database, take a backup and check you are not on prod.",
+    ),
+]
+
+
+@pytest.fixture(scope="module")
+def adb(server_url: str, model_settings: Settings, embedder: Embedder) -> Iterator[str]:
+    with temp_database(server_url, install=True) as url:
+        with connect(url) as conn:
+            ingest(conn, [MemoryIn(tenant=T, key=k, category=c, text=t) for k, c, t in MEMORIES], embedder)
+            conn.commit()
+        with SparkClient(model_settings, url=url) as client:
+            client.load_seed_pack()
+        yield url
+
+
+@pytest.fixture
+def conn(adb: str) -> Iterator[Conn]:
+    with rolled_back(adb) as connection:
+        yield connection
+
+
+def keys(advice: list[Any]) -> list[str]:
+    return [a.key for a in advice]
+
+
+def test_ingest_scored_actionability_and_domains(conn: Conn) -> None:
+    rows = dict(
+        conn.execute("SELECT key, actionability FROM spark.memories WHERE tenant = %s", (T,)).fetchall()
+    )
+    assert rows["jwt"] >= 0.3 and rows["alembic"] >= 0.3
+    assert rows["tweet"] < 0.3 and rows["depth"] < 0.3
+
+
+def test_advice_for_an_edit_is_relevant_logged_and_free_of_noise(conn: Conn, embedder: Embedder) -> None:
+    advisor = Advisor(conn, embedder, T, session_id="s1")
+    advice = advisor.advise(
+        "Edit",
+        {"file_path": "/home/dev/api/src/auth/middleware.py", "old_string": "x = 1", "new_string": "x = 2"},
+        "validate the bearer token of each request",
+    )
+    assert advice and advice[0].key in {"jwt", "seed:security-server-side-validation"}
+    assert "jwt" in keys(advice)
+    assert not {"tweet", "depth"} & set(keys(advice))
+    first = advice[0]
+    assert first.retrieval_id > 0 and first.why and first.source and first.category
+    logged = conn.execute(
+        "SELECT tool_name, intent_family, session_id FROM spark.retrievals WHERE tenant = %s AND id = %s",
+        (T, first.retrieval_id),
+    ).fetchone()
+    assert logged == ("Edit", advisor.last_intent.family if advisor.last_intent else None, "s1")
+    items = conn.execute(
+        "SELECT count(*) FROM spark.retrieval_items WHERE tenant = %s AND retrieval_id = %s",
+        (T, first.retrieval_id),
+    ).fetchone()
+    assert items == (len(advice),)
+
+
+def test_trivial_reads_are_skipped_without_a_round_trip(conn: Conn, embedder: Embedder) -> None:
+    before = conn.execute("SELECT count(*) FROM spark.retrievals").fetchone()
+    assert Advisor(conn, embedder, T).advise("Read", {"file_path": "/home/dev/api/README.md"}) == []
+    assert conn.execute("SELECT count(*) FROM spark.retrievals").fetchone() == before
+
+
+def test_a_destructive_command_interrupts_only_when_enabled(conn: Conn, embedder: Embedder) -> None:
+    call = ("Bash", {"command": "psql -c 'DROP TABLE orders'", "description": "clean up"})
+    quiet = Advisor(conn, embedder, T).advise(*call)
+    assert "seed:safety-destructive-ops" in keys(quiet) and blocking(quiet) is None
+    loud = Advisor(conn, embedder, T, options=AdvisorOptions(interrupts=True)).advise(*call)
+    stop = blocking(loud)
+    assert stop is not None and stop.priority == "critical" and stop.trigger and stop.trigger["interrupt"]
+
+
+def test_outcomes_move_reliability_and_are_checked(conn: Conn, embedder: Embedder) -> None:
+    advisor = Advisor(conn, embedder, T, session_id="s2")
+    advice = advisor.advise("Bash", {"command": "alembic revision -m 'add orders table'"}, "schema change")
+    own = next(a for a in advice if a.key == "alembic")
+    assert advisor.record_outcome(own.memory_id, "helpful", retrieval_id=own.retrieval_id) == pytest.approx(
+        2 / 3
+    )
+    assert advisor.record_outcome(own.memory_id, "unhelpful") == pytest.approx(2 / 4)
+    counts = conn.execute(
+        "SELECT helpful_count, unhelpful_count FROM spark.memories WHERE id = %s", (own.memory_id,)
+    ).fetchone()
+    assert counts == (1, 1)
+    session = conn.execute(
+        "SELECT session_id FROM spark.outcomes WHERE retrieval_id = %s", (own.retrieval_id,)
+    ).fetchone()
+    assert session == ("s2",)
+    pack = next((a for a in advice if a.key.startswith("seed:")), None)
+    if pack is not None:  # a pack memory records the outcome but keeps its shared reliability
+        assert advisor.record_outcome(pack.memory_id, "unhelpful") == pytest.approx(0.5)
+    with pytest.raises(errors.InvalidParameterValue, match="outcome must be"):
+        advisor.record_outcome(own.memory_id, "great")
+    with pytest.raises(errors.InvalidParameterValue, match="not a memory of tenant"):
+        Advisor(conn, embedder, "someone-else").record_outcome(own.memory_id, "helpful")
+
+
+def test_trigger_text_keeps_commands_verbatim_and_drops_bodies() -> None:
+    text = trigger_text(
+        "Edit", {"file_path": "/a/b/c.py", "old_string": "SECRET BODY", "new_string": "rm -rf"}, "refactor"
+    )
+    assert text == "Edit /a/b/c.py refactor"
+    assert trigger_text("Bash", {"command": "rm  -rf   /tmp/x"}) == "Bash rm -rf /tmp/x"
+    assert len(trigger_text("Bash", "x" * 5000)) == 1000

@@ -1,0 +1,62 @@
+"""`spark-pg eval --scenarios`: the metrics' definitions, and one small end-to-end run (contract shape)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from spark_pg.config import Settings
+from spark_pg.embedding import Embedder
+from spark_pg.eval.scenarios import Outcome, Scenario, _score, evaluate_scenarios, load_scenarios
+
+
+def scenario(relevant: set[str]) -> Scenario:
+    return Scenario("s", "code_editing", "tune", "Edit", {}, "", frozenset(relevant))
+
+
+def test_precision_counts_what_was_delivered_and_rewards_silence_only_when_right() -> None:
+    noise = frozenset({"n1"})
+    outcomes = [
+        Outcome(scenario({"a", "b"}), ("a", "x"), 1.0),  # 1 of 2 delivered: 0.5
+        Outcome(scenario(set()), (), 2.0),  # no advice wanted, none given: 1
+        Outcome(scenario(set()), ("n1",), 3.0),  # no advice wanted, noise given: 0
+        Outcome(scenario({"a"}), (), 4.0),  # advice wanted, none given: 0
+    ]
+    scores = _score(outcomes, noise)
+    assert scores["precision@5"] == pytest.approx((0.5 + 1 + 0 + 0) / 4)
+    assert scores["noise_rate"] == pytest.approx(1 / 3, abs=1e-3)
+    assert scores["recall@5"] == pytest.approx((0.5 + 0) / 2)
+    assert scores["advise_ms"]["p50"] == pytest.approx(2.5)
+
+
+def test_a_small_scenario_set_runs_end_to_end(
+    tmp_path: Path, server_url: str, model_settings: Settings, embedder: Embedder
+) -> None:
+    (tmp_path / "insights.yaml").write_text(
+        """memories:
+  - {key: ins:jwt, category: security, text: "Verify JWT signatures on the server before trusting any claim."}
+  - {key: ins:alembic, category: database, text: "Write an Alembic revision for every schema change."}
+  - {key: "noise:rt", category: social, source: x_social, text: "RT @dev: JWT is great (eng: 3 likes)",
+     metadata: {noise: retweet}}
+"""
+    )
+    (tmp_path / "scenarios.yaml").write_text(
+        """scenarios:
+  - {id: auth, category: code_editing, split: tune, tool_name: Edit,
+     tool_input: {file_path: /src/auth/tokens.py, old_string: a, new_string: b},
+     task_context: check the token signature, relevant: [ins:jwt]}
+  - {id: readme, category: reads, split: holdout, tool_name: Read, tool_input: {file_path: /README.md},
+     task_context: "", relevant: []}
+"""
+    )
+    assert [s.id for s in load_scenarios(tmp_path)] == ["auth", "readme"]
+    result = evaluate_scenarios(model_settings, tmp_path, server_url=server_url, embedder=embedder)
+    assert result["scenarios"] == 2 and set(result["systems"]) == {"advisor", "keyword"}
+    advisor = result["systems"]["advisor"]
+    assert {"precision@5", "noise_rate", "advise_ms"} <= set(advisor)
+    assert set(advisor["advise_ms"]) == {"p50", "p95"}
+    assert advisor["scenarios"]["readme"]["delivered"] == []
+    assert "ins:jwt" in advisor["scenarios"]["auth"]["delivered"]
+    assert "noise:rt" not in advisor["scenarios"]["auth"]["delivered"]
+    assert 0 <= advisor["precision@5"] <= 1 and set(advisor["by_split"]) == {"tune", "holdout"}
