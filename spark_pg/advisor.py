@@ -69,6 +69,9 @@ class AdvisorOptions:
 
     k: int = 5
     min_actionability: float = ACTIONABILITY_GATE
+    # advice drops anything scoring under 0.75 x the best candidate: fewer, surer items (an empty answer
+    # beats a noisy one); measured on the scenarios' tune split (docs/results.md)
+    adaptive_ratio: float = 0.75
     domain_filter: bool = True
     interrupts: bool = False
     interrupt_min_confidence: float = 0.9
@@ -110,7 +113,11 @@ class Advisor:
     def params(self, intent: Intent, trigger: str) -> dict[str, Any]:
         """The spark.retrieve params of one call."""
         opts = self.options
-        params: dict[str, Any] = {"trigger_text": trigger, "min_actionability": opts.min_actionability}
+        params: dict[str, Any] = {
+            "trigger_text": trigger,
+            "min_actionability": opts.min_actionability,
+            "adaptive_ratio": opts.adaptive_ratio,
+        }
         if opts.domain_filter:
             params["domains"] = list(intent.domains)
         params.update(opts.params)

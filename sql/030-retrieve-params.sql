@@ -46,6 +46,8 @@ SELECT jsonb_build_object(
     'domain_min', 3,               -- ... unless that leaves fewer than this many candidates: then no filter
     'trigger_text', NULL,          -- the text trigger rules match (the tool call); NULL = query_text
     'include_system', true,        -- include the cold-start pack (tenant _system)
+    'pack_yield', 100,             -- the pack's scores x 1 / (1 + own memories / pack_yield): it yields as a
+                                   -- tenant's own knowledge grows (100 own memories halve it)
     'use_cache', true,             -- with query_embedding NULL, look the text up in spark.query_embeddings
     'ef_search', 100,              -- hnsw.ef_search for the semantic pool
     'exact_scan_max', 7000,        -- tenants (with the pack) up to this many vectors are scanned exactly
@@ -71,7 +73,7 @@ DECLARE
         "pool_semantic": [0, 1000, 1], "pool_keyword_recent": [0, 1000, 1], "pool_keyword_old": [0, 1000, 1],
         "pool_recent": [0, 1000, 1], "pool_random": [0, 1000, 1], "pool_pinned": [0, 1000, 1],
         "pool_trigger": [0, 1000, 1], "w_trigger": [0, 10, 0], "rrf_w_trigger": [0, 10, 0],
-        "min_actionability": [0, 1, 0], "domain_min": [0, 1000, 1],
+        "min_actionability": [0, 1, 0], "domain_min": [0, 1000, 1], "pack_yield": [1, 10000000, 0],
         "recent_days": [0, 36500, 0], "half_life_days": [0.001, 36500, 0], "recency_floor": [0, 1, 0],
         "w_similarity": [0, 10, 0], "w_keyword": [0, 10, 0], "w_recency": [0, 10, 0], "w_outcome": [0, 10, 0],
         "rrf_k": [1, 1000, 0], "rrf_w_semantic": [0, 10, 0], "rrf_w_keyword": [0, 10, 0],

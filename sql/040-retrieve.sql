@@ -295,7 +295,10 @@ BEGIN
                                          / (w.rk + 1), 0), 0)
                    ELSE w.ws * coalesce(ranked.sim, 0) + w.wk * ranked.kw + w.wr * ranked.rec + w.wo * ranked.outc
                         + w.wt * ranked.trig
-                   END * (1 + ranked.prio) AS score,
+                   END * (1 + ranked.prio)
+                   -- the cold-start pack yields as the tenant's own memories grow
+                   * CASE WHEN ranked.system_default THEN ($5 ->> '_pack_factor')::double precision ELSE 1 END
+                   AS score,
                    CASE WHEN ranked.trig > 0 THEN 'trigger'
                         WHEN 'pinned' = ANY(ranked.pools) THEN 'pinned'
                         WHEN ranked.kw > 0 THEN 'keyword match'
@@ -312,7 +315,10 @@ BEGIN
                              || CASE WHEN ranked.trig > 0
                                      THEN jsonb_build_object('trigger', round((w.wt * ranked.trig)::numeric, 4))
                                      ELSE '{}' END END
-                   || jsonb_build_object('priority_factor', 1 + ranked.prio) AS terms
+                   || jsonb_build_object('priority_factor', 1 + ranked.prio)
+                   || CASE WHEN ranked.system_default
+                           THEN jsonb_build_object('pack_factor', round(($5 ->> '_pack_factor')::numeric, 3))
+                           ELSE '{}' END AS terms
             FROM ranked, w),
         gated AS (
             SELECT fused.*,
@@ -474,6 +480,15 @@ BEGIN
     tsq := spark._or_tsquery(query_text);
     tenants := CASE WHEN (p ->> 'include_system')::boolean AND tenant <> spark.system_tenant()
                     THEN ARRAY[tenant, spark.system_tenant()] ELSE ARRAY[tenant] END;
+    IF cardinality(tenants) > 1 THEN
+        -- pack_yield own memories halve the pack's scores (counted at the last statistics refresh, or now)
+        p := p || jsonb_build_object('_pack_factor', 1.0 / (1.0 + coalesce(
+            (SELECT s.memories FROM spark.tenant_stats s WHERE s.tenant = _retrieve_core.tenant),
+            (SELECT count(*) FROM (SELECT 1 FROM spark.memories m WHERE m.tenant = _retrieve_core.tenant
+                                   LIMIT 100000) x))::double precision / (p ->> 'pack_yield')::double precision));
+    ELSE
+        p := p || '{"_pack_factor": 1}';
+    END IF;
     old_ef := current_setting('hnsw.ef_search', true);
     PERFORM set_config('hnsw.ef_search', p ->> 'ef_search', true);
     IF qvec IS NOT NULL THEN

@@ -69,7 +69,8 @@ def test_ingest_scored_actionability_and_domains(conn: Conn) -> None:
 
 
 def test_advice_for_an_edit_is_relevant_logged_and_free_of_noise(conn: Conn, embedder: Embedder) -> None:
-    advisor = Advisor(conn, embedder, T, session_id="s1")
+    # a looser relative cutoff than the advisor's default, so the tenant's own rule shows beside the pack's
+    advisor = Advisor(conn, embedder, T, session_id="s1", options=AdvisorOptions(adaptive_ratio=0.4))
     advice = advisor.advise(
         "Edit",
         {"file_path": "/home/dev/api/src/auth/middleware.py", "old_string": "x = 1", "new_string": "x = 2"},

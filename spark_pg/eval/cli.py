@@ -15,7 +15,7 @@ from pathlib import Path
 import psycopg
 
 from spark_pg.config import load_settings
-from spark_pg.errors import SparkPgError
+from spark_pg.errors import InputError, SparkPgError
 
 
 def _positive(text: str) -> int:
@@ -29,10 +29,23 @@ def _positive(text: str) -> int:
 
 
 def cmd_scenarios(args: argparse.Namespace) -> int:
+    from spark_pg.advisor import AdvisorOptions
     from spark_pg.eval.scenarios import evaluate_scenarios, format_scenarios, plot_scenarios
 
     settings = load_settings()
-    result = evaluate_scenarios(settings, Path(args.scenarios) if args.scenarios else None, progress=True)
+    try:
+        extra = json.loads(args.params) if args.params else {}
+    except json.JSONDecodeError as exc:
+        raise InputError(f"--params is not valid JSON: {exc}") from None
+    if not isinstance(extra, dict):
+        raise InputError("--params must be a JSON object of spark.retrieve params")
+    result = evaluate_scenarios(
+        settings,
+        Path(args.scenarios) if args.scenarios else None,
+        options=AdvisorOptions(params=extra),
+        split=args.split,
+        progress=True,
+    )
     folder = Path(args.report) if args.report else Path("reports") / "eval-scenarios"
     result["report"] = str(plot_scenarios(result, folder / "precision-by-category.png"))
     (folder / "result.json").write_text(json.dumps(result, indent=2))
@@ -90,6 +103,8 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         help="the advisor on tool-call scenarios (default: the built-in set; DIR holds insights.yaml and "
         "scenarios.yaml)",
     )
+    p.add_argument("--split", choices=("tune", "holdout"), help="--scenarios: only this split")
+    p.add_argument("--params", metavar="JSON", help="--scenarios: spark.retrieve params for the advisor")
     p.add_argument("--k", type=_positive, default=10, help="results retrieved per question (at least 10 are)")
     p.add_argument("--json", action="store_true", help="print one JSON object on stdout")
     p.add_argument("--report", metavar="DIR", help="report folder (default: ./reports/eval-<dataset name>)")

@@ -30,7 +30,7 @@ import yaml
 from tqdm import tqdm
 
 from spark_pg import schema, scratch
-from spark_pg.advisor import Advisor
+from spark_pg.advisor import Advisor, AdvisorOptions
 from spark_pg.client import SparkClient
 from spark_pg.config import Settings
 from spark_pg.db import connect, database_url
@@ -171,11 +171,16 @@ def evaluate_scenarios(
     *,
     server_url: str | None = None,
     embedder: Embedder | None = None,
+    options: AdvisorOptions | None = None,
+    split: str | None = None,
     progress: bool = False,
 ) -> dict[str, Any]:
-    """Run the advisor and the keyword baseline on every scenario; the result object of ``--json``."""
+    """Run the advisor and the keyword baseline on every scenario (of ``split``, if given); the result object
+    of ``--json``. ``options``: the advisor's (default: the product defaults)."""
     folder = folder or default_folder()
-    scenarios = load_scenarios(folder)
+    scenarios = [s for s in load_scenarios(folder) if split is None or s.split == split]
+    if not scenarios:
+        raise InputError(f"no scenarios{f' in split {split!r}' if split else ''} in {folder}")
     embedder = embedder or load_embedder(settings)
     server = server_url or database_url(settings)
     digest = hashlib.sha256(f"{folder.resolve()}:{embedder.spec.name}".encode()).hexdigest()[:12]
@@ -185,7 +190,7 @@ def evaluate_scenarios(
     try:
         noise = _load_pool(url, folder, embedder, settings)
         with connect(url) as conn:
-            advisor = Advisor(conn, embedder, TENANT, session_id="eval")
+            advisor = Advisor(conn, embedder, TENANT, session_id="eval", options=options)
             for s in scenarios[:3]:  # warm the model, plans and caches
                 advisor.advise(s.tool_name, s.tool_input, s.task_context)
 
@@ -204,6 +209,7 @@ def evaluate_scenarios(
         scratch.drop(server, name)
     return {
         "scenarios": len(scenarios),
+        "split": split or "all",
         "folder": str(folder),
         "model": embedder.spec.name,
         "systems": {sys_name: summarize_system(out, noise) for sys_name, out in runs.items()},

@@ -1,0 +1,104 @@
+"""Reading a tool call's raw input: JSON strings become mappings, fields are looked up (also in nested
+mappings and lists, breadth first and bounded) and clipped, and a few identifiers are mined from code
+bodies as a hint when there is no task context.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections import deque
+from collections.abc import Iterator, Mapping
+from itertools import islice
+from typing import Any
+
+from spark_pg.intent.limits import SCAN_LIMIT
+from spark_pg.intent.text import _clip
+
+
+def _as_mapping(tool_input: object) -> Mapping[str, Any]:
+    """The tool input as a mapping: JSON strings are parsed, anything else is wrapped as ``input``."""
+    if tool_input is None:
+        return {}
+    if isinstance(tool_input, Mapping):
+        return tool_input
+    if isinstance(tool_input, bytes):
+        tool_input = tool_input[: SCAN_LIMIT * 16].decode("utf-8", "replace")
+    if isinstance(tool_input, str):
+        stripped = tool_input.strip()
+        if stripped.startswith("{") and len(stripped) <= SCAN_LIMIT * 16:
+            try:
+                parsed = json.loads(stripped)
+            except ValueError:
+                parsed = None
+            if isinstance(parsed, Mapping):
+                return parsed
+        return {"input": stripped[:SCAN_LIMIT]}
+    return {"input": _clip(tool_input)}
+
+
+def _field(data: Mapping[str, Any], *keys: str) -> str:
+    """The first non-empty string (or number) among ``keys``, clipped to SCAN_LIMIT."""
+    for key in keys:
+        try:
+            value = data.get(key)
+        except (TypeError, AttributeError):
+            return ""
+        text = _clip(value)
+        if text.strip():
+            return text
+    return ""
+
+
+def _nodes(data: object, max_nodes: int = 200) -> Iterator[object]:
+    """The values nested in mappings and lists, breadth first; bounded, so odd inputs stay cheap."""
+    queue: deque[object] = deque([data])
+    for _ in range(max_nodes):
+        if not queue:
+            return
+        node = queue.popleft()
+        yield node
+        if isinstance(node, Mapping):
+            queue.extend(islice(node.values(), 50))
+        elif isinstance(node, list | tuple):
+            queue.extend(node[:50])
+
+
+def _find_field(data: Mapping[str, Any], keys: tuple[str, ...]) -> str:
+    """Like :func:`_field` but also searches nested mappings and lists."""
+    for node in _nodes(data):
+        found = _field(node, *keys) if isinstance(node, Mapping) else ""
+        if found:
+            return found
+    return ""
+
+
+def _first_string(data: Mapping[str, Any]) -> str:
+    """The first non-empty string anywhere in nested mappings and lists."""
+    for node in _nodes(data):
+        if isinstance(node, str) and node.strip():
+            return node[:SCAN_LIMIT]
+    return ""
+
+
+_DEF_NAME = re.compile(
+    r"\b(?:def|class|function|func|fn|interface|type|struct|enum|trait)\s+([A-Za-z_]\w{2,})"
+    r"|\b(?:const|let|var)\s+([A-Za-z_]\w{3,})\s*=",
+)
+_IDENT = re.compile(r"\b(?:[a-z]+_[a-z0-9_]+|[a-z]+[A-Z][A-Za-z0-9]+|[A-Z][a-z]+[A-Z][A-Za-z0-9]+)\b")
+
+
+def _identifiers(*bodies: str, limit: int = 3) -> str:
+    """A few identifiers defined (else used) in code bodies: a light hint when there is no task context."""
+    names: list[str] = []
+    for body in bodies:
+        for match in _DEF_NAME.finditer(body[:SCAN_LIMIT]):
+            name = match.group(1) or match.group(2)
+            if name and name not in names:
+                names.append(name)
+    if not names:
+        for body in bodies:
+            for name in _IDENT.findall(body[:SCAN_LIMIT]):
+                if len(name) >= 6 and name not in names:
+                    names.append(name)
+    return " ".join(names[:limit])

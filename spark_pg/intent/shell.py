@@ -1,0 +1,311 @@
+"""Shell command lines: split into simple commands without env assignments, sudo and runner prefixes,
+find the segment that says what the command does, and read from its program and subcommand the verb
+(test, deploy, migrate, install, a git verb, ...), the intent family, a short target, and whether the
+whole line is read-only.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from types import MappingProxyType
+
+from spark_pg.intent.limits import _MAX_TARGET, SCAN_LIMIT
+from spark_pg.intent.text import _HASHLIKE, _URL, _cap, _clean_text, _dedupe_words, _path_words, _url_words
+from spark_pg.intent.tools import _VERBS
+
+_CMD_PREFIXES = frozenset({"sudo", "time", "nohup", "env", "exec", "command", "nice", "timeout", "xargs"})
+_CMD_SETUP = frozenset({"cd", "pushd", "popd", "source", ".", "export", "set", "unset", "echo", "true"})
+_RUNNERS = MappingProxyType(
+    {
+        "uv": "run", "poetry": "run", "pipenv": "run", "pdm": "run", "hatch": "run", "rye": "run",
+        "bundle": "exec", "pnpm": "exec", "conda": "run",
+    }
+)  # fmt: skip
+_KEEP_FLAGS = frozenset(
+    {"-rf", "-fr", "-Rf", "--force", "--force-with-lease", "--hard", "--no-verify", "--amend", "--prod",
+     "--production", "--dry-run", "--all"}
+)  # fmt: skip
+_SEPARATORS = frozenset({"&&", "||", ";", "|", "&", ";;", "(", ")", "|&"})
+
+
+def _shell_tokens(command: str) -> list[str]:
+    """Shell words of the first lines of a command (heredoc bodies dropped); never raises."""
+    head = command[:SCAN_LIMIT].split("<<", 1)[0]
+    lines = [ln for ln in head.splitlines() if ln.strip() and not ln.lstrip().startswith("#")][:3]
+    text = " ; ".join(lines)
+    try:
+        lexer = shlex.shlex(text, posix=True, punctuation_chars=True)
+        lexer.whitespace_split = True
+        return list(lexer)[:200]
+    except ValueError:
+        return text.split()[:200]
+
+
+def _segments(command: str) -> list[list[str]]:
+    """The simple commands of a command line, each without env assignments, sudo and runner prefixes."""
+    segments: list[list[str]] = []
+    current: list[str] = []
+    for token in [*_shell_tokens(command), ";"]:
+        if token in _SEPARATORS or (token and set(token) <= set("&|;()")):  # redirects stay in the segment
+            if current:
+                segments.append(_strip_prefixes(current))
+            current = []
+        else:
+            current.append(token)
+    return [s for s in segments if s]
+
+
+def _strip_prefixes(words: list[str]) -> list[str]:
+    """``FOO=1 sudo uv run python -m pytest -x`` -> ``pytest -x``."""
+    i = 0
+    while i < len(words):
+        word = words[i]
+        base = word.rsplit("/", 1)[-1]
+        if re.fullmatch(r"[A-Za-z_]\w*=.*", word):
+            i += 1
+        elif base in _CMD_PREFIXES:  # "sudo -E", "timeout 30s", "nice -n 10": skip their options too
+            i += 1
+            while i < len(words) and (words[i].startswith("-") or re.fullmatch(r"\d+[smhd]?", words[i])):
+                i += 1
+        elif base in _RUNNERS and i + 1 < len(words) and words[i + 1] == _RUNNERS[base]:
+            i += 2
+        elif base in {"npx", "bunx", "pnpx"}:
+            i += 1
+        elif re.fullmatch(r"python[\d.]*|py", base) and i + 2 < len(words) and words[i + 1] == "-m":
+            i += 2
+        else:
+            break
+    rest = words[i:]
+    if rest:
+        rest = [rest[0].rsplit("/", 1)[-1] if rest[0].startswith(("/", "./")) else rest[0], *rest[1:]]
+    return rest
+
+
+def _main_segment(segments: list[list[str]]) -> list[str]:
+    """The segment that says what the command does: the first one that is not cd/export/echo setup."""
+    for segment in segments:
+        if segment[0] not in _CMD_SETUP:
+            return segment
+    return segments[0] if segments else []
+
+
+def _subcommand(segment: list[str]) -> str:
+    """The first non-flag word after the program ("git -C x commit" -> "commit", best effort)."""
+    for word in segment[1:]:
+        if not word.startswith("-"):
+            return word.lower()
+    return ""
+
+
+_TEST_PROGRAMS = frozenset(
+    {"pytest", "py.test", "jest", "vitest", "mocha", "rspec", "tox", "nox", "phpunit", "unittest", "ava",
+     "karma", "cypress", "behave", "ctest"}
+)  # fmt: skip
+_PKG_MANAGERS = frozenset({"npm", "yarn", "pnpm", "bun", "pip", "pip3", "poetry", "uv", "cargo", "go",
+                           "gem", "bundle", "composer", "brew", "apt", "apt-get", "conda", "dotnet", "mvn",
+                           "gradle", "pipenv", "pdm", "hatch", "mix", "deno"})  # fmt: skip
+_INSTALL_SUBS = frozenset({"install", "i", "ci", "add", "sync", "get", "update", "upgrade", "remove",
+                           "uninstall", "lock"})  # fmt: skip
+_DEPLOY_PROGRAMS = frozenset(
+    {"kubectl", "helm", "terraform", "ansible", "ansible-playbook", "flyctl", "fly", "vercel", "netlify",
+     "heroku", "serverless", "sls", "cdk", "pulumi", "eb", "gcloud", "az", "aws", "doctl", "railway",
+     "wrangler", "firebase", "kamal", "capistrano", "cap", "systemctl", "service", "pm2", "supervisorctl",
+     "ssh", "scp", "rsync", "nginx", "caddy", "skaffold", "argocd", "nomad"}
+)  # fmt: skip
+_DATA_PROGRAMS = frozenset(
+    {"psql", "mysql", "sqlite3", "sqlite", "pg_dump", "pg_restore", "pg_dumpall", "mongo", "mongosh",
+     "redis-cli", "alembic", "flyway", "liquibase", "dbt", "createdb", "dropdb", "sqlcmd", "clickhouse",
+     "duckdb", "prisma", "knex", "sequelize", "dbmate", "goose", "atlas", "migrate", "pgcli", "mycli"}
+)  # fmt: skip
+_BUILD_PROGRAMS = frozenset(
+    {"make", "cmake", "ninja", "bazel", "docker", "docker-compose", "podman", "buildah", "tsc", "webpack",
+     "vite", "rollup", "esbuild", "babel", "gcc", "g++", "clang", "javac", "ruff", "eslint", "prettier",
+     "mypy", "black", "flake8", "pylint", "isort", "pre-commit", "act", "turbo", "nx", "lerna", "twine"}
+)  # fmt: skip
+_SECURITY_PROGRAMS = frozenset(
+    {"openssl", "ssh-keygen", "gpg", "vault", "htpasswd", "trivy", "bandit", "semgrep", "pip-audit",
+     "snyk", "gitleaks", "trufflehog", "certbot", "keytool", "sops", "age"}
+)  # fmt: skip
+_NAV_PROGRAMS = frozenset({"ls", "cat", "head", "tail", "less", "more", "find", "tree", "grep", "rg", "ag",
+                           "fd", "wc", "pwd", "which", "file", "stat", "du", "bat", "whereis"})  # fmt: skip
+_GIT_VERBS = frozenset(
+    {"commit", "push", "pull", "merge", "rebase", "checkout", "switch", "reset", "revert", "cherry-pick",
+     "clone", "stash", "tag", "fetch", "add", "rm", "mv", "restore", "bisect", "branch", "init", "apply"}
+)  # fmt: skip
+_GIT_READ_ONLY = frozenset({"status", "log", "diff", "show", "blame", "shortlog", "describe", "ls-files",
+                            "rev-parse", "remote", "reflog"})  # fmt: skip
+_READ_ONLY_PROGRAMS = frozenset({"ls", "pwd", "tree", "which", "whoami", "cat", "head", "tail", "wc",
+                                 "less", "more", "stat", "file", "du", "df", "date", "uname", "whereis",
+                                 "bat", "echo", "rg", "grep", "fd"})  # fmt: skip
+_SECRET_WORDS = re.compile(r"\.env\b|secret|passw|credential|token|\.pem\b|id_rsa|\.key\b", re.I)
+
+
+def _is_test_command(program: str, sub: str, segment: list[str]) -> bool:
+    if program in _TEST_PROGRAMS or (
+        program in {"go", "cargo", "dotnet", "deno", "bun", "mix"} and sub == "test"
+    ):
+        return True
+    if program in {"npm", "yarn", "pnpm", "make", "just", "task"}:
+        words = [w.lower() for w in segment[1:4]]
+        return any(w == "test" or w.startswith(("test:", "test-", "e2e")) for w in words)
+    return program == "playwright" and sub == "test"
+
+
+_DEPLOY_TOOLS = frozenset(
+    {"kubectl", "helm", "terraform", "flyctl", "fly", "vercel", "netlify", "serverless", "sls", "cdk",
+     "pulumi", "eb", "railway", "wrangler", "firebase", "kamal", "cap", "capistrano", "skaffold", "argocd",
+     "ansible-playbook", "heroku"}
+)  # fmt: skip
+_DEPLOY_SUBS = frozenset(
+    {"", "apply", "rollout", "set", "scale", "create", "replace", "patch", "install", "upgrade", "rollback",
+     "uninstall", "destroy", "deploy", "release", "promote", "push", "up", "sync", "publish"}
+)  # fmt: skip
+
+
+def _is_deploy_command(program: str, sub: str, segment: list[str]) -> bool:
+    """True for a command that changes a running environment (``kubectl apply``, ``fly deploy``, ...);
+    inspecting one (``kubectl get``, ``terraform plan``) is ops work but not a deploy."""
+    if re.search(r"deploy|release|rollout|publish", program):
+        return True
+    if program in _DEPLOY_TOOLS:
+        return sub in _DEPLOY_SUBS or sub.startswith("-") or program == "ansible-playbook"
+    joined = " ".join(segment[1:6]).lower()
+    if program in {"gcloud", "aws", "az", "doctl"} and re.search(
+        r"deploy|update-service|apply|rollout", joined
+    ):
+        return True
+    if program == "docker" and sub == "push":
+        return True
+    # a script, target or workflow named for a deploy: "make deploy", "gh workflow run deploy.yml"
+    names = [w.lower() for w in segment[1:6] if " " not in w and not w.startswith("-")]
+    return program not in {"git", "vim", "nano", "code", "cat", "less", "echo"} and any(
+        re.search(r"(?<![a-z])(?:deploy|release)(?![a-z])", w) for w in names
+    )
+
+
+def _is_migration_command(program: str, sub: str, segment: list[str]) -> bool:
+    joined = " ".join(segment[1:5]).lower()
+    if program in {"alembic", "flyway", "liquibase", "dbmate", "goose", "migrate"}:
+        return True
+    if program in {"prisma", "knex", "sequelize", "atlas"} and "migrat" in joined:
+        return True
+    if re.search(r"manage\.py", program + " " + joined) and re.search(r"migrat", joined):
+        return True
+    return program in {"rails", "rake", "npm", "yarn", "pnpm", "make"} and "migrat" in joined
+
+
+def _command_action(segment: list[str]) -> str:
+    """The verb of a command: test, install, build, deploy, migrate, lint, delete, a git verb, or run."""
+    if not segment:
+        return "run"
+    program = segment[0].lower()
+    sub = _subcommand(segment)
+    if _is_test_command(program, sub, segment):
+        return "test"
+    if _is_deploy_command(program, sub, segment):
+        return "deploy"
+    if _is_migration_command(program, sub, segment):
+        return "migrate"
+    if program == "git":
+        return sub if sub in _GIT_VERBS else "run"
+    if program in {"gh", "glab"}:
+        rest = [w.lower() for w in segment[2:4] if not w.startswith("-")]
+        return rest[0] if rest and rest[0] in _VERBS else "run"
+    if program in _PKG_MANAGERS and sub in _INSTALL_SUBS:
+        return "install"
+    if sub == "build" or program in {"make", "tsc", "webpack", "vite", "cmake", "ninja", "bazel"}:
+        return "build"
+    if program in {"ruff", "eslint", "flake8", "pylint", "mypy", "black", "prettier", "isort"}:
+        return "lint"
+    simple = {"rm": "delete", "rmdir": "delete", "mkdir": "create", "touch": "create", "mv": "move",
+              "cp": "copy", "curl": "request", "wget": "download", "psql": "query", "mysql": "query",
+              "sqlite3": "query", "ls": "list", "cat": "read", "grep": "search", "rg": "search",
+              "find": "find", "kill": "stop", "pkill": "stop"}  # fmt: skip
+    return simple.get(program, "run")
+
+
+def _reads_logs(program: str, sub: str, segment: list[str]) -> bool:
+    """``tail -f app.log``, ``journalctl -u api``, ``kubectl logs``, ``docker logs``: looking for an error."""
+    if program in {"journalctl", "dmesg"} or (
+        program in {"kubectl", "docker", "heroku", "fly"} and sub == "logs"
+    ):
+        return True
+    return program in _NAV_PROGRAMS and any(re.search(r"\blogs?\b|\.log\b", w) for w in segment[1:8])
+
+
+def _command_family(command: str) -> str | None:
+    """The intent family the program of a command line implies, or None when the program says nothing."""
+    segment = _main_segment(_segments(command))
+    if not segment:
+        return None
+    program = segment[0].lower()
+    sub = _subcommand(segment)
+    if _is_test_command(program, sub, segment):
+        return "testing_validation"
+    if _reads_logs(program, sub, segment):
+        return "debugging_errors"
+    if program in {"xurl", "twurl", "toot", "bsky"}:
+        return "social_content"
+    if _is_migration_command(program, sub, segment) or program in _DATA_PROGRAMS:
+        return "data_schema"
+    if _is_deploy_command(program, sub, segment) or program in _DEPLOY_PROGRAMS:
+        return "deployment_ops"
+    if program in {"git", "gh", "hub", "glab", "tig"}:
+        return "build_dependencies" if program == "gh" and sub in {"run", "workflow"} else "version_control"
+    if program in _SECURITY_PROGRAMS or (program in {"npm", "yarn", "pnpm"} and sub == "audit"):
+        return "auth_security"
+    if program in _PKG_MANAGERS or program in _BUILD_PROGRAMS:
+        return "build_dependencies"
+    if program in _NAV_PROGRAMS:
+        return "file_navigation"
+    if program in {"pdb", "gdb", "lldb", "strace", "ltrace", "valgrind"}:
+        return "debugging_errors"
+    return None
+
+
+def _command_summary(command: str) -> tuple[str, str]:
+    """(action, target) of a shell command; the target is the main command with paths shortened, quotes
+    and most flags dropped: ``cd /repo && python -m pytest tests/test_auth.py -x`` -> ``pytest test auth``."""
+    segment = _main_segment(_segments(command))
+    if not segment:
+        return "run", ""
+    words: list[str] = []
+    for i, word in enumerate(segment[:24]):
+        if word.startswith("-") and word not in _KEEP_FLAGS:
+            continue
+        if re.fullmatch(r"\d?[<>]+&?\d*", word) or word.startswith("$"):
+            continue
+        if i == 0:
+            words.append(word)
+        elif _URL.match(word):
+            words.append(_url_words(word))
+        elif re.fullmatch(r"[\w.-]+=\S*", word):  # key=value: keep the words, drop ids and hashes
+            key, _, value = word.partition("=")
+            words.append(" ".join(w for w in (key, value) if w and not _HASHLIKE.match(w)))
+        elif "/" in word or "\\" in word or re.search(r"\.\w{1,5}$", word):
+            words.append(_path_words(word) if ("/" in word or "\\" in word) else word)
+        else:
+            words.append(_clean_text(word))
+    target = _cap(_dedupe_words(" ".join(w for w in words if w)), _MAX_TARGET)
+    return _command_action(segment), target
+
+
+def _is_read_only_command(command: str) -> bool:
+    """True for a command line made only of listing/printing programs (no redirects, no secret files)."""
+    if not command.strip() or re.search(r"(?<![<>&\d])>", command) or _SECRET_WORDS.search(command):
+        return False
+    segments = _segments(command)
+    if not segments:
+        return False
+    for segment in segments:
+        program = segment[0].lower()
+        if program == "git":
+            if _subcommand(segment) not in _GIT_READ_ONLY:
+                return False
+        elif program == "find":
+            if any(w in {"-delete", "-exec", "-execdir", "-ok"} for w in segment):
+                return False
+        elif program not in _READ_ONLY_PROGRAMS and program != "cd":
+            return False
+    return True
