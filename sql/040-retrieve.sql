@@ -16,6 +16,22 @@ COMMENT ON FUNCTION spark._or_tsquery(text) IS
 
 DROP FUNCTION IF EXISTS spark._priority_bonus(text);
 
+CREATE OR REPLACE FUNCTION spark._why_advice(
+    trig double precision, rules text, priority text, interrupt boolean, action_domain text, actionability real)
+RETURNS jsonb
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+SET search_path = pg_catalog, @vector_schema@, pg_temp
+AS $fn$
+    SELECT jsonb_strip_nulls(jsonb_build_object(
+        'trigger', CASE WHEN trig > 0 THEN jsonb_build_object(
+            'rules', to_jsonb(string_to_array(rules, ',')), 'confidence', round(trig::numeric, 3),
+            'priority', priority, 'interrupt', interrupt) END,
+        'action_domain', action_domain, 'actionability', round(actionability::numeric, 3)))
+$fn$;
+COMMENT ON FUNCTION spark._why_advice(double precision, text, text, boolean, text, real) IS
+    'Internal: the advisor''s part of a why object: the trigger rules that surfaced the row (comma-separated '
+    'names), their confidence, priority and interrupt flag, and the row''s action domain and actionability.';
+
 CREATE OR REPLACE FUNCTION spark._pool_weight(params jsonb, pool text)
 RETURNS double precision
 LANGUAGE sql IMMUTABLE PARALLEL SAFE
@@ -141,6 +157,11 @@ DROP FUNCTION IF EXISTS spark._candidates(text[], vector, timestamptz, tsquery, 
 DROP FUNCTION IF EXISTS spark._candidates(text[], vector, timestamptz, tsquery, jsonb, text, timestamptz, text,
     double precision, double precision, double precision, tsquery[], bigint[], double precision[], smallint, text[],
     double precision[]);
+-- dropped and re-created on every apply: its result columns change with the statement (an internal function,
+-- called only by _retrieve_core, so nothing depends on it)
+DROP FUNCTION IF EXISTS spark._candidates(text[], vector, timestamptz, tsquery, jsonb, text, timestamptz, text,
+    double precision, double precision, double precision, tsquery[], bigint[], double precision[], smallint, text[],
+    double precision[], text);
 CREATE OR REPLACE FUNCTION spark._candidates(
     tenants text[], qvec vector, as_of timestamptz, tsq tsquery, p jsonb, own text, cutoff timestamptz,
     query_text text, min_sim double precision, min_fuse double precision, ratio double precision,
@@ -149,8 +170,8 @@ CREATE OR REPLACE FUNCTION spark._candidates(
 RETURNS TABLE (id bigint, key text, text text, category text, kind text, system_default boolean,
                created_at timestamptz, content_hash bytea, emb vector, prio_label text, sim double precision,
                kw double precision, rec double precision, outc double precision, prio double precision,
-               pools text[], pool_ranks jsonb, trig double precision, extra jsonb, domain_ok boolean,
-               act_ok boolean, r_sim bigint, r_kw bigint, r_rec bigint, r_out bigint,
+               pools text[], pool_ranks jsonb, trig double precision, trig_rules text[], trig_prio text,
+               trig_interrupt boolean, adomain text, act real, domain_ok boolean, act_ok boolean, r_sim bigint, r_kw bigint, r_rec bigint, r_out bigint,
                score double precision, passed_by text, terms jsonb, gate_status text, pre_status text)
 LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, @vector_schema@, pg_temp
@@ -252,13 +273,8 @@ BEGIN
                                  CASE tg.priority WHEN 'critical' THEN 4 WHEN 'high' THEN 3 WHEN 'normal' THEN 2 ELSE 1 END)
                         WHEN 4 THEN 0.3 WHEN 3 THEN 0.2 WHEN 2 THEN 0 ELSE -0.1 END::double precision AS prio,
                    cand.pools, cand.pool_ranks,
-                   coalesce(tg.conf, 0) AS trig,
-                   nullif(jsonb_strip_nulls(jsonb_build_object(
-                       'trigger', CASE WHEN tg.id IS NOT NULL THEN jsonb_build_object(
-                           'rules', to_jsonb(tg.rules), 'confidence', round(tg.conf::numeric, 3),
-                           'priority', tg.priority, 'interrupt', tg.interrupt) END,
-                       'action_domain', mm.action_domain,
-                       'actionability', round(mm.actionability::numeric, 3))), '{}') AS extra,
+                   coalesce(tg.conf, 0) AS trig, tg.rules AS trig_rules, tg.priority AS trig_prio,
+                   tg.interrupt AS trig_interrupt, mm.action_domain AS adomain, mm.actionability AS act,
                    $5 -> 'domains' = 'null' OR coalesce(mm.action_domain, 'general') = 'general'
                        OR $5 -> 'domains' ? mm.action_domain OR tg.id IS NOT NULL OR mm.tier = 'pinned'
                        AS domain_ok,
@@ -327,7 +343,7 @@ BEGIN
                                    coalesce(round(fused.sim::numeric, 3)::text, 'none'), round($9::numeric, 3))
                         WHEN NOT fused.act_ok THEN
                             format('dropped: not actionable (actionability %s < %s)',
-                                   round((fused.extra ->> 'actionability')::numeric, 3),
+                                   round(fused.act::numeric, 3),
                                    $5 ->> 'min_actionability')
                         WHEN fused.score < $10 THEN
                             format('dropped: gate min_fusion_score (%s < %s)', round(fused.score::numeric, 4),
@@ -338,7 +354,7 @@ BEGIN
                     -- the action-domain filter, relaxed when it would leave fewer than domain_min
                     WHEN NOT gated.domain_ok AND count(*) FILTER (WHERE gated.gate_status IS NULL AND gated.domain_ok)
                                                  OVER () >= ($5 ->> 'domain_min')::integer THEN
-                        format('dropped: action domain %s is not one of %s', gated.extra ->> 'action_domain',
+                        format('dropped: action domain %s is not one of %s', gated.adomain,
                                $5 -> 'domains')
                     WHEN gated.score < $11 * max(gated.score) FILTER (WHERE gated.gate_status IS NULL) OVER () THEN
                         format('dropped: adaptive cutoff (%s < %s x best %s)', round(gated.score::numeric, 4), $11,
@@ -392,7 +408,8 @@ DECLARE
     sims double precision[] := '{}'; kws double precision[] := '{}'; recs double precision[] := '{}';
     outs double precision[] := '{}'; prios double precision[] := '{}'; prio_labels text[] := '{}';
     poolz text[] := '{}'; pool_ranks jsonb[] := '{}'; terms jsonb[] := '{}'; passed text[] := '{}';
-    pre text[] := '{}'; trigs double precision[] := '{}'; extras jsonb[] := '{}';
+    pre text[] := '{}'; trigs double precision[] := '{}'; t_rules text[] := '{}'; t_prio text[] := '{}';
+    t_int boolean[] := '{}'; adomains text[] := '{}'; acts real[] := '{}';
     -- survivors of the gates, best first (index s into these arrays; rows_all index in surv)
     surv integer[] := '{}';
     ns integer := 0;
@@ -513,7 +530,9 @@ BEGIN
         sysd[n] := c.system_default; created[n] := c.created_at; scores_all[n] := c.score; sims[n] := c.sim;
         kws[n] := c.kw; recs[n] := c.rec; outs[n] := c.outc; prios[n] := c.prio; prio_labels[n] := c.prio_label;
         poolz[n] := array_to_string(c.pools, ','); pool_ranks[n] := c.pool_ranks; terms[n] := c.terms;
-        passed[n] := c.passed_by; pre[n] := c.pre_status; trigs[n] := c.trig; extras[n] := c.extra;
+        passed[n] := c.passed_by; pre[n] := c.pre_status; trigs[n] := c.trig;
+        t_rules[n] := array_to_string(c.trig_rules, ','); t_prio[n] := c.trig_prio;
+        t_int[n] := c.trig_interrupt; adomains[n] := c.adomain; acts[n] := c.act;
         IF c.pre_status IS NULL AND ns < m_max THEN
             ns := ns + 1;
             surv[ns] := n;
@@ -602,7 +621,8 @@ BEGIN
         why := spark._why(rank, status, pool_ranks[i], p ->> 'fusion', scores_all[i],
                           terms[i] || jsonb_build_object('mmr_penalty', round(penalty[j]::numeric, 4)),
                           min_sim, passed[i], min_fuse, ratio, prio_labels[i], created[i], qsource, mode)
-               || jsonb_build_object('semantic_scan', sem_scan) || skipped_note || coalesce(extras[i], '{}');
+               || jsonb_build_object('semantic_scan', sem_scan) || skipped_note
+               || spark._why_advice(trigs[i], t_rules[i], t_prio[i], t_int[i], adomains[i], acts[i]);
         RETURN NEXT;
     END LOOP;
     IF NOT full_report THEN
@@ -624,7 +644,8 @@ BEGIN
         priority := prios[i]; pools := string_to_array(poolz[i], ',');
         why := spark._why(NULL, status, pool_ranks[i], p ->> 'fusion', scores_all[i], terms[i], min_sim, passed[i],
                           min_fuse, ratio, prio_labels[i], created[i], qsource, mode)
-               || jsonb_build_object('semantic_scan', sem_scan) || skipped_note || coalesce(extras[i], '{}');
+               || jsonb_build_object('semantic_scan', sem_scan) || skipped_note
+               || spark._why_advice(trigs[i], t_rules[i], t_prio[i], t_int[i], adomains[i], acts[i]);
         RETURN NEXT;
     END LOOP;
 END
