@@ -262,6 +262,33 @@ def cmd_bench(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_stats(args: argparse.Namespace) -> int:
+    """The north-star metric: share of sessions where a surfaced insight was later marked helpful."""
+    with _client(args) as client:
+        rows = client.conn.execute(
+            "SELECT * FROM spark.north_star(tenant => %s, since => %s::timestamptz)",
+            (args.tenant, args.since),
+        ).fetchall()
+        client.conn.rollback()
+    names = ("tenant", "sessions", "helped", "share", "calls", "surfaced", "helpful", "unhelpful", "followed")
+    if args.json:
+        print(json.dumps([dict(zip((*names, "ignored"), row, strict=True)) for row in rows], default=str))
+        return 0
+    if not rows:
+        print("no advise calls logged yet")
+        return 0
+    print(
+        f"{'tenant':<24} {'sessions':>8} {'helped':>7} {'share':>6} {'calls':>6} {'surfaced':>8} "
+        f"{'helpful':>7} {'unhelpful':>9} {'followed':>8} {'ignored':>7}"
+    )
+    for t, sess, helped, share, calls, surf, hp, uh, fo, ig in rows:
+        shown = "-" if share is None else f"{share:.2f}"
+        print(
+            f"{t:<24} {sess:>8} {helped:>7} {shown:>6} {calls:>6} {surf:>8} {hp:>7} {uh:>9} {fo:>8} {ig:>7}"
+        )
+    return 0
+
+
 def cmd_config(args: argparse.Namespace) -> int:
     settings = load_settings()
     print(f"# file: {settings.config_file or '(none)'}")
@@ -340,6 +367,12 @@ def build_parser() -> argparse.ArgumentParser:
     from spark_pg.eval.cli import add_parser as add_eval_parser
 
     add_eval_parser(sub)
+
+    p = sub.add_parser("stats", help="the north-star metric: sessions where surfaced advice later helped")
+    p.add_argument("--tenant", help="one tenant (default: every tenant)")
+    p.add_argument("--since", metavar="TIME", help="only calls and outcomes from this ISO 8601 time on")
+    p.add_argument("--json", action="store_true", help="print a JSON list")
+    p.set_defaults(func=cmd_stats)
 
     p = sub.add_parser("config", help="show the effective tuneables")
     p.set_defaults(func=cmd_config)

@@ -147,3 +147,52 @@ COMMENT ON FUNCTION spark.record_outcome(text, bigint, text, bigint, text, text)
     '0.25 x ignored + 2), except for pack memories, whose shared reliability no single tenant moves. Returns '
     'the reliability. Errors: 22004 NULL tenant, memory_id or outcome; 22023 unknown outcome, a memory or '
     'retrieval not of this tenant, bad source.';
+
+CREATE OR REPLACE FUNCTION spark.north_star(tenant text DEFAULT NULL, since timestamptz DEFAULT NULL)
+RETURNS TABLE (tenant_name text, sessions bigint, sessions_helped bigint, share double precision,
+               advise_calls bigint, items_surfaced bigint, helpful bigint, unhelpful bigint, followed bigint,
+               ignored bigint)
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, @vector_schema@, pg_temp
+AS $fn$
+    -- the north-star metric: the share of sessions in which at least one surfaced item was later marked
+    -- helpful (or followed); per tenant, or per tenant for every tenant when tenant is NULL
+    WITH calls AS (
+        SELECT r.tenant, r.id, r.session_id FROM spark.retrievals r
+        WHERE ($1 IS NULL OR r.tenant = $1) AND ($2 IS NULL OR r.created_at >= $2)),
+    surfaced AS (
+        SELECT c.tenant, c.session_id, i.retrieval_id, i.memory_id, i.memory_tenant
+        FROM calls c JOIN spark.retrieval_items i ON i.tenant = c.tenant AND i.retrieval_id = c.id),
+    verdicts AS (
+        SELECT o.tenant, o.outcome, o.retrieval_id, o.memory_id, o.memory_tenant, o.session_id
+        FROM spark.outcomes o
+        WHERE ($1 IS NULL OR o.tenant = $1) AND ($2 IS NULL OR o.created_at >= $2)),
+    helped AS (
+        -- an outcome counts for the session of the call that surfaced the item (by retrieval_id), or for its
+        -- own session_id when it names no call
+        SELECT DISTINCT s.tenant, s.session_id
+        FROM verdicts v JOIN surfaced s
+          ON s.tenant = v.tenant AND s.memory_tenant = v.memory_tenant AND s.memory_id = v.memory_id
+         AND (s.retrieval_id = v.retrieval_id OR (v.retrieval_id IS NULL AND s.session_id = v.session_id))
+        WHERE v.outcome IN ('helpful', 'followed') AND s.session_id IS NOT NULL)
+    SELECT t.tenant,
+           count(DISTINCT c.session_id),
+           (SELECT count(*) FROM helped h WHERE h.tenant = t.tenant),
+           (SELECT count(*) FROM helped h WHERE h.tenant = t.tenant)::double precision
+               / nullif(count(DISTINCT c.session_id), 0),
+           count(DISTINCT c.id),
+           (SELECT count(*) FROM surfaced s WHERE s.tenant = t.tenant),
+           (SELECT count(*) FROM verdicts v WHERE v.tenant = t.tenant AND v.outcome = 'helpful'),
+           (SELECT count(*) FROM verdicts v WHERE v.tenant = t.tenant AND v.outcome = 'unhelpful'),
+           (SELECT count(*) FROM verdicts v WHERE v.tenant = t.tenant AND v.outcome = 'followed'),
+           (SELECT count(*) FROM verdicts v WHERE v.tenant = t.tenant AND v.outcome = 'ignored')
+    FROM (SELECT DISTINCT c0.tenant FROM calls c0) t
+    JOIN calls c ON c.tenant = t.tenant
+    GROUP BY t.tenant
+    ORDER BY t.tenant
+$fn$;
+COMMENT ON FUNCTION spark.north_star(text, timestamptz) IS
+    'The north-star metric per tenant: sessions with advise calls (spark.retrievals.session_id), how many '
+    'had at least one surfaced item later marked helpful or followed, the share, and the counts behind it. '
+    'tenant: one tenant, or NULL for all; since: only calls and outcomes from then on (NULL: all time). '
+    'Calls without a session_id count as calls but not as sessions.';

@@ -140,3 +140,24 @@ def test_trigger_text_keeps_commands_verbatim_and_drops_bodies() -> None:
     assert text == "Edit /a/b/c.py refactor"
     assert trigger_text("Bash", {"command": "rm  -rf   /tmp/x"}) == "Bash rm -rf /tmp/x"
     assert len(trigger_text("Bash", "x" * 5000)) == 1000
+
+
+def test_north_star_is_the_share_of_sessions_helped(conn: Conn, embedder: Embedder) -> None:
+    call = ("Bash", {"command": "alembic revision -m 'add orders table'"}, "schema change")
+    helped = Advisor(conn, embedder, T, session_id="ns-1")
+    first = helped.advise(*call)
+    Advisor(conn, embedder, T, session_id="ns-2").advise(*call)
+    Advisor(conn, embedder, T).advise(*call)  # no session: a call, not a session
+    helped.record_outcome(first[0].memory_id, "helpful", retrieval_id=first[0].retrieval_id)
+    helped.record_outcome(first[0].memory_id, "ignored")
+    row = conn.execute(
+        "SELECT sessions, sessions_helped, share, advise_calls, helpful, ignored "
+        "FROM spark.north_star(tenant => %s)",
+        (T,),
+    ).fetchone()
+    assert row == (2, 1, 0.5, 3, 1, 1)
+    assert conn.execute("SELECT count(*) FROM spark.north_star('nobody')").fetchone() == (0,)
+    later = conn.execute(
+        "SELECT count(*) FROM spark.north_star(%s, now() + interval '1 day')", (T,)
+    ).fetchone()
+    assert later == (0,)

@@ -109,3 +109,10 @@ def test_seed_and_model_info(cli_env: str, capsys: pytest.CaptureFixture[str]) -
     assert code == 0 and out.startswith("cold-start pack:")
     code, out, _ = run(capsys, "model", "info")
     assert code == 0 and "all-MiniLM-L6-v2-int8 (384 dims" in out and "installed" in out
+
+
+def test_stats_prints_the_north_star(cli_env: str, tenant: str, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(capsys, "stats", "--tenant", tenant)
+    assert (code, out.strip()) == (0, "no advise calls logged yet")
+    code, out, _ = run(capsys, "stats", "--tenant", tenant, "--json")
+    assert (code, json.loads(out)) == (0, [])
