@@ -254,3 +254,72 @@ def test_domain_filter_applies_only_when_enough_candidates_remain(conn: Conn) ->
 def test_new_params_are_validated(conn: Conn, params: dict[str, Any], names: str) -> None:
     with pytest.raises(errors.InvalidParameterValue, match=names):
         explain(conn, "acme", "deploy", **params)
+
+
+def log_call(conn: Conn, tenant: str, session: str, text: str, memory_key: str, pools: list[str]) -> int:
+    """A logged advise call that surfaced memory_key through pools."""
+    row = conn.execute(
+        """WITH r AS (INSERT INTO spark.retrievals (tenant, session_id, query_text, trigger_text)
+                      VALUES (%(t)s, %(s)s, %(x)s, %(x)s) RETURNING id)
+           INSERT INTO spark.retrieval_items (tenant, retrieval_id, memory_id, memory_tenant, rank, score,
+                                              signals, pools)
+           SELECT %(t)s, r.id, m.id, m.tenant, 1, 0.5, '{}', %(p)s
+           FROM r, spark.memories m WHERE m.tenant = %(t)s AND m.key = %(k)s
+           RETURNING retrieval_id""",
+        {"t": tenant, "s": session, "x": text, "k": memory_key, "p": pools},
+    ).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+def helpful(conn: Conn, tenant: str, key: str, retrieval_id: int | None, session: str | None = None) -> None:
+    conn.execute(
+        "SELECT spark.record_outcome(%s, (SELECT id FROM spark.memories WHERE tenant = %s AND key = %s), "
+        "'helpful', %s, %s)",
+        (tenant, tenant, key, retrieval_id, session),
+    )
+
+
+def test_learned_triggers_are_proposed_in_shadow_and_promoted_on_precision(conn: Conn) -> None:
+    add_memories(
+        conn, "acme", [("expand", "Add columns in one release and drop them in a later one.", "data", 0.8)]
+    )
+    for n, text in enumerate(
+        ["Bash alembic migration add column", "Edit migration file", "migrations review"]
+    ):
+        rid = log_call(conn, "acme", f"s{n}", text, "expand", ["semantic"])
+        helpful(conn, "acme", "expand", rid)
+    # three helps: not enough when four are asked for
+    assert conn.execute("SELECT spark.propose_triggers('acme', 4)").fetchone() == (0,)
+    assert conn.execute("SELECT spark.propose_triggers('acme', 3)").fetchone() == (1,)
+    rule = conn.execute(
+        "SELECT name, pattern, context_pattern, shadow, origin FROM spark.trigger_rules WHERE tenant = 'acme'"
+    ).fetchone()
+    assert rule is not None and rule[1] == r"\mmigrat" and rule[3:] == (True, "learned")
+    assert conn.execute("SELECT spark.propose_triggers('acme', 3)").fetchone() == (0,)
+
+    # in shadow: matched and logged by spark.advise, never surfaced
+    cur = conn.cursor(row_factory=dict_row)
+    for n in range(3):
+        rows = cur.execute(
+            "SELECT * FROM spark.advise('acme', 'release checklist', NULL, 5, %s, %s)",
+            (Jsonb({"trigger_text": "Bash run the migration", "include_system": False}), f"live{n}"),
+        ).fetchall()
+        assert all("trigger" not in r["pools"] for r in rows)
+        if n < 2:  # the memory helped in two of the three sessions
+            helpful(conn, "acme", "expand", None, f"live{n}")
+    figures = conn.execute("SELECT * FROM spark.promote_triggers('acme', 4, 0.6)").fetchone()
+    assert figures is not None and figures[1:] == (3, 2, pytest.approx(2 / 3), False)  # too few hits
+    figures = conn.execute("SELECT * FROM spark.promote_triggers('acme', 3, 0.6)").fetchone()
+    assert figures is not None and figures[-1] is True
+    state = conn.execute(
+        "SELECT shadow, confidence FROM spark.trigger_rules WHERE tenant = 'acme'"
+    ).fetchone()
+    assert state == (False, pytest.approx(2 / 3))
+    surfaced_now = cur.execute(
+        "SELECT pools FROM spark.advise('acme', 'release checklist', NULL, 5, %s)",
+        (Jsonb({"trigger_text": "Bash run the migration", "include_system": False}),),
+    ).fetchall()
+    assert any("trigger" in r["pools"] for r in surfaced_now)
+    with pytest.raises(errors.InvalidParameterValue, match="min_precision"):
+        conn.execute("SELECT * FROM spark.promote_triggers('acme', 3, 1.5)")
