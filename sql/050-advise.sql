@@ -66,7 +66,7 @@ END
 $fn$;
 COMMENT ON FUNCTION spark.advise(text, text, vector, integer, jsonb, text, text, text) IS
     'spark.retrieve plus the log an advisor needs, in one round trip: the call goes to spark.retrievals, what '
-    'it surfaced (tenant-owned memories, with signals) to spark.retrieval_items, and what shadow trigger rules '
+    'it surfaced (with its signals; pack memories too) to spark.retrieval_items, and what shadow trigger rules '
     'would have surfaced to spark.trigger_shadow_hits. Same tenant, query_text, query_embedding, k, params as '
     'spark.retrieve (k defaults to 5); session_id, tool_name, intent_family: recorded with the call. Returns '
     'the surfaced rows with retrieval_id (for record_outcome), source and priority_label added. Errors: those '

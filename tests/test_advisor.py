@@ -161,3 +161,47 @@ def test_north_star_is_the_share_of_sessions_helped(conn: Conn, embedder: Embedd
         "SELECT count(*) FROM spark.north_star(%s, now() + interval '1 day')", (T,)
     ).fetchone()
     assert later == (0,)
+
+
+@pytest.mark.parametrize(
+    ("sql", "args", "error"),
+    [
+        ("SELECT * FROM spark.advise(%s, 'deploy', NULL, 0)", (T,), errors.InvalidParameterValue),
+        ("SELECT * FROM spark.advise(%s, 'deploy', NULL, 100000)", (T,), errors.InvalidParameterValue),
+        ("SELECT * FROM spark.advise(%s, 'deploy')", (None,), errors.NullValueNotAllowed),
+        ("SELECT * FROM spark.advise(%s, 'deploy', NULL, 5, '{}', '')", (T,), errors.InvalidParameterValue),
+        (
+            "SELECT * FROM spark.advise(%s, 'deploy', NULL, 5, '{\"colour\": 1}')",
+            (T,),
+            errors.InvalidParameterValue,
+        ),
+        ("SELECT spark.record_outcome(%s, NULL, 'helpful')", (T,), errors.NullValueNotAllowed),
+        ("SELECT spark.record_outcome(%s, 1, 'helpful', 999999)", (T,), errors.InvalidParameterValue),
+        ("SELECT spark.propose_triggers(%s, 0)", (T,), errors.InvalidParameterValue),
+        ("SELECT * FROM spark.promote_triggers(%s, 0)", (T,), errors.InvalidParameterValue),
+    ],
+)
+def test_advisor_sql_refuses_bad_input_and_writes_nothing(
+    conn: Conn, sql: str, args: tuple[Any, ...], error: type[Exception]
+) -> None:
+    before = conn.execute(
+        "SELECT (SELECT count(*) FROM spark.retrievals), (SELECT count(*) FROM spark.outcomes)"
+    )
+    counts = before.fetchone()
+    with pytest.raises(error), conn.transaction():  # a savepoint: the failed statement is undone
+        conn.execute(sql, args)
+    after = conn.execute(
+        "SELECT (SELECT count(*) FROM spark.retrievals), (SELECT count(*) FROM spark.outcomes)"
+    )
+    assert after.fetchone() == counts
+
+
+def test_advise_for_a_tenant_with_no_memories_gets_the_pack_or_nothing(conn: Conn) -> None:
+    rows = conn.execute(
+        "SELECT key FROM spark.advise('newcomer', 'deploy to production', NULL, 5)"
+    ).fetchall()
+    assert rows and all(k.startswith("seed:") for (k,) in rows)
+    alone = conn.execute(
+        "SELECT count(*) FROM spark.advise('newcomer', 'deploy', NULL, 5, '{\"include_system\": false}')"
+    ).fetchone()
+    assert alone == (0,)
