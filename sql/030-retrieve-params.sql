@@ -24,6 +24,7 @@ SELECT jsonb_build_object(
     'w_recency', 0.05,
     'w_outcome', 0.1,
     'w_trigger', 0.3,              -- weighted fusion: x the matching rule's confidence
+    'decay_half_life_days', 0,     -- opt-in: the outcome signal halves every N days a memory goes unmarked (0 = off)
     'rrf_k', 60,                   -- rrf: sum over the pools that found an item of rrf_w_<pool> / (rrf_k + rank)
     'rrf_w_semantic', 1.0,
     'rrf_w_keyword', 1.0,          -- both keyword pools
@@ -73,7 +74,7 @@ DECLARE
         "pool_semantic": [0, 1000, 1], "pool_keyword_recent": [0, 1000, 1], "pool_keyword_old": [0, 1000, 1],
         "pool_recent": [0, 1000, 1], "pool_random": [0, 1000, 1], "pool_pinned": [0, 1000, 1],
         "pool_trigger": [0, 1000, 1], "w_trigger": [0, 10, 0], "rrf_w_trigger": [0, 10, 0],
-        "min_actionability": [0, 1, 0], "domain_min": [0, 1000, 1], "pack_yield": [1, 10000000, 0],
+        "min_actionability": [0, 1, 0], "domain_min": [0, 1000, 1], "pack_yield": [1, 10000000, 0], "decay_half_life_days": [0, 36500, 0],
         "recent_days": [0, 36500, 0], "half_life_days": [0.001, 36500, 0], "recency_floor": [0, 1, 0],
         "w_similarity": [0, 10, 0], "w_keyword": [0, 10, 0], "w_recency": [0, 10, 0], "w_outcome": [0, 10, 0],
         "rrf_k": [1, 1000, 0], "rrf_w_semantic": [0, 10, 0], "rrf_w_keyword": [0, 10, 0],

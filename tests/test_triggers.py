@@ -323,3 +323,16 @@ def test_learned_triggers_are_proposed_in_shadow_and_promoted_on_precision(conn:
     assert any("trigger" in r["pools"] for r in surfaced_now)
     with pytest.raises(errors.InvalidParameterValue, match="min_precision"):
         conn.execute("SELECT * FROM spark.promote_triggers('acme', 3, 1.5)")
+
+
+def test_unused_insights_decay_only_when_asked(conn: Conn) -> None:
+    add_memories(conn, "acme", [("old", "Rotate the deploy keys every quarter.", "security", 0.8)])
+    conn.execute(
+        "UPDATE spark.memories SET reliability = 0.8, last_seen_at = now() - interval '60 days' "
+        "WHERE tenant = 'acme' AND key = 'old'"
+    )
+    plain = explain(conn, "acme", "rotate deploy keys")[0]
+    decayed = explain(conn, "acme", "rotate deploy keys", decay_half_life_days=30)[0]
+    assert plain["outcome"] == pytest.approx(0.8)
+    assert decayed["outcome"] == pytest.approx(0.8 * 0.25, rel=0.01)
+    assert decayed["why"]["terms"]["outcome"] < plain["why"]["terms"]["outcome"]
