@@ -171,7 +171,8 @@ RETURNS TABLE (id bigint, key text, text text, category text, kind text, system_
                created_at timestamptz, content_hash bytea, emb vector, prio_label text, sim double precision,
                kw double precision, rec double precision, outc double precision, prio double precision,
                pools text[], pool_ranks jsonb, trig double precision, trig_rules text[], trig_prio text,
-               trig_interrupt boolean, adomain text, act real, domain_ok boolean, act_ok boolean, r_sim bigint, r_kw bigint, r_rec bigint, r_out bigint,
+               trig_interrupt boolean, adomain text, act real, domain_ok boolean, act_ok boolean, tier text,
+               r_sim bigint, r_kw bigint, r_rec bigint, r_out bigint,
                score double precision, passed_by text, terms jsonb, gate_status text, pre_status text)
 LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, @vector_schema@, pg_temp
@@ -285,7 +286,8 @@ BEGIN
                        OR $5 -> 'domains' ? mm.action_domain OR tg.id IS NOT NULL OR mm.tier = 'pinned'
                        AS domain_ok,
                    mm.actionability IS NULL OR mm.actionability >= ($5 ->> 'min_actionability')::double precision
-                       OR tg.id IS NOT NULL OR mm.tier = 'pinned' AS act_ok
+                       OR tg.id IS NOT NULL OR mm.tier = 'pinned' AS act_ok,
+                   mm.tier
             FROM cand
             LEFT JOIN trig tg ON tg.id = cand.id
             -- one primary-key probe per candidate (a join could scan the whole tenant)
@@ -362,6 +364,11 @@ BEGIN
                                                  OVER () >= ($5 ->> 'domain_min')::integer THEN
                         format('dropped: action domain %s is not one of %s', gated.adomain,
                                $5 -> 'domains')
+                    -- the archive tier is searched only when the other tiers yield fewer than k
+                    WHEN gated.tier = 'archive' AND gated.trig = 0
+                         AND count(*) FILTER (WHERE gated.gate_status IS NULL AND gated.tier <> 'archive')
+                                 OVER () >= ($5 ->> '_k')::integer THEN
+                        'dropped: archive tier (the active tiers yielded enough)'
                     WHEN gated.score < $11 * max(gated.score) FILTER (WHERE gated.gate_status IS NULL) OVER () THEN
                         format('dropped: adaptive cutoff (%s < %s x best %s)', round(gated.score::numeric, 4), $11,
                                round((max(gated.score) FILTER (WHERE gated.gate_status IS NULL) OVER ())::numeric, 4))
@@ -512,6 +519,7 @@ BEGIN
     ELSE
         p := p || '{"_pack_factor": 1}';
     END IF;
+    p := p || jsonb_build_object('_k', k);
     old_ef := current_setting('hnsw.ef_search', true);
     PERFORM set_config('hnsw.ef_search', p ->> 'ef_search', true);
     IF qvec IS NOT NULL THEN

@@ -336,3 +336,39 @@ def test_unused_insights_decay_only_when_asked(conn: Conn) -> None:
     assert plain["outcome"] == pytest.approx(0.8)
     assert decayed["outcome"] == pytest.approx(0.8 * 0.25, rel=0.01)
     assert decayed["why"]["terms"]["outcome"] < plain["why"]["terms"]["outcome"]
+
+
+def test_tiers_follow_outcomes_and_the_archive_waits_its_turn(conn: Conn) -> None:
+    add_memories(
+        conn,
+        "acme",
+        [
+            ("good", "Tag every release image with the git SHA.", "system", 0.8),
+            ("bad", "Tag release images with latest.", "system", 0.8),
+            ("pin", "Never deploy on Friday afternoons.", "system", 0.8),
+        ],
+    )
+    conn.execute(
+        """UPDATE spark.memories SET
+               helpful_count = CASE key WHEN 'good' THEN 16 ELSE 0 END,
+               unhelpful_count = CASE key WHEN 'bad' THEN 5 ELSE 0 END,
+               reliability = CASE key WHEN 'good' THEN 0.95 WHEN 'bad' THEN 0.14 ELSE 0.5 END,
+               tier = CASE key WHEN 'pin' THEN 'pinned' ELSE 'active' END
+           WHERE tenant = 'acme'"""
+    )
+    moved = conn.execute("SELECT key, old_tier, new_tier FROM spark.assign_tiers('acme')").fetchall()
+    assert moved == [("bad", "active", "archive"), ("good", "active", "pinned")]  # the user's pin stays
+    assert conn.execute("SELECT count(*) FROM spark.assign_tiers('acme')").fetchone() == (0,)
+    # k = 1 is met by the other tiers: the archived memory waits; with k = 5 it is searched
+    rows = {r["key"]: r["status"] for r in explain(conn, "acme", "tag release images")}
+    assert rows["bad"] == "surfaced"
+    cur = conn.cursor(row_factory=dict_row)
+    few = cur.execute(
+        "SELECT key, status FROM spark.explain('acme', 'tag release images', NULL, 1, %s)",
+        (Jsonb({"include_system": False}),),
+    ).fetchall()
+    assert {"key": "bad", "status": "dropped: archive tier (the active tiers yielded enough)"} in few
+    conn.execute("UPDATE spark.memories SET helpful_count = 0 WHERE key = 'good' AND tenant = 'acme'")
+    assert ("good", "pinned", "active") in conn.execute(
+        "SELECT key, old_tier, new_tier FROM spark.assign_tiers('acme')"
+    ).fetchall()
