@@ -17,27 +17,10 @@ import psycopg
 from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
+from spark_pg import queries
 from spark_pg.embedding import Embedder
 from spark_pg.intent import ACTIONABILITY_GATE, Intent, extract_intent
 
-ADVISE = """
-WITH cache AS (
-    INSERT INTO spark.query_embeddings AS e (tenant, model_id, query_hash, query_text, embedding)
-    SELECT %(tenant)s, m.id, sha256(convert_to(%(query)s, 'UTF8')), %(query)s, %(embedding)s
-    FROM spark.active_model() m
-    WHERE m.id IS NOT NULL AND %(embedding)s::vector IS NOT NULL
-      AND vector_dims(%(embedding)s::vector) = m.dim
-      AND spark._check_tenant(%(tenant)s) IS NOT NULL
-    ON CONFLICT (tenant, model_id, query_hash) DO UPDATE SET last_used_at = now(), uses = e.uses + 1
-)
-SELECT * FROM spark.advise(tenant => %(tenant)s, query_text => %(query)s, query_embedding => %(embedding)s,
-                           k => %(k)s, params => %(params)s, session_id => %(session)s, tool_name => %(tool)s,
-                           intent_family => %(family)s)
-"""
-RECORD_OUTCOME = """
-SELECT spark.record_outcome(tenant => %(tenant)s, memory_id => %(memory_id)s, outcome => %(outcome)s,
-                            retrieval_id => %(retrieval_id)s, session_id => %(session)s, source => %(source)s)
-"""
 TRIGGER_FIELDS = ("command", "file_path", "path", "pattern", "query", "url", "description", "prompt")
 MAX_TRIGGER_TEXT = 1000
 
@@ -141,9 +124,10 @@ class Advisor:
             "session": self.session_id,
             "tool": tool_name,
             "family": intent.family,
+            "cache": True,
         }
         with self.conn.transaction(), self.conn.cursor(row_factory=dict_row) as cur:
-            rows = cur.execute(ADVISE, args).fetchall()
+            rows = cur.execute(queries.ADVISE, args).fetchall()
         return [self._advice(row) for row in rows]
 
     def _advice(self, row: Mapping[str, Any]) -> Advice:
@@ -179,7 +163,7 @@ class Advisor:
         """Mark a surfaced memory followed / helpful / unhelpful / ignored; returns its new reliability."""
         with self.conn.transaction():
             row = self.conn.execute(
-                RECORD_OUTCOME,
+                queries.RECORD_OUTCOME,
                 {
                     "tenant": self.tenant,
                     "memory_id": memory_id,

@@ -264,10 +264,11 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 def cmd_stats(args: argparse.Namespace) -> int:
     """The north-star metric: share of sessions where a surfaced insight was later marked helpful."""
+    from spark_pg import queries
+
     with _client(args) as client:
         rows = client.conn.execute(
-            "SELECT * FROM spark.north_star(tenant => %s, since => %s::timestamptz)",
-            (args.tenant, args.since),
+            queries.NORTH_STAR, {"tenant": args.tenant, "since": args.since}
         ).fetchall()
         client.conn.rollback()
     names = ("tenant", "sessions", "helped", "share", "calls", "surfaced", "helpful", "unhelpful", "followed")

@@ -99,7 +99,7 @@ _RETRIEVE_ARGS = """tenant => %(tenant)s, query_text => %(query)s, query_embeddi
                       k => %(k)s, params => %(params)s"""
 
 # The query's vector is cached (for replay from psql) in the same statement as the retrieval: one round trip.
-RETRIEVE = f"""
+_CACHE_QUERY_VECTOR = """
 WITH cache AS (
     INSERT INTO spark.query_embeddings AS e (tenant, model_id, query_hash, query_text, embedding)
     SELECT %(tenant)s, m.id, sha256(convert_to(%(query)s, 'UTF8')), %(query)s, %(embedding)s
@@ -107,7 +107,9 @@ WITH cache AS (
     WHERE %(cache)s AND m.id IS NOT NULL AND %(embedding)s::vector IS NOT NULL
       AND vector_dims(%(embedding)s::vector) = m.dim AND spark._check_tenant(%(tenant)s) IS NOT NULL
     ON CONFLICT (tenant, model_id, query_hash) DO UPDATE SET last_used_at = now(), uses = e.uses + 1
-)
+)"""
+
+RETRIEVE = f"""{_CACHE_QUERY_VECTOR}
 SELECT memory_id, key, text, category, kind, system_default, created_at, score, semantic_sim, keyword_score,
        recency, outcome, trigger_conf, priority, pools, why
 FROM spark.retrieve({_RETRIEVE_ARGS})
@@ -118,4 +120,30 @@ SELECT rank, status, memory_id, key, text, category, kind, system_default, creat
        keyword_score, recency, outcome, trigger_conf, priority, pools, why
 FROM spark.explain({_RETRIEVE_ARGS})
 ORDER BY rank NULLS LAST, score DESC
+"""
+
+# the advisor's call: spark.advise (retrieve + log), with the query vector cached like RETRIEVE's
+ADVISE = f"""{_CACHE_QUERY_VECTOR}
+SELECT * FROM spark.advise({_RETRIEVE_ARGS}, session_id => %(session)s, tool_name => %(tool)s,
+                           intent_family => %(family)s)
+"""
+
+RECORD_OUTCOME = """
+SELECT spark.record_outcome(tenant => %(tenant)s, memory_id => %(memory_id)s, outcome => %(outcome)s,
+                            retrieval_id => %(retrieval_id)s, session_id => %(session)s, source => %(source)s)
+"""
+
+NORTH_STAR = "SELECT * FROM spark.north_star(tenant => %(tenant)s, since => %(since)s::timestamptz)"
+
+PUT_TRIGGER_RULE = """
+SELECT spark.put_trigger_rule(
+    tenant => %(tenant)s, name => %(name)s, pattern => %(pattern)s, surface => %(surface)s,
+    context_pattern => %(context_pattern)s, priority => %(priority)s, interrupt => %(interrupt)s,
+    origin => %(origin)s, confidence => %(confidence)s::real, shadow => %(shadow)s, metadata => %(metadata)s)
+"""
+
+# a sync leaves exactly the file's static rules (learned ones are the system's)
+DROP_OTHER_STATIC_RULES = """
+DELETE FROM spark.trigger_rules
+WHERE tenant = %(tenant)s AND origin = 'static' AND NOT (name = ANY(%(names)s))
 """

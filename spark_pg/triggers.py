@@ -28,6 +28,7 @@ import psycopg
 import yaml
 from psycopg.types.json import Jsonb
 
+from spark_pg import queries
 from spark_pg.errors import InputError
 from spark_pg.records import PRIORITIES
 
@@ -200,18 +201,6 @@ def load_rules(path: str | Path) -> list[TriggerRule]:
     return parse_rules(data, str(path))
 
 
-PUT_RULE = """
-SELECT spark.put_trigger_rule(
-    tenant => %(tenant)s, name => %(name)s, pattern => %(pattern)s, surface => %(surface)s,
-    context_pattern => %(context_pattern)s, priority => %(priority)s, interrupt => %(interrupt)s,
-    origin => %(origin)s, confidence => %(confidence)s::real, shadow => %(shadow)s, metadata => %(metadata)s)
-"""
-DROP_OTHER_STATIC = """
-DELETE FROM spark.trigger_rules
-WHERE tenant = %(tenant)s AND origin = 'static' AND NOT (name = ANY(%(names)s))
-"""
-
-
 @dataclass(frozen=True)
 class SyncResult:
     written: int
@@ -224,7 +213,7 @@ def sync_rules(conn: psycopg.Connection[Any], tenant: str, rules: Sequence[Trigg
         for rule in rules:
             try:
                 cur.execute(
-                    PUT_RULE,
+                    queries.PUT_TRIGGER_RULE,
                     {
                         "tenant": tenant,
                         "name": rule.name,
@@ -242,6 +231,6 @@ def sync_rules(conn: psycopg.Connection[Any], tenant: str, rules: Sequence[Trigg
             except (psycopg.errors.InvalidRegularExpression, psycopg.errors.InvalidParameterValue) as exc:
                 raise TriggerRuleError("database", f"rule {rule.name!r}", str(exc).strip()) from None
         static = [r.name for r in rules if r.origin == "static"]
-        cur.execute(DROP_OTHER_STATIC, {"tenant": tenant, "names": static})
+        cur.execute(queries.DROP_OTHER_STATIC_RULES, {"tenant": tenant, "names": static})
         removed = cur.rowcount
     return SyncResult(written=len(rules), removed=removed)
