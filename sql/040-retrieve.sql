@@ -16,6 +16,17 @@ COMMENT ON FUNCTION spark._or_tsquery(text) IS
 
 DROP FUNCTION IF EXISTS spark._priority_bonus(text);
 
+CREATE OR REPLACE FUNCTION spark._trigger_text(params jsonb, query_text text)
+RETURNS text
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+SET search_path = pg_catalog, @vector_schema@, pg_temp
+AS $fn$
+    -- capped: trigger patterns run over it in every retrieval
+    SELECT left(coalesce(params ->> 'trigger_text', query_text), 1000)
+$fn$;
+COMMENT ON FUNCTION spark._trigger_text(jsonb, text) IS
+    'Internal: the text trigger rules match: params.trigger_text, else query_text; at most 1,000 characters.';
+
 CREATE OR REPLACE FUNCTION spark._why_advice(
     trig double precision, rules text, priority text, interrupt boolean, action_domain text, actionability real)
 RETURNS jsonb
@@ -95,8 +106,25 @@ BEGIN
         SELECT v.index_name INTO tidx FROM spark.tenant_vector_indexes v
         WHERE v.tenant = t AND v.model_id = _semantic_pool.model_id;
         IF tidx IS NOT NULL THEN
-            -- the tenant's own partial HNSW index: tenant and model as literals so the planner can use it
-            scan := 'tenant_hnsw';
+            scan := 'tenant_hnsw';  -- the tenant's own partial HNSW index
+        ELSE
+            SELECT count(*) INTO n FROM (
+                SELECT 1 FROM spark.embeddings e0 WHERE e0.tenant = t AND e0.model_id = _semantic_pool.model_id
+                LIMIT exact_scan_max + 1) x;
+            -- a small tenant: an exact scan is cheaper than a walk of the shared graph, and exact; a large
+            -- tenant without its own index yet: the model's shared HNSW index, iterative scan
+            scan := CASE WHEN n <= exact_scan_max THEN 'exact' ELSE 'hnsw' END;
+        END IF;
+        IF scan = 'exact' THEN
+            SELECT array_agg(s.id), array_agg(s.dist) INTO t_ids, t_dist
+            FROM (SELECT e.memory_id AS id, e.embedding <=> qvec AS dist
+                  FROM spark.embeddings e
+                  WHERE e.tenant = t AND e.model_id = _semantic_pool.model_id AND e.created_at <= as_of
+                  ORDER BY e.embedding <=> qvec
+                  LIMIT pool) s;
+        ELSE
+            -- either HNSW index: dimension, model and tenant as literals, so the planner can match a partial
+            -- index's predicate (the tenant's, or the model's shared one)
             EXECUTE format($q$
                 SELECT array_agg(s.id), array_agg(s.dist) FROM (
                     SELECT e.memory_id AS id, e.embedding::vector(%1$s) <=> $1::vector(%1$s) AS dist
@@ -106,32 +134,6 @@ BEGIN
                     LIMIT $3) s $q$, dim, t, model_id)
             INTO t_ids, t_dist
             USING qvec, as_of, pool;
-        ELSE
-            SELECT count(*) INTO n FROM (
-                SELECT 1 FROM spark.embeddings e0 WHERE e0.tenant = t AND e0.model_id = _semantic_pool.model_id
-                LIMIT exact_scan_max + 1) x;
-            IF n <= exact_scan_max THEN
-                -- a small tenant: an exact scan is cheaper than a walk of the shared graph, and exact
-                scan := 'exact';
-                SELECT array_agg(s.id), array_agg(s.dist) INTO t_ids, t_dist
-                FROM (SELECT e.memory_id AS id, e.embedding <=> qvec AS dist
-                      FROM spark.embeddings e
-                      WHERE e.tenant = t AND e.model_id = _semantic_pool.model_id AND e.created_at <= as_of
-                      ORDER BY e.embedding <=> qvec
-                      LIMIT pool) s;
-            ELSE
-                -- a large tenant without its own index yet: the model's shared HNSW index, iterative scan
-                scan := 'hnsw';
-                EXECUTE format($q$
-                    SELECT array_agg(s.id), array_agg(s.dist) FROM (
-                        SELECT e.memory_id AS id, e.embedding::vector(%1$s) <=> $2::vector(%1$s) AS dist
-                        FROM spark.embeddings e
-                        WHERE e.tenant = $1 AND e.model_id = %2$s AND e.created_at <= $3
-                        ORDER BY e.embedding::vector(%1$s) <=> $2::vector(%1$s)
-                        LIMIT $4) s $q$, dim, model_id)
-                INTO t_ids, t_dist
-                USING t, qvec, as_of, pool;
-            END IF;
         END IF;
         all_ids := all_ids || coalesce(t_ids, '{}');
         all_dist := all_dist || coalesce(t_dist, '{}');
@@ -219,7 +221,7 @@ BEGIN
         -- the memories they name; shadow rules never surface (the advisor logs their hits itself)
         trig AS MATERIALIZED (
             SELECT DISTINCT ON (mm.id) mm.id, r.confidence::double precision AS conf, r.priority, r.interrupt,
-                   r.name, array_agg(r.name) OVER (PARTITION BY mm.id) AS rules
+                   array_agg(r.name) OVER (PARTITION BY mm.id) AS rules
             FROM spark.trigger_rules r
             JOIN spark.memories mm ON mm.tenant = ANY($1) AND mm.key = ANY(r.surface) AND mm.created_at <= $3
             WHERE $18 IS NOT NULL AND r.tenant = ANY($1) AND NOT r.shadow
@@ -537,7 +539,7 @@ BEGIN
     FOR c IN SELECT * FROM spark._candidates(tenants, qvec, at, tsq, p, tenant, cutoff, query_text, min_sim, min_fuse,
                                              ratio, kplan.lexq, coalesce(sem_ids, '{}'), coalesce(sem_dist, '{}'),
                                              mdl.id, kplan.lexkeys, kplan.lexdf,
-                                             left(coalesce(p ->> 'trigger_text', query_text), 1000))
+                                             spark._trigger_text(p, query_text))
     LOOP
         n := n + 1;
         ids[n] := c.id; keys[n] := c.key; texts[n] := c.text; cats_all[n] := c.category; kinds[n] := c.kind;

@@ -26,7 +26,7 @@ BEGIN
     END IF;
     PERFORM spark._check_tenant(tenant);
     -- spark.retrieve checks every other argument; an error anywhere undoes the whole call, log included
-    ttext := left(coalesce(advise.params ->> 'trigger_text', advise.query_text), 1000);
+    ttext := spark._trigger_text(advise.params, advise.query_text);
     INSERT INTO spark.retrievals AS l (tenant, session_id, tool_name, intent_family, query_text, trigger_text,
                                        params)
     VALUES (advise.tenant, advise.session_id, advise.tool_name, advise.intent_family,
