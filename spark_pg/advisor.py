@@ -20,6 +20,7 @@ from psycopg.types.json import Jsonb
 from spark_pg import queries
 from spark_pg.embedding import Embedder
 from spark_pg.intent import ACTIONABILITY_GATE, Intent, extract_intent
+from spark_pg.records import PRIORITIES
 
 TRIGGER_FIELDS = ("command", "file_path", "path", "pattern", "query", "url", "description", "prompt")
 MAX_TRIGGER_TEXT = 1000
@@ -133,10 +134,9 @@ class Advisor:
     def _advice(self, row: Mapping[str, Any]) -> Advice:
         why = row["why"] if isinstance(row["why"], dict) else json.loads(row["why"])
         trig = why.get("trigger") or {}
-        priority = str(trig.get("priority") or row["priority_label"])
-        ranks = ("background", "normal", "high", "critical")
-        if row["priority_label"] in ranks and priority in ranks:
-            priority = max(priority, str(row["priority_label"]), key=ranks.index)
+        # a matching trigger can raise the memory's priority, never lower it (both labels are checked values)
+        label = str(row["priority_label"])
+        priority = min(label, str(trig.get("priority") or label), key=PRIORITIES.index)
         opts = self.options
         blocking = bool(
             opts.interrupts
