@@ -1,5 +1,21 @@
 -- Embedding models: registration, the active model, and one partial HNSW index per model.
 
+CREATE OR REPLACE FUNCTION spark._hnsw_index_ddl(
+    index_name text, dim integer, predicate text, if_not_exists boolean)
+RETURNS text
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+SET search_path = pg_catalog, @vector_schema@, pg_temp
+AS $fn$
+    -- one definition for every HNSW index: queries must repeat its expression exactly to use it
+    SELECT format('CREATE INDEX %s%I ON spark.embeddings USING hnsw ((embedding::vector(%s)) '
+                  'vector_cosine_ops) WHERE %s', CASE WHEN if_not_exists THEN 'IF NOT EXISTS ' ELSE '' END,
+                  index_name, dim, predicate)
+$fn$;
+COMMENT ON FUNCTION spark._hnsw_index_ddl(text, integer, text, boolean) IS
+    'Internal: the CREATE INDEX [IF NOT EXISTS] statement of a partial HNSW cosine index over spark.embeddings '
+    '(vectors cast to vector(dim)) named index_name, restricted by predicate (SQL text): per model, or per '
+    'tenant and model.';
+
 CREATE OR REPLACE FUNCTION spark.ensure_model_index(model_id smallint)
 RETURNS text
 LANGUAGE plpgsql VOLATILE
@@ -18,9 +34,7 @@ BEGIN
             USING ERRCODE = 'invalid_parameter_value';
     END IF;
     -- a column without a fixed dimension is indexed per model through a typed expression
-    EXECUTE format(
-        'CREATE INDEX IF NOT EXISTS %I ON spark.embeddings USING hnsw ((embedding::vector(%s)) vector_cosine_ops) '
-        'WHERE model_id = %s', idx, d, model_id);
+    EXECUTE spark._hnsw_index_ddl(idx, d, format('model_id = %s', model_id), true);
     RETURN idx;
 END
 $fn$;

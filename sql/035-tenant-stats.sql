@@ -81,9 +81,8 @@ BEGIN
             IF reg_name IS NULL AND nv >= index_min_vectors THEN
                 -- the name must fit 63 bytes whatever the tenant is called: a hash of it
                 idx := format('embeddings_hnsw_m%s_t%s', md.id, left(md5(t), 16));
-                EXECUTE format(
-                    'CREATE INDEX %I ON spark.embeddings USING hnsw ((embedding::vector(%s)) vector_cosine_ops) '
-                    'WHERE tenant = %L AND model_id = %s', idx, md.dim, t, md.id);
+                EXECUTE spark._hnsw_index_ddl(idx, md.dim, format('tenant = %L AND model_id = %s', t, md.id),
+                                              false);
                 INSERT INTO spark.tenant_vector_indexes (tenant, model_id, index_name, vectors)
                 VALUES (t, md.id, idx, nv);
                 changed := true;
