@@ -53,9 +53,9 @@ class AdvisorOptions:
 
     k: int = 5
     min_actionability: float = ACTIONABILITY_GATE
-    # advice drops anything scoring under 0.75 x the best candidate: fewer, surer items (an empty answer
-    # beats a noisy one); measured on the scenarios' tune split (docs/results.md)
-    adaptive_ratio: float = 0.75
+    # advice drops anything scoring under 0.85 x the best candidate: fewer, surer items (an empty answer
+    # beats a noisy one); chosen on the scenarios' tune split (docs/results.md)
+    adaptive_ratio: float = 0.85
     domain_filter: bool = True
     interrupts: bool = False
     interrupt_min_confidence: float = 0.9

@@ -19,7 +19,7 @@ from tqdm import tqdm
 from spark_pg import queries
 from spark_pg.embedding import Embedder
 from spark_pg.errors import ModelMismatch
-from spark_pg.intent import actionability, classify_domain
+from spark_pg.intent import actionability
 from spark_pg.records import MemoryIn
 
 
@@ -74,8 +74,7 @@ def _row(record: MemoryIn, vector: Any, model_id: int | None) -> tuple[Any, ...]
         record.priority,
         record.created_at,
         Jsonb(record.metadata),
-        record.action_domain
-        or classify_domain(record.text, category=record.category, source=record.source, kind=record.kind),
+        record.domain,
         record.actionability if record.actionability is not None else actionability(record.text).score,
         vector,
         model_id,

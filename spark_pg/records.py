@@ -11,12 +11,14 @@ import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
 import yaml
 
 from spark_pg.errors import IngestError
+from spark_pg.intent.domains import classify_domain
 
 KINDS = (
     "insight",
@@ -47,6 +49,7 @@ FIELDS = (
     "priority",
     "metadata",
 )
+UNTAGGED_KINDS = frozenset({"episode"})  # dialog turns: their category says nothing of their content
 MAX_TEXT = 100_000  # characters; longer texts belong in a document store, not in a memory
 
 
@@ -69,10 +72,24 @@ class MemoryIn:
     action_domain: str | None = None  # None: classified at ingestion (spark_pg.intent.classify_domain)
     actionability: float | None = None  # None: scored at ingestion (spark_pg.intent.actionability)
 
-    @property
+    @cached_property
+    def domain(self) -> str:
+        """The action domain: as given, else classified from the text (spark_pg.intent.classify_domain)."""
+        return self.action_domain or classify_domain(
+            self.text, category=self.category, source=self.source, kind=self.kind
+        )
+
+    @cached_property
     def descriptor(self) -> str:
-        """What gets embedded and keyword-indexed."""
-        return self.text
+        """What gets embedded and keyword-indexed: the text behind its category and action domain as tags,
+        ``[migrations] [domain:data] Run ...`` (contextual enrichment). A tag that says nothing (``general``)
+        is left out, and so are both tags for dialog episodes, whose category is not about their content."""
+        if self.kind in UNTAGGED_KINDS:
+            return self.text
+        tags = [f"[{self.category}]"] if self.category != "general" else []
+        if self.domain != "general":
+            tags.append(f"[domain:{self.domain}]")
+        return " ".join([*tags, self.text])
 
     @property
     def content_hash(self) -> bytes:

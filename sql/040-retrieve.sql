@@ -366,16 +366,18 @@ BEGIN
                                                  OVER () >= ($5 ->> 'domain_min')::integer THEN
                         format('dropped: action domain %s is not one of %s', gated.adomain,
                                $5 -> 'domains')
-                    -- the archive tier is searched only when the other tiers yield fewer than k
+                    -- the archive tier is searched only when the other tiers yield fewer than k items that
+                    -- pass the gates and the adaptive cutoff (weak active results are "too little")
                     WHEN gated.tier = 'archive' AND gated.trig = 0
-                         AND count(*) FILTER (WHERE gated.gate_status IS NULL AND gated.tier <> 'archive')
+                         AND count(*) FILTER (WHERE gated.gate_status IS NULL AND gated.tier <> 'archive'
+                                                    AND gated.score >= $11 * best.score)
                                  OVER () >= ($5 ->> '_k')::integer THEN
                         'dropped: archive tier (the active tiers yielded enough)'
-                    WHEN gated.score < $11 * max(gated.score) FILTER (WHERE gated.gate_status IS NULL) OVER () THEN
+                    WHEN gated.score < $11 * best.score THEN
                         format('dropped: adaptive cutoff (%s < %s x best %s)', round(gated.score::numeric, 4), $11,
-                               round((max(gated.score) FILTER (WHERE gated.gate_status IS NULL) OVER ())::numeric, 4))
+                               round(best.score::numeric, 4))
                     END AS pre_status
-        FROM gated
+        FROM gated, (SELECT max(g.score) AS score FROM gated g WHERE g.gate_status IS NULL) best
         ORDER BY (gated.gate_status IS NULL) DESC, gated.score DESC, gated.id;
 END
 $fn$;

@@ -175,13 +175,15 @@ def test_unchanged_texts_are_not_embedded_again(
 
     monkeypatch.setattr(client.embedder, "embed_documents", counting)
     rows[0] = {"key": "k0", "text": "a changed memory"}
-    rows[1] = {"key": "k1", "text": "stable memory 1", "category": "recategorised"}
+    # the importance is not embedded; the category is (a descriptor tag), so a new one is embedded again
+    rows[1] = {"key": "k1", "text": "stable memory 1", "importance": 0.9}
+    rows[2] = {"key": "k2", "text": "stable memory 2", "category": "recategorised"}
     result = client.ingest_file(write_jsonl(tmp_path / "2.jsonl", rows), tenant)
     assert (result.inserted, result.updated) == (0, 5)
-    assert embedded == ["a changed memory"]
+    assert embedded == ["a changed memory", "[recategorised] stable memory 2"]
     after = stored(client, tenant)
     assert all(row[5] for row in after.values())  # every row still has its vector
-    assert after["k1"][2] == "recategorised"
+    assert after["k2"][2] == "recategorised"
     with client.conn.transaction():
         sims = dict(
             client.conn.execute(
@@ -192,7 +194,7 @@ def test_unchanged_texts_are_not_embedded_again(
             ).fetchall()
         )
     assert sims["k0"] == pytest.approx(1.0, abs=1e-5)
-    assert sims["k2"] < 0.99
+    assert sims["k3"] < 0.99
 
 
 def test_changed_content_drops_every_models_stale_vector_and_created_at_follows(

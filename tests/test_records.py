@@ -70,8 +70,24 @@ def test_validate_row_all_fields() -> None:
     )
     assert isinstance(record.importance, float)
     assert isinstance(record.metadata, dict)
-    assert record.descriptor == "Prefer tabs."
-    assert record.content_hash == hashlib.sha256(b"Prefer tabs.").digest()
+    assert record.descriptor == "[style] [domain:code] Prefer tabs."
+    assert record.content_hash == hashlib.sha256(b"[style] [domain:code] Prefer tabs.").digest()
+
+
+def test_descriptor_tags_category_and_domain() -> None:
+    """Contextual enrichment: the embedded text carries the category and the action domain, except tags
+    that say nothing (general) and dialog episodes."""
+    tagged = MemoryIn(tenant="t", key="a", text="Squash wip commits before tagging.", category="git")
+    assert tagged.descriptor == f"[git] [domain:{tagged.domain}] Squash wip commits before tagging."
+    assert tagged.domain == "code"
+    given = MemoryIn(tenant="t", key="b", text="Post at 9am.", category="social", action_domain="social")
+    assert given.descriptor == "[social] [domain:social] Post at 9am."
+    bare = MemoryIn(tenant="t", key="c", text="hello there")
+    assert (bare.domain, bare.descriptor) == ("general", "hello there")
+    episode = MemoryIn(tenant="t", key="d", text="I deployed the app today", kind="episode", category="chat")
+    assert episode.descriptor == "I deployed the app today"
+    # a different category is different content: it is embedded again
+    assert tagged.content_hash != MemoryIn(tenant="t", key="a", text=tagged.text, category="vcs").content_hash
 
 
 def test_validate_row_defaults() -> None:

@@ -183,7 +183,8 @@ def test_week_cap_limits_one_week_before_filling(conn: Conn, embedder: Embedder)
     }
     query = "git tests review hooks push main"
     uncapped = retrieve(conn, embedder, query, k=4, week_cap=0, **strict)
-    assert len({r["why"]["week"] for r in uncapped[:2]}) == 1  # the corpus has a week with several matches
+    uncapped_weeks = [r["why"]["week"] for r in uncapped]
+    assert len(set(uncapped_weeks)) < len(uncapped_weeks)  # the corpus has a week with several matches
     capped = retrieve(conn, embedder, query, k=6, week_cap=1, **strict)
     weeks = [r["why"]["week"] for r in capped]
     distinct = len(set(weeks))
