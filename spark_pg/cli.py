@@ -375,6 +375,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print a JSON list")
     p.set_defaults(func=cmd_stats)
 
+    from spark_pg.revalue import add_parser as add_revalue_parser
+
+    add_revalue_parser(sub)
+
+    from spark_pg.fusion_cli import add_parser as add_fit_parser
+
+    add_fit_parser(sub)
+
     p = sub.add_parser("config", help="show the effective tuneables")
     p.set_defaults(func=cmd_config)
     return parser

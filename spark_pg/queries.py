@@ -147,3 +147,41 @@ DROP_OTHER_STATIC_RULES = """
 DELETE FROM spark.trigger_rules
 WHERE tenant = %(tenant)s AND origin = 'static' AND NOT (name = ANY(%(names)s))
 """
+
+# importance revaluation (sql/065): a random sample of low-importance memories, and a batch of decisions
+REVALUE_SAMPLE = """
+SELECT id, key, text, category, kind, tier, importance, created_at, helpful_count, followed_count,
+       unhelpful_count, ignored_count, reliability, actionability, times_surfaced, last_surfaced_at,
+       last_revalued_at
+FROM spark.revalue_sample(tenant => %(tenant)s, n => %(n)s::integer,
+                          max_importance => %(max_importance)s::real, min_age => %(min_age)s::interval,
+                          cooldown => %(cooldown)s::interval, seed => %(seed)s::bigint)
+"""
+
+REVALUE_APPLY = """
+SELECT id, key, old_importance, new_importance, changed, tier
+FROM spark.revalue_apply(tenant => %(tenant)s, decisions => %(decisions)s::jsonb,
+                         decided_by => %(decided_by)s)
+"""
+
+# fitted fusion weights (spark_pg/fusion_fit.py): the labelled log, oldest call first; the stored fit, whose
+# weights spark._retrieve_params checks like any params (22023 naming a bad key or value)
+RETRIEVE_DEFAULTS = "SELECT spark.retrieve_defaults()"
+
+FUSION_SAMPLES = """
+SELECT DISTINCT ON (o.retrieval_id, o.memory_id) o.retrieval_id, i.signals, o.outcome
+FROM spark.outcomes o
+JOIN spark.retrieval_items i
+  ON i.tenant = o.tenant AND i.retrieval_id = o.retrieval_id AND i.memory_id = o.memory_id
+WHERE o.tenant = %(tenant)s AND o.retrieval_id IS NOT NULL
+ORDER BY o.retrieval_id, o.memory_id, o.created_at DESC, o.id DESC
+"""
+
+PUT_FUSION_WEIGHTS = """
+INSERT INTO spark.fusion_weights AS f (tenant, weights, samples, evaluation, in_use, fitted_at)
+SELECT %(tenant)s, %(weights)s::jsonb, %(samples)s, %(evaluation)s::jsonb, %(in_use)s, now()
+WHERE spark._retrieve_params(%(weights)s::jsonb) IS NOT NULL
+ON CONFLICT (tenant) DO UPDATE
+SET weights = EXCLUDED.weights, samples = EXCLUDED.samples, evaluation = EXCLUDED.evaluation,
+    in_use = EXCLUDED.in_use, fitted_at = EXCLUDED.fitted_at
+"""

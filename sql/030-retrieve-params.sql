@@ -24,6 +24,8 @@ SELECT jsonb_build_object(
     'w_recency', 0.05,
     'w_outcome', 0.1,
     'w_trigger', 0.3,              -- weighted fusion: x the matching rule's confidence
+    'fitted_weights', true,        -- weighted fusion: use the tenant's fitted weights (spark.fusion_weights)
+                                   -- when in_use; weights given here still win
     'decay_half_life_days', 0,     -- opt-in: the outcome signal halves every N days a memory goes unmarked (0 = off)
     'rrf_k', 60,                   -- rrf: sum over the pools that found an item of rrf_w_<pool> / (rrf_k + rank)
     'rrf_w_semantic', 1.0,
@@ -112,7 +114,7 @@ BEGIN
                     CASE WHEN (rng ->> 2) = '1' THEN 'an integer' ELSE 'a number' END, rng ->> 0, rng ->> 1, num
                     USING ERRCODE = 'invalid_parameter_value';
             END IF;
-        ELSIF item.key IN ('include_system', 'use_cache') THEN
+        ELSIF item.key IN ('include_system', 'use_cache', 'fitted_weights') THEN
             IF jsonb_typeof(item.value) <> 'boolean' THEN
                 RAISE EXCEPTION 'params.% must be true or false, got %', item.key, item.value
                     USING ERRCODE = 'invalid_parameter_value';

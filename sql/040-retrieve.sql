@@ -451,6 +451,8 @@ DECLARE
     cap_yield double precision;
     kplan record;
     skipped_note jsonb := '{}';
+    fitted jsonb;
+    fitted_note jsonb := '{}';
     sem_ids bigint[];
     sem_dist double precision[];
     spool record;
@@ -468,6 +470,17 @@ BEGIN
     END IF;
     PERFORM spark._check_k(k);
     p := spark._retrieve_params(params);
+    IF (p ->> 'fitted_weights')::boolean AND p ->> 'fusion' = 'weighted' THEN
+        -- the tenant's fitted fusion weights, when they beat the defaults on held-out outcomes (in_use);
+        -- weights given in params still win
+        SELECT fw.weights || jsonb_build_object('_samples', fw.samples) INTO fitted
+        FROM spark.fusion_weights fw WHERE fw.tenant = _retrieve_core.tenant AND fw.in_use;
+        IF fitted IS NOT NULL THEN
+            fitted := fitted - ARRAY(SELECT jsonb_object_keys(coalesce(params, '{}')));
+            p := p || (fitted - '_samples');
+            fitted_note := jsonb_build_object('fitted_weights', fitted);
+        END IF;
+    END IF;
     at := coalesce((p ->> 'as_of')::timestamptz, now());
     cutoff := at - make_interval(secs => (p ->> 'recent_days')::double precision * 86400);
     mdl := spark.active_model();
@@ -639,7 +652,7 @@ BEGIN
         why := spark._why(rank, status, pool_ranks[i], p ->> 'fusion', scores_all[i],
                           terms[i] || jsonb_build_object('mmr_penalty', round(penalty[j]::numeric, 4)),
                           min_sim, passed[i], min_fuse, ratio, prio_labels[i], created[i], qsource, mode)
-               || jsonb_build_object('semantic_scan', sem_scan) || skipped_note
+               || jsonb_build_object('semantic_scan', sem_scan) || skipped_note || fitted_note
                || spark._why_advice(trigs[i], t_rules[i], t_prio[i], t_int[i], adomains[i], acts[i]);
         RETURN NEXT;
     END LOOP;
@@ -662,7 +675,7 @@ BEGIN
         priority := prios[i]; pools := string_to_array(poolz[i], ',');
         why := spark._why(NULL, status, pool_ranks[i], p ->> 'fusion', scores_all[i], terms[i], min_sim, passed[i],
                           min_fuse, ratio, prio_labels[i], created[i], qsource, mode)
-               || jsonb_build_object('semantic_scan', sem_scan) || skipped_note
+               || jsonb_build_object('semantic_scan', sem_scan) || skipped_note || fitted_note
                || spark._why_advice(trigs[i], t_rules[i], t_prio[i], t_int[i], adomains[i], acts[i]);
         RETURN NEXT;
     END LOOP;

@@ -1,0 +1,198 @@
+"""``spark-pg revalue``: its arguments, the command and how the results are printed."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from dataclasses import asdict
+from pathlib import Path
+from typing import TextIO
+
+from spark_pg.errors import InputError
+from spark_pg.revalue.decide import decide_auto
+from spark_pg.revalue.files import read_decisions, write_sample
+from spark_pg.revalue.interactive import asker, decide_interactive
+from spark_pg.revalue.records import (
+    DEFAULT_COOLDOWN_DAYS,
+    DEFAULT_MAX_IMPORTANCE,
+    DEFAULT_MIN_AGE_DAYS,
+    DEFAULT_SAMPLE,
+    Applied,
+)
+from spark_pg.revalue.store import apply, sample
+
+
+def _count(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if not 0 <= value <= 2_147_483_647:
+        raise argparse.ArgumentTypeError(f"must be between 0 and 2147483647, got {value}")
+    return value
+
+
+def _fraction(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not 0 <= value <= 1:
+        raise argparse.ArgumentTypeError(f"must be between 0 and 1, got {text}")
+    return value
+
+
+def _days(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not 0 <= value <= 36_500:
+        raise argparse.ArgumentTypeError(f"must be between 0 and 36500 days, got {text}")
+    return value
+
+
+def counts(results: Sequence[Applied]) -> dict[str, int]:
+    """How many decisions raised, lowered and kept the importance."""
+    raised = sum(r.new_importance > r.old_importance for r in results)
+    lowered = sum(r.new_importance < r.old_importance for r in results)
+    return {"raised": raised, "lowered": lowered, "kept": len(results) - raised - lowered}
+
+
+def _print_results(
+    tenant: str, results: Sequence[Applied], reasons: dict[int, str | None], *, dry_run: bool, out: TextIO
+) -> None:
+    if results:
+        print(f"{'id':>10}  {'key':<28} {'old':>5}    {'new':<5} reason", file=out)
+    for r in results:
+        arrow = "->" if r.changed else "=="
+        key = r.key if len(r.key) <= 28 else r.key[:27] + "…"
+        print(
+            f"{r.id:>10}  {key:<28} {r.old_importance:5.2f} {arrow} {r.new_importance:<5.2f} "
+            f"{reasons.get(r.id) or ''}",
+            file=out,
+        )
+    verb = "dry run, nothing written: would apply" if dry_run else "applied"
+    tally = counts(results)
+    print(
+        f"{verb} {len(results)} decisions for tenant {tenant}: {tally['raised']} raised, "
+        f"{tally['lowered']} lowered, {tally['kept']} kept",
+        file=out,
+    )
+
+
+def cmd_revalue(args: argparse.Namespace) -> int:
+    from spark_pg.client import SparkClient
+    from spark_pg.config import load_settings
+
+    # --auto is the default decider; with --export it fills the file with its proposals, without it the
+    # file holds the current importances
+    mode = "file" if args.from_file is not None else args.mode or ("export" if args.export else "auto")
+    if args.export and mode in ("interactive", "file"):
+        raise InputError(
+            "--export writes the sample for a decider elsewhere: not with --interactive or --from-file"
+        )
+    out = sys.stderr if args.json else sys.stdout
+    with SparkClient(load_settings()) as client:
+        conn = client.conn
+        if mode == "file":
+            decisions = read_decisions(Path(args.from_file), args.tenant)
+            decided_by = "file"
+        else:
+            memories = sample(
+                conn,
+                args.tenant,
+                args.sample,
+                max_importance=args.max_importance,
+                min_age_days=args.min_age_days,
+                cooldown_days=args.cooldown_days,
+                seed=args.seed,
+            )
+            conn.rollback()  # no transaction stays open while a reviewer thinks
+            if not memories:
+                message = (
+                    f"nothing to revalue: tenant {args.tenant} has no memory at importance "
+                    f"{args.max_importance} or under, {args.min_age_days:g}+ days old and not revalued in "
+                    f"the last {args.cooldown_days:g} days"
+                )
+                print(json.dumps({"tenant": args.tenant, "decisions": []}) if args.json else message)
+                return 0
+            if args.export:
+                chosen = decide_auto(memories, progress=not args.quiet) if mode == "auto" else None
+                write_sample(Path(args.export), args.tenant, memories, chosen)
+                note = "auto decisions" if chosen else "current importance"
+                message = f"wrote {len(memories)} memories ({note}) to {args.export}; apply with --from-file"
+                print(
+                    json.dumps({"tenant": args.tenant, "exported": len(memories)}) if args.json else message
+                )
+                return 0
+            if mode == "interactive":
+                decisions = decide_interactive(memories, asker(out), out)
+                decided_by = "interactive"
+            else:
+                decisions = decide_auto(memories, progress=not args.quiet)
+                decided_by = "auto"
+        results = apply(conn, args.tenant, decisions, decided_by=decided_by, dry_run=args.dry_run)
+        conn.commit()
+    reasons = {d.id: d.reason for d in decisions}
+    if args.json:
+        payload = {
+            "tenant": args.tenant,
+            "dry_run": args.dry_run,
+            "decided_by": decided_by,
+            **counts(results),
+            "decisions": [asdict(r) | {"reason": reasons.get(r.id)} for r in results],
+        }
+        print(json.dumps(payload))
+    else:
+        _print_results(args.tenant, results, reasons, dry_run=args.dry_run, out=sys.stdout)
+    return 0
+
+
+def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Register the `revalue` subcommand (its handler is ``args.func``, returning an exit code)."""
+    p = subparsers.add_parser(
+        "revalue",
+        help="sample low-importance memories, re-score them (auto, interactive or from a file) and apply",
+        description="Sample the tenant's memories at or below --max-importance (spark.revalue_sample), "
+        "decide a new importance for each and apply the decisions atomically with a log "
+        "(spark.revalue_apply, spark.revaluations). The default decider, --auto, re-scores from outcomes, "
+        "noise detectors, actionability and the seed's foundational patterns (docs/advisor.md, Importance "
+        "revaluation).",
+    )
+    p.add_argument("--tenant", required=True)
+    p.add_argument(
+        "--sample", type=_count, default=DEFAULT_SAMPLE, metavar="N", help="memories to sample (default 20)"
+    )
+    p.add_argument(
+        "--max-importance", type=_fraction, default=DEFAULT_MAX_IMPORTANCE, metavar="X",
+        help="only memories at or below this importance (default 0.3)",
+    )  # fmt: skip
+    p.add_argument(
+        "--min-age-days", type=_days, default=DEFAULT_MIN_AGE_DAYS, metavar="D",
+        help="only memories at least this old (default 7)",
+    )  # fmt: skip
+    p.add_argument(
+        "--cooldown-days", type=_days, default=DEFAULT_COOLDOWN_DAYS, metavar="D",
+        help="leave out memories revalued this recently (default 90)",
+    )  # fmt: skip
+    p.add_argument("--seed", type=int, help="repeat a sample: same seed, same data, same memories")
+    mode = p.add_mutually_exclusive_group()
+    mode.add_argument(
+        "--auto", dest="mode", action="store_const", const="auto", help="re-score with the project's signals"
+    )
+    mode.add_argument(
+        "--interactive", dest="mode", action="store_const", const="interactive", help="ask for each memory"
+    )
+    mode.add_argument("--from-file", metavar="F", help="apply decisions from a .jsonl or .yaml file")
+    p.add_argument(
+        "--export",
+        metavar="F",
+        help="write the sample (.jsonl or .yaml) for a decider elsewhere; apply nothing",
+    )
+    p.add_argument("--dry-run", action="store_true", help="check and show the decisions, write nothing")
+    p.add_argument("--json", action="store_true", help="print one JSON object on stdout")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.set_defaults(func=cmd_revalue, mode=None)

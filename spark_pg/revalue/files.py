@@ -1,0 +1,130 @@
+"""The file workflow: export a sample (.jsonl / .yaml) and read decisions back from such a file."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from spark_pg.errors import InputError
+from spark_pg.revalue.records import MAX_REASON, Decision, Sampled, clamp
+
+
+def _rows(path: Path) -> list[tuple[int, Any]]:
+    """(line, row) of a .jsonl / .yaml file."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InputError(f"{path}: cannot be read: {exc}") from None
+    suffix = path.suffix.lower()
+    if suffix in (".jsonl", ".ndjson"):
+        rows: list[tuple[int, Any]] = []
+        for number, raw in enumerate(text.splitlines(), start=1):
+            if raw.strip():
+                try:
+                    rows.append((number, json.loads(raw)))
+                except json.JSONDecodeError as exc:
+                    raise InputError(f"{path} line {number}: not valid JSON: {exc.msg}") from None
+        return rows
+    if suffix not in (".yaml", ".yml"):
+        raise InputError(f"{path}: unknown file type: use .jsonl, .yaml or .yml")
+    try:
+        root = yaml.compose(text, Loader=yaml.SafeLoader)
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" line {mark.line + 1}" if mark is not None else ""
+        raise InputError(f"{path}{where}: not valid YAML: {getattr(exc, 'problem', exc)}") from None
+    if data is None:
+        return []
+    if not isinstance(data, list) or not isinstance(root, yaml.SequenceNode):
+        raise InputError(f"{path}: a YAML decisions file must be a list")
+    return [(node.start_mark.line + 1, item) for node, item in zip(root.value, data, strict=True)]
+
+
+def read_decisions(path: Path, tenant: str | None = None) -> list[Decision]:
+    """Decisions from a .jsonl or .yaml file: one object per line / item with ``id`` (integer) and
+    ``importance`` (0..1), optionally ``reason`` and ``key``; other fields (the ones :func:`write_sample`
+    adds for the reader) are ignored, except a ``tenant`` that is not ``tenant``. The whole file is checked
+    before anything is applied; the first bad row raises :class:`InputError` naming the line."""
+    decisions: list[Decision] = []
+    seen: dict[int, int] = {}
+    for line, row in _rows(path):
+        where = f"{path} line {line}"
+        if not isinstance(row, dict):
+            raise InputError(f"{where}: each decision must be an object, not {type(row).__name__}")
+        ident, value, reason, key = row.get("id"), row.get("importance"), row.get("reason"), row.get("key")
+        if isinstance(ident, bool) or not isinstance(ident, int):
+            raise InputError(f"{where}: id must be an integer memory id, got {ident!r}")
+        if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value <= 1:
+            raise InputError(f"{where}: importance must be a number from 0 to 1, got {value!r}")
+        if reason is not None and (not isinstance(reason, str) or len(reason) > MAX_REASON):
+            raise InputError(f"{where}: reason must be a string of at most {MAX_REASON} characters")
+        if key is not None and not isinstance(key, str):
+            raise InputError(f"{where}: key must be a string, got {key!r}")
+        if tenant is not None and row.get("tenant") not in (None, tenant):
+            raise InputError(f"{where}: tenant {row['tenant']!r} is not {tenant!r}")
+        if ident in seen:
+            raise InputError(f"{where}: id {ident} was already decided on line {seen[ident]}")
+        seen[ident] = line
+        decisions.append(Decision(ident, float(value), reason, key))
+    return decisions
+
+
+def sample_rows(
+    tenant: str, memories: Sequence[Sampled], decisions: Sequence[Decision] | None = None
+) -> list[dict[str, Any]]:
+    """The export rows: a decision each (``importance`` and ``reason``: the current importance and none, or
+    the given decisions') followed by what a reader needs to decide. Read back by :func:`read_decisions`."""
+    by_id = {d.id: d for d in decisions or ()}
+    now = datetime.now(UTC)
+    rows = []
+    for m in memories:
+        decided = by_id.get(m.id)
+        rows.append(
+            {
+                "tenant": tenant,
+                "id": m.id,
+                "key": m.key,
+                "importance": decided.importance if decided else clamp(m.importance),
+                "reason": decided.reason if decided else None,
+                "current_importance": clamp(m.importance),
+                "text": m.text,
+                "kind": m.kind,
+                "category": m.category,
+                "tier": m.tier,
+                "age_days": round(m.age_days(now), 1),
+                "created_at": m.created_at.isoformat(),
+                "helpful": m.helpful_count,
+                "followed": m.followed_count,
+                "unhelpful": m.unhelpful_count,
+                "ignored": m.ignored_count,
+                "reliability": round(m.reliability, 3),
+                "times_surfaced": m.times_surfaced,
+                "last_surfaced_at": m.last_surfaced_at.isoformat() if m.last_surfaced_at else None,
+            }
+        )
+    return rows
+
+
+def write_sample(
+    path: Path, tenant: str, memories: Sequence[Sampled], decisions: Sequence[Decision] | None = None
+) -> None:
+    """Write the sample as .jsonl (one object a line) or .yaml for a decider elsewhere; edit ``importance``
+    and ``reason``, delete the rows left undecided, then ``spark-pg revalue --from-file``."""
+    rows = sample_rows(tenant, memories, decisions)
+    suffix = path.suffix.lower()
+    if suffix in (".jsonl", ".ndjson"):
+        body = "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows)
+    elif suffix in (".yaml", ".yml"):
+        body = yaml.safe_dump(rows, sort_keys=False, allow_unicode=True, width=110) if rows else "[]\n"
+    else:
+        raise InputError(f"{path}: unknown file type: use .jsonl, .yaml or .yml")
+    try:
+        path.write_text(body, encoding="utf-8")
+    except OSError as exc:
+        raise InputError(f"{path}: cannot be written: {exc.strerror}") from None

@@ -1,0 +1,99 @@
+"""The interactive decider: show each memory with its signals and ask a reviewer."""
+
+from __future__ import annotations
+
+import math
+import shutil
+import sys
+import textwrap
+from collections.abc import Callable, Sequence
+from datetime import UTC, datetime
+from typing import TextIO
+
+from spark_pg.revalue.decide import propose
+from spark_pg.revalue.records import MAX_REASON, Decision, Sampled, clamp
+
+
+def _signals(memory: Sampled, now: datetime) -> str:
+    surfaced = f"surfaced {memory.times_surfaced} times" + (
+        f" (last {memory.last_surfaced_at:%Y-%m-%d})" if memory.last_surfaced_at else ""
+    )
+    return (
+        f"outcomes: {memory.helpful_count} helpful, {memory.followed_count} followed, "
+        f"{memory.unhelpful_count} unhelpful, {memory.ignored_count} ignored; reliability "
+        f"{memory.reliability:.2f}; {surfaced}"
+    )
+
+
+def show(memory: Sampled, position: str, out: TextIO, now: datetime | None = None) -> None:
+    """One memory for a reviewer: where it stands, its text and its signals."""
+    now = now or datetime.now(UTC)
+    width = max(40, min(shutil.get_terminal_size().columns, 110) - 4)
+    print(
+        f"\n{position} #{memory.id} {memory.key}  ({memory.kind}, {memory.category}, {memory.tier})  "
+        f"importance {memory.importance:.2f}, {memory.age_days(now):.0f} days old",
+        file=out,
+    )
+    lines = textwrap.wrap(memory.text, width)
+    for line in lines[:20]:
+        print(f"    {line}", file=out)
+    if len(lines) > 20:
+        print(f"    ... ({len(lines) - 20} more lines)", file=out)
+    print("  " + _signals(memory, now), file=out)
+
+
+PROMPT = "  new importance: [Enter/k] keep, [a] accept the suggestion, 0..1 [reason], [s] skip, [q] quit > "
+
+
+def decide_interactive(
+    memories: Sequence[Sampled], ask: Callable[[str], str] = input, out: TextIO = sys.stdout
+) -> list[Decision]:
+    """Ask a reviewer about each memory: keep, accept the auto decider's suggestion, a number from 0 to 1
+    (optionally followed by a reason), skip (no decision: it may come back), or quit (stop asking; the
+    decisions made so far stand). End of input quits too."""
+    decisions: list[Decision] = []
+    now = datetime.now(UTC)
+    for position, memory in enumerate(memories, start=1):
+        show(memory, f"[{position}/{len(memories)}]", out, now)
+        hint = propose(memory)
+        print(f"  auto suggests {hint.importance:.2f}: {hint.reason}", file=out)
+        while True:
+            try:
+                answer = ask(PROMPT).strip()
+            except EOFError:
+                return decisions
+            word = answer.lower()
+            if word in ("", "k", "keep"):
+                decisions.append(Decision(memory.id, clamp(memory.importance), "kept on review", memory.key))
+            elif word in ("a", "accept"):
+                decisions.append(hint)
+            elif word in ("s", "skip"):
+                pass
+            elif word in ("q", "quit"):
+                return decisions
+            else:
+                number, _, why = answer.partition(" ")
+                try:
+                    value = float(number)
+                except ValueError:
+                    value = math.nan
+                if not 0 <= value <= 1:
+                    print(f"  {answer!r}: type k, a, s, q or a number from 0 to 1", file=out)
+                    continue
+                decisions.append(
+                    Decision(memory.id, clamp(value), why.strip()[:MAX_REASON] or "set on review", memory.key)
+                )
+            break
+    return decisions
+
+
+def asker(out: TextIO) -> Callable[[str], str]:
+    """How to ask: ``input``, or a prompt written on ``out`` when the display is not on stdout."""
+    if out is sys.stdout:
+        return input
+
+    def ask(prompt: str) -> str:  # prompts beside the display, so stdout stays JSON
+        print(prompt, end="", file=out, flush=True)
+        return input()
+
+    return ask

@@ -1,0 +1,79 @@
+"""The database side: ``spark.revalue_sample`` and ``spark.revalue_apply``."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from datetime import timedelta
+from typing import Any
+
+import psycopg
+from psycopg import errors as pg_errors
+
+from spark_pg import queries
+from spark_pg.errors import InputError
+from spark_pg.revalue.records import (
+    DEFAULT_COOLDOWN_DAYS,
+    DEFAULT_MAX_IMPORTANCE,
+    DEFAULT_MIN_AGE_DAYS,
+    DEFAULT_SAMPLE,
+    Applied,
+    Decision,
+    Sampled,
+)
+
+
+def sample(
+    conn: psycopg.Connection[Any],
+    tenant: str,
+    n: int = DEFAULT_SAMPLE,
+    *,
+    max_importance: float = DEFAULT_MAX_IMPORTANCE,
+    min_age_days: float = DEFAULT_MIN_AGE_DAYS,
+    cooldown_days: float = DEFAULT_COOLDOWN_DAYS,
+    seed: int | None = None,
+) -> list[Sampled]:
+    """spark.revalue_sample: up to ``n`` random memories of ``tenant`` at or below ``max_importance``,
+    created at least ``min_age_days`` ago and not revalued within ``cooldown_days``."""
+    with _input_errors():
+        rows = conn.execute(
+            queries.REVALUE_SAMPLE,
+            {
+                "tenant": tenant,
+                "n": n,
+                "max_importance": max_importance,
+                "min_age": timedelta(days=min_age_days),
+                "cooldown": timedelta(days=cooldown_days),
+                "seed": seed,
+            },
+        ).fetchall()
+    return [Sampled(*row) for row in rows]
+
+
+def apply(
+    conn: psycopg.Connection[Any],
+    tenant: str,
+    decisions: Sequence[Decision],
+    *,
+    decided_by: str = "api",
+    dry_run: bool = False,
+) -> list[Applied]:
+    """spark.revalue_apply in one round trip: all decisions or none. Committed when ``conn`` has no
+    transaction open (else part of the caller's); ``dry_run`` checks and reports everything, then rolls
+    back. A decision the database refuses (an id that is not the tenant's, ...) raises InputError."""
+    payload = json.dumps([d.as_json() for d in decisions])
+    with _input_errors(), conn.transaction(force_rollback=dry_run):
+        rows = conn.execute(
+            queries.REVALUE_APPLY, {"tenant": tenant, "decisions": payload, "decided_by": decided_by}
+        ).fetchall()
+    return [Applied(*row) for row in rows]
+
+
+@contextmanager
+def _input_errors() -> Iterator[None]:
+    """The functions' bad-input errors (22004, 22023) as InputError: the caller's mistake."""
+    try:
+        yield
+    except (pg_errors.InvalidParameterValue, pg_errors.NullValueNotAllowed) as exc:
+        raise InputError(exc.diag.message_primary or str(exc)) from None

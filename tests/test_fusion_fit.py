@@ -1,0 +1,203 @@
+"""Fusion weights fitted from the advise log: the fit and its held-out judgement (pure), the stored row, and
+spark.retrieve using the weights only when they are in use (and never over explicit params)."""
+
+from __future__ import annotations
+
+import json
+import random
+from collections.abc import Iterator
+from typing import Any
+
+import psycopg
+import pytest
+from psycopg import errors
+from psycopg.types.json import Jsonb
+
+from spark_pg import queries
+from spark_pg.cli import main
+from spark_pg.errors import InputError
+from spark_pg.fusion_fit import SIGNALS, WEIGHT_KEYS, Sample, auc, fit, fit_tenant
+from tests.conftest import rolled_back, temp_database
+
+Conn = psycopg.Connection[Any]
+DEFAULTS = {"w_similarity": 0.8, "w_keyword": 1.0, "w_recency": 0.05, "w_outcome": 0.1, "w_trigger": 0.3}
+
+
+def keyword_world(n_calls: int, seed: int = 7) -> list[Sample]:
+    """Calls of 4 surfaced items each where keyword evidence, not similarity, decides what helps: the
+    defaults (similarity-heavy) rank badly, a fit can learn better."""
+    rng = random.Random(seed)
+    out = []
+    for call in range(1, n_calls + 1):
+        for _ in range(4):
+            sim, kw = rng.uniform(0.3, 0.8), rng.uniform(0, 0.5)
+            helped = kw + rng.gauss(0, 0.05) > 0.25
+            label, weight = (1.0, 1.0) if helped else (0.0, 1.0)
+            out.append(Sample(call, (sim, kw, rng.uniform(0, 1), 0.5, 0.0), 0.0, label, weight))
+    return out
+
+
+def test_auc_counts_pairs_and_ties() -> None:
+    assert auc([0.9, 0.8, 0.1], [1, 1, 0], [1, 1, 1]) == 1.0
+    assert auc([0.1, 0.9], [1, 0], [1, 1]) == 0.0
+    assert auc([0.5, 0.5], [1, 0], [1, 1]) == 0.5
+    assert auc([0.9, 0.1, 0.5], [1, 0, 0], [1, 1, 0.25]) == 1.0
+    assert auc([0.3, 0.4], [1, 1], [1, 1]) is None  # one class only
+
+
+def test_a_fit_that_beats_the_defaults_is_put_in_use() -> None:
+    result = fit(keyword_world(60), DEFAULTS, tenant="t")
+    ev = result.evaluation
+    assert result.in_use, ev
+    assert ev["fitted_auc"] >= ev["default_auc"] + 0.02
+    assert ev["train"] + ev["holdout"] == result.samples == 240
+    # the fit leans on the signal that decides, relative to the defaults
+    w = result.weights
+    assert w["w_keyword"] / w["w_similarity"] > DEFAULTS["w_keyword"] / DEFAULTS["w_similarity"]
+    assert all(0 <= w[k] <= 10 for k in WEIGHT_KEYS)
+
+
+def test_noise_outcomes_keep_the_defaults() -> None:
+    rng = random.Random(3)
+    samples = [
+        Sample(c, (rng.random(), rng.random(), rng.random(), 0.5, 0.0), 0.0, float(rng.random() < 0.5), 1.0)
+        for c in range(1, 61)
+        for _ in range(4)
+    ]
+    result = fit(samples, DEFAULTS, tenant="t")
+    assert not result.in_use
+    assert "kept the defaults" in result.evaluation["decision"]
+
+
+def test_too_few_or_uniform_samples_keep_the_defaults() -> None:
+    few = fit(keyword_world(5), DEFAULTS, tenant="t")
+    assert not few.in_use and "fewer than 40" in few.evaluation["decision"]
+    assert few.weights == DEFAULTS
+    same = [Sample(c, (0.5, 0.2, 0.1, 0.5, 0.0), 0.0, 1.0, 1.0) for c in range(1, 61)]
+    uniform = fit(same, DEFAULTS, tenant="t")
+    assert not uniform.in_use and "same" in uniform.evaluation["decision"]
+    assert not fit([], DEFAULTS, tenant="t").in_use
+    with pytest.raises(InputError, match="holdout_share"):
+        fit(same, DEFAULTS, tenant="t", holdout_share=1.0)
+
+
+# --- the database: log, fit, store, use ---
+
+
+@pytest.fixture(scope="module")
+def fit_db(server_url: str) -> Iterator[str]:
+    with temp_database(server_url, install=True) as url:
+        yield url
+
+
+@pytest.fixture
+def conn(fit_db: str) -> Iterator[Conn]:
+    with rolled_back(fit_db) as connection:
+        yield connection
+
+
+def log_world(conn: Conn, tenant: str, samples: list[Sample]) -> None:
+    """Write ``samples`` as an advise log: memories, calls, surfaced items with signals, outcomes."""
+    n_mem = 4
+    ids = [
+        row[0]
+        for row in conn.execute(
+            """INSERT INTO spark.memories (tenant, key, text, descriptor, content_hash)
+               SELECT %s, 'm' || g, 'memory ' || g, 'memory ' || g, sha256(('memory ' || g)::bytea)
+               FROM generate_series(1, %s) g RETURNING id""",
+            (tenant, n_mem),
+        ).fetchall()
+    ]
+    calls: dict[int, int] = {}
+    for i, s in enumerate(samples):
+        if s.retrieval_id not in calls:
+            row = conn.execute(
+                "INSERT INTO spark.retrievals (tenant, query_text) VALUES (%s, 'q') RETURNING id", (tenant,)
+            ).fetchone()
+            assert row is not None
+            calls[s.retrieval_id] = row[0]
+        rid, mid = calls[s.retrieval_id], ids[i % n_mem]
+        signals = dict(zip(SIGNALS, s.features, strict=True))
+        conn.execute(
+            """INSERT INTO spark.retrieval_items (tenant, retrieval_id, memory_id, memory_tenant, rank, score,
+                                                  signals, pools)
+               VALUES (%s, %s, %s, %s, %s, 0.5, %s, '{semantic}')""",
+            (tenant, rid, mid, tenant, i % n_mem + 1, Jsonb({**signals, "priority": s.priority})),
+        )
+        outcome = "helpful" if s.label > 0.5 else "unhelpful"
+        conn.execute(
+            """INSERT INTO spark.outcomes (tenant, retrieval_id, memory_id, memory_tenant, outcome)
+               VALUES (%s, %s, %s, %s, %s)""",
+            (tenant, rid, mid, tenant, outcome),
+        )
+
+
+def why_weights(conn: Conn, tenant: str, params: dict[str, Any] | None = None) -> dict[str, Any] | None:
+    row = conn.execute(
+        "SELECT why FROM spark.retrieve(%s, 'memory', NULL, 5, %s) LIMIT 1", (tenant, Jsonb(params or {}))
+    ).fetchone()
+    assert row is not None
+    value = row[0].get("fitted_weights")
+    return value if isinstance(value, dict) else None
+
+
+def test_fitted_weights_are_stored_and_used_only_when_in_use(conn: Conn, tenant: str) -> None:
+    log_world(conn, tenant, keyword_world(60))
+    assert why_weights(conn, tenant) is None  # nothing fitted yet: the defaults
+    dry = fit_tenant(conn, tenant, dry_run=True)
+    assert dry.in_use and conn.execute("SELECT count(*) FROM spark.fusion_weights").fetchone() == (0,)
+    result = fit_tenant(conn, tenant)
+    row = conn.execute(
+        "SELECT weights, samples, in_use, evaluation FROM spark.fusion_weights WHERE tenant = %s", (tenant,)
+    ).fetchone()
+    assert row is not None
+    assert (row[0], row[1], row[2]) == (result.weights, 240, True)
+    assert row[3]["fitted_auc"] == result.evaluation["fitted_auc"]
+    used = why_weights(conn, tenant)
+    assert used == {**result.weights, "_samples": 240}
+    # weights given in params win; the switch turns the fit off
+    assert "w_keyword" not in (why_weights(conn, tenant, {"w_keyword": 0.5}) or {})
+    assert why_weights(conn, tenant, {"fitted_weights": False}) is None
+    assert why_weights(conn, tenant, {"fusion": "rrf"}) is None  # weights of the weighted fusion only
+    # a fit that does not beat the defaults is stored for the record but not used
+    conn.execute("UPDATE spark.fusion_weights SET in_use = false WHERE tenant = %s", (tenant,))
+    assert why_weights(conn, tenant) is None
+
+
+def test_an_empty_log_keeps_the_defaults(conn: Conn, tenant: str) -> None:
+    result = fit_tenant(conn, tenant)
+    assert (result.samples, result.in_use) == (0, False)
+    row = conn.execute("SELECT in_use FROM spark.fusion_weights WHERE tenant = %s", (tenant,)).fetchone()
+    assert row == (False,)
+
+
+def test_bad_input_is_refused_and_nothing_is_written(conn: Conn, tenant: str) -> None:
+    with pytest.raises(InputError, match="tenant"):
+        fit_tenant(conn, " ")
+    with pytest.raises(InputError, match="min_samples"):
+        fit_tenant(conn, tenant, min_samples=0)
+    with pytest.raises(errors.InvalidParameterValue, match="w_keyword"), conn.transaction():
+        conn.execute(
+            queries.PUT_FUSION_WEIGHTS,
+            {
+                "tenant": tenant,
+                "weights": Jsonb({"w_keyword": -1}),
+                "samples": 1,
+                "evaluation": Jsonb({}),
+                "in_use": True,
+            },
+        )
+    with pytest.raises(errors.InvalidParameterValue, match="fitted_weights"), conn.transaction():
+        conn.execute("SELECT * FROM spark.retrieve('t', 'x', NULL, 5, '{\"fitted_weights\": 1}')")
+    assert conn.execute("SELECT count(*) FROM spark.fusion_weights").fetchone() == (0,)
+
+
+def test_cli_fits_and_reports(cli_env: str, tenant: str, capsys: pytest.CaptureFixture[str]) -> None:
+    with psycopg.connect(cli_env) as c:
+        log_world(c, tenant, keyword_world(60))
+    code = main(["fit-weights", "--tenant", tenant, "--json"])
+    out = json.loads(capsys.readouterr().out)
+    assert code == 0 and out["in_use"] and out["samples"] == 240
+    code = main(["fit-weights", "--tenant", tenant, "--dry-run"])
+    text = capsys.readouterr().out
+    assert code == 0 and "held-out AUC" in text and "fitted weights in use" in text

@@ -1,0 +1,605 @@
+"""Importance revaluation: spark.revalue_sample / spark.revalue_apply edges and errors, the auto and
+interactive deciders, the decisions file, and `spark-pg revalue` end to end, on a real database."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Iterator
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+from psycopg import errors
+
+from spark_pg import schema
+from spark_pg.cli import main
+from spark_pg.errors import InputError
+from spark_pg.revalue import (
+    Decision,
+    Sampled,
+    apply,
+    decide_interactive,
+    propose,
+    read_decisions,
+    sample,
+    write_sample,
+)
+from tests.conftest import rolled_back, temp_database
+
+Conn = psycopg.Connection[Any]
+OLD = timedelta(days=30)
+
+
+@pytest.fixture(scope="module")
+def rv_db(server_url: str) -> Iterator[str]:
+    """This module's own fresh install."""
+    with temp_database(server_url, install=True) as url:
+        yield url
+
+
+@pytest.fixture
+def conn(rv_db: str) -> Iterator[Conn]:
+    with rolled_back(rv_db) as connection:
+        yield connection
+
+
+def add(
+    conn: Conn,
+    tenant: str,
+    key: str,
+    importance: float = 0.2,
+    age: timedelta = OLD,
+    text: str | None = None,
+    **columns: Any,
+) -> int:
+    """Insert one memory directly (no model needed); returns its id."""
+    names = ", ".join(columns)
+    values = ", ".join(f"%({c})s" for c in columns)
+    row = conn.execute(
+        f"""INSERT INTO spark.memories (tenant, key, text, descriptor, content_hash, importance, created_at
+                                        {", " + names if names else ""})
+            VALUES (%(tenant)s, %(key)s, %(text)s, %(text)s, '\\x00', %(importance)s, now() - %(age)s
+                    {", " + values if values else ""})
+            RETURNING id""",
+        {"tenant": tenant, "key": key, "text": text or f"memory {key}", "importance": importance, "age": age}
+        | columns,
+    ).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+def sample_keys(conn: Conn, tenant: str | None, n: Any = 100, **params: Any) -> list[str]:
+    casts = {"max_importance": "::real"}  # a Python float is a double precision
+    args = "".join(f", {name} => %({name})s{casts.get(name, '')}" for name in params)
+    rows = conn.execute(
+        f"SELECT key FROM spark.revalue_sample(tenant => %(tenant)s, n => %(n)s{args})",
+        {"tenant": tenant, "n": n} | params,
+    ).fetchall()
+    return [r[0] for r in rows]
+
+
+def revalue(conn: Conn, tenant: str | None, decisions: Any, by: str = "test") -> list[tuple[Any, ...]]:
+    return conn.execute(
+        "SELECT * FROM spark.revalue_apply(%s, %s::jsonb, %s)",
+        (tenant, decisions if decisions is None or isinstance(decisions, str) else json.dumps(decisions), by),
+    ).fetchall()
+
+
+def importances(conn: Conn, tenant: str) -> dict[str, float]:
+    rows = conn.execute("SELECT key, importance FROM spark.memories WHERE tenant = %s", (tenant,))
+    return {k: round(v, 3) for k, v in rows.fetchall()}
+
+
+def logged(conn: Conn, tenant: str) -> int:
+    row = conn.execute("SELECT count(*) FROM spark.revaluations WHERE tenant = %s", (tenant,)).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+# ------------------------------------------------------------------------------------ spark.revalue_sample
+
+
+def test_sample_takes_old_low_importance_memories_not_revalued_lately(conn: Conn, tenant: str) -> None:
+    add(conn, tenant, "low")
+    add(conn, tenant, "floor", importance=0.3)
+    add(conn, tenant, "default", importance=0.5)
+    add(conn, tenant, "young", age=timedelta(days=1))
+    kept = add(conn, tenant, "kept")
+    add(conn, "other-tenant", "theirs")
+    revalue(conn, tenant, [{"id": kept, "importance": 0.2, "reason": "fine as it is"}])
+    assert sorted(sample_keys(conn, tenant)) == ["floor", "low"]
+    assert sorted(sample_keys(conn, tenant, cooldown=timedelta(0))) == ["floor", "kept", "low"]
+    assert sorted(sample_keys(conn, tenant, max_importance=0.5, min_age=timedelta(0))) == [
+        "default",
+        "floor",
+        "low",
+        "young",
+    ]
+    assert sample_keys(conn, tenant, max_importance=0.1) == []
+
+
+def test_sample_edges_empty_tenant_zero_and_huge_n(conn: Conn, tenant: str) -> None:
+    assert sample_keys(conn, tenant, 10) == []
+    for i in range(5):
+        add(conn, tenant, f"m{i}")
+    assert sample_keys(conn, tenant, 0) == []
+    assert sorted(sample_keys(conn, tenant, 2_000_000_000)) == [f"m{i}" for i in range(5)]
+    assert len(sample_keys(conn, tenant, 3)) == 3
+
+
+def test_sample_is_random_and_a_seed_repeats_it(conn: Conn, tenant: str) -> None:
+    for i in range(60):
+        add(conn, tenant, f"m{i:02}")
+    seeded = sample_keys(conn, tenant, 8, seed=42)
+    assert len(seeded) == len(set(seeded)) == 8
+    assert sample_keys(conn, tenant, 8, seed=42) == seeded
+    samples = {tuple(sorted(sample_keys(conn, tenant, 8, seed=s))) for s in range(8)}
+    assert len(samples) >= 6
+    assert len({k for s in samples for k in s}) >= 30  # spread over the tenant, not one clump
+    unseeded = {tuple(sorted(sample_keys(conn, tenant, 8))) for _ in range(4)}
+    assert len(unseeded) >= 2
+
+
+def test_sample_reads_about_n_rows_of_a_large_tenant(conn: Conn, tenant: str) -> None:
+    conn.execute(
+        """INSERT INTO spark.memories (tenant, key, text, descriptor, content_hash, importance, created_at)
+           SELECT %s, 'k' || g, 'memory ' || g, 'memory ' || g, '\\x00', (g %% 10) / 10.0,
+                  now() - interval '30 days'
+           FROM generate_series(1, 20000) g""",
+        (tenant,),
+    )
+    conn.execute("ANALYZE spark.memories")
+    stats = """SELECT seq_scan, idx_tup_fetch FROM pg_stat_xact_user_tables
+               WHERE relid = 'spark.memories'::regclass"""
+    before = conn.execute(stats).fetchone()
+    assert len(sample_keys(conn, tenant, 10)) == 10
+    after = conn.execute(stats).fetchone()
+    assert before is not None and after is not None
+    assert after[0] == before[0]  # no sequential scan
+    assert after[1] - before[1] < 200  # rows read: about 10 / (share at or under 0.3), not 20,000
+
+
+def test_sample_returns_the_signals_a_reviewer_needs(conn: Conn, tenant: str) -> None:
+    mid = add(conn, tenant, "seen", helpful_count=2, ignored_count=1, reliability=0.6, actionability=0.4)
+    rid = conn.execute(
+        "INSERT INTO spark.retrievals (tenant, query_text) VALUES (%s, 'q'), (%s, 'q') RETURNING id",
+        (tenant, tenant),
+    ).fetchall()
+    for (r,) in rid:
+        conn.execute(
+            """INSERT INTO spark.retrieval_items (tenant, retrieval_id, memory_id, memory_tenant, rank, score,
+                                                  signals, pools)
+               VALUES (%s, %s, %s, %s, 1, 0.5, '{}', '{semantic}')""",
+            (tenant, r, mid, tenant),
+        )
+    [memory] = sample(conn, tenant, 5)
+    assert (memory.id, memory.key, memory.helpful_count, memory.ignored_count) == (mid, "seen", 2, 1)
+    assert memory.successes == 2 and memory.outcomes == 3
+    assert memory.reliability == pytest.approx(0.6) and memory.actionability == pytest.approx(0.4)
+    assert memory.times_surfaced == 2 and memory.last_surfaced_at is not None
+    assert memory.last_revalued_at is None and 29 < memory.age_days() < 31
+
+
+@pytest.mark.parametrize(
+    ("tenant", "n", "params", "code", "message"),
+    [
+        (None, 5, {}, "22004", "tenant must not be NULL"),
+        ("", 5, {}, "22023", "tenant must be 1 to 128"),
+        ("t", None, {}, "22004", "n must not be NULL"),
+        ("t", -1, {}, "22023", "n must be 0 or more"),
+        ("t", 5, {"max_importance": 1.5}, "22023", "max_importance must be between 0 and 1"),
+        ("t", 5, {"max_importance": float("nan")}, "22023", "max_importance must be between 0 and 1"),
+        ("t", 5, {"max_importance": None}, "22004", "max_importance must not be NULL"),
+        ("t", 5, {"min_age": timedelta(days=-1)}, "22023", "min_age must not be negative"),
+        ("t", 5, {"min_age": None}, "22004", "min_age must not be NULL"),
+        ("t", 5, {"cooldown": timedelta(days=-1)}, "22023", "cooldown must not be negative"),
+    ],
+)
+def test_sample_rejects_bad_input_with_an_errcode(
+    conn: Conn, tenant: str | None, n: Any, params: dict[str, Any], code: str, message: str
+) -> None:
+    with pytest.raises(psycopg.Error, match=message) as raised:
+        sample_keys(conn, tenant, n, **params)
+    assert raised.value.sqlstate == code
+
+
+# ------------------------------------------------------------------------------------- spark.revalue_apply
+
+
+def test_apply_updates_logs_and_reports_each_decision(conn: Conn, tenant: str) -> None:
+    up, same, down = add(conn, tenant, "up"), add(conn, tenant, "same"), add(conn, tenant, "down")
+    rows = revalue(
+        conn,
+        tenant,
+        [
+            {"id": up, "importance": 0.6, "reason": "chose not to force it", "key": "up"},
+            {"id": same, "importance": 0.2},
+            {"id": down, "importance": 0, "reason": None},
+        ],
+    )
+    assert [(r[1], round(r[2], 3), round(r[3], 3), r[4], r[5]) for r in rows] == [
+        ("up", 0.2, 0.6, True, "active"),
+        ("same", 0.2, 0.2, False, "active"),
+        ("down", 0.2, 0.0, True, "active"),
+    ]
+    assert importances(conn, tenant) == {"up": 0.6, "same": 0.2, "down": 0.0}
+    log = conn.execute(
+        """SELECT m.key, round(v.old_importance::numeric, 2), round(v.new_importance::numeric, 2), v.reason,
+                  v.decided_by
+           FROM spark.revaluations v JOIN spark.memories m ON m.tenant = v.tenant AND m.id = v.memory_id
+           WHERE v.tenant = %s ORDER BY v.id""",
+        (tenant,),
+    ).fetchall()
+    assert [tuple(map(str, r)) for r in log] == [
+        ("up", "0.20", "0.60", "chose not to force it", "test"),
+        ("same", "0.20", "0.20", "None", "test"),
+        ("down", "0.20", "0.00", "None", "test"),
+    ]
+    assert sample_keys(conn, tenant) == []  # all three decided: out of the samples for the cooldown
+    assert revalue(conn, tenant, []) == []
+
+
+def test_apply_keeps_tiers_consistent_with_assign_tiers(conn: Conn, tenant: str) -> None:
+    archived = {"tier": "archive", "age": timedelta(days=800)}
+    by_importance = add(
+        conn, tenant, "quiet", **archived,
+        metadata='{"tier_by_rule": true, "tier_reason": "a year unused, importance under 0.3"}',
+    )  # fmt: skip
+    by_outcomes = add(
+        conn, tenant, "wrong", **archived, unhelpful_count=5, reliability=0.14,
+        metadata='{"tier_by_rule": true, "tier_reason": "reliability under 0.3 after 4+ outcomes"}',
+    )  # fmt: skip
+    assert conn.execute("SELECT count(*) FROM spark.assign_tiers(%s)", (tenant,)).fetchone() == (0,)
+    rows = revalue(
+        conn, tenant, [{"id": by_importance, "importance": 0.5}, {"id": by_outcomes, "importance": 0.5}]
+    )
+    assert [(r[1], r[5]) for r in rows] == [("quiet", "active"), ("wrong", "archive")]
+    # what assign_tiers would now decide agrees: neither moves
+    assert conn.execute("SELECT count(*) FROM spark.assign_tiers(%s)", (tenant,)).fetchone() == (0,)
+    # and a lowered importance archives at its next run
+    revalue(conn, tenant, [{"id": by_importance, "importance": 0.1}])
+    moved = conn.execute("SELECT key, new_tier FROM spark.assign_tiers(%s)", (tenant,)).fetchall()
+    assert moved == [("quiet", "archive")]
+
+
+GOOD = {"id": "good", "importance": 0.9}  # first in some batches: it must not be written either
+BAD_BATCHES: list[tuple[str, Any, str, str]] = [
+    ("unknown id", [GOOD, {"id": -1, "importance": 0.5}], "22023",
+     r"decisions\[1\]: id -1 is not a memory of tenant"),
+    ("another tenant's", [GOOD, {"id": "theirs", "importance": 0.5}], "22023",
+     r"decisions\[1\]: id \d+ is not a memory of tenant"),
+    ("over 1", [{"id": "a", "importance": 1.5}], "22023",
+     r"decisions\[0\]: importance must be a number from 0 to 1, got 1\.5"),
+    ("under 0", [{"id": "a", "importance": -0.1}], "22023", "importance must be a number from 0"),
+    ("a word", [{"id": "a", "importance": "high"}], "22023", 'importance must be .*got "high"'),
+    ("null importance", [{"id": "a", "importance": None}], "22023", "importance must be a number"),
+    ("no importance", [{"id": "a", "reason": "x"}], "22023", "importance is missing"),
+    ("no id", [{"importance": 0.5}], "22023", "id is missing"),
+    ("string id", [{"id": "'a'", "importance": 0.5}], "22023", "id must be an integer"),
+    ("not an object", [GOOD, 7], "22023", r"decisions\[1\]: must be an object, got number"),
+    ("unknown field", [{"id": "a", "importance": 0.5, "why": "x"}], "22023", "unknown field 'why'"),
+    ("twice", [{"id": "a", "importance": 0.5}, {"id": "a", "importance": 0.4}], "22023",
+     r"decisions\[1\]: id \d+ was already decided at decisions\[0\]"),
+    ("wrong key", [{"id": "a", "importance": 0.5, "key": "b"}], "22023",
+     "key \"b\" does not match memory \\d+, whose key is 'a'"),
+    ("reason a number", [{"id": "a", "importance": 0.5, "reason": 3}], "22023", "reason must be a string"),
+    ("long reason", [{"id": "a", "importance": 0.5, "reason": "x" * 1001}], "22023", "the limit is 1000"),
+    ("an object", {"id": "a", "importance": 0.5}, "22023", "decisions must be a JSON array"),
+    ("NULL", None, "22004", "decisions must not be NULL"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("case", "decisions", "code", "message"), BAD_BATCHES, ids=[b[0] for b in BAD_BATCHES]
+)
+def test_apply_checks_every_decision_and_writes_nothing_on_error(
+    conn: Conn, tenant: str, case: str, decisions: Any, code: str, message: str
+) -> None:
+    ids = {
+        "a": add(conn, tenant, "a"),
+        "theirs": add(conn, "other-tenant", "theirs"),
+        "good": add(conn, tenant, "good"),
+    }
+    if decisions is not None:  # memory keys stand for their ids; "'a'" for a's id as a JSON string
+        text = json.dumps(decisions)
+        for key, value in ids.items():
+            text = text.replace(f'"id": "{key}"', f'"id": {value}').replace(
+                f'"id": "\'{key}\'"', f'"id": "{value}"'
+            )
+        decisions = text
+    with pytest.raises(psycopg.Error, match=message) as raised, conn.transaction():
+        revalue(conn, tenant, decisions)
+    assert raised.value.sqlstate == code
+    assert importances(conn, tenant) == {"a": 0.2, "good": 0.2}
+    assert logged(conn, tenant) == 0
+
+
+@pytest.mark.parametrize(
+    ("tenant", "by", "code", "message"),
+    [
+        (None, "test", "22004", "tenant must not be NULL"),
+        ("t", None, "22004", "decided_by must not be NULL"),
+        ("t", "", "22023", "decided_by must be 1 to 64"),
+    ],
+)
+def test_apply_rejects_bad_arguments(
+    conn: Conn, tenant: str | None, by: Any, code: str, message: str
+) -> None:
+    with pytest.raises(psycopg.Error, match=message) as raised:
+        revalue(conn, tenant, [], by)
+    assert raised.value.sqlstate == code
+
+
+# ------------------------------------------------------------------------------------------------ deciders
+
+
+def memory(text: str, importance: float = 0.3, **signals: Any) -> Sampled:
+    counts = {"helpful_count": 0, "followed_count": 0, "unhelpful_count": 0, "ignored_count": 0}
+    counts.update({k: v for k, v in signals.items() if k in counts})
+    return Sampled(
+        id=1, key="k", text=text, category="general", kind="insight", tier="active", importance=importance,
+        created_at=datetime.now(UTC) - OLD, reliability=signals.get("reliability", 0.5), actionability=None,
+        times_surfaced=0, last_surfaced_at=None, last_revalued_at=None, **counts,
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("text", "importance", "signals", "expected", "reason"),
+    [
+        # the seed's contemplative memories, recorded at the floor
+        ("Nothing happening today; chose not to force it.", 0.3, {}, 0.5, 'foundational ("chose not to")'),
+        ("I chose a quiet day and sat with the heaviness instead of shipping.", 0.3, {}, 0.5, "foundational"),
+        ("Honestly, the flaky CI was my fault: for the first time I read the runner logs.", 0.4, {}, 0.6, ""),
+        # advice an agent can act on
+        ("Always run alembic upgrade head on staging before deploying to prod.", 0.2, {}, 0.59, "directive"),
+        ("We decided to use UUIDv7 keys instead of serial ids: merges broke.", 0.2, {}, 0.41, "decision"),
+        # noise: lowered, never raised
+        ("RT @devguru: JWT auth is so hot right now (eng: 12 likes)", 0.3, {}, 0.1, "noise (retweet)"),
+        ("[DEPTH:3] Strong reasoning: the model compared JWT and sessions.", 0.25, {}, 0.1, "training log"),
+        ("2024-05-01 12:00:01 ERROR connection refused", 0.3, {}, 0.1, "log line"),
+        # nothing to move it
+        ("Created new architecture for the plugin system.", 0.3, {}, 0.3, "kept: no directive"),
+        ("The user ran the tests and they passed.", 0.2, {}, 0.2, "kept: session observation"),
+        # outcomes beat the text
+        ("Use the staging replica for load tests.", 0.3, {"helpful_count": 5, "followed_count": 1,
+         "reliability": 0.875}, 0.8, "proved useful: 6 helpful/followed"),
+        ("Use the staging replica for load tests.", 0.3, {"unhelpful_count": 4, "ignored_count": 2,
+         "reliability": 0.2}, 0.1, "rarely helps: reliability 0.20 after 6 outcomes"),
+        ("[DEPTH:3] Strong reasoning: compare JWT and sessions.", 0.3,
+         {"helpful_count": 3, "reliability": 0.8}, 0.65, "proved useful"),
+    ],
+)  # fmt: skip
+def test_auto_decider_on_realistic_memories(
+    text: str, importance: float, signals: dict[str, Any], expected: float, reason: str
+) -> None:
+    decision = propose(memory(text, importance, **signals))
+    assert decision.importance == pytest.approx(expected)
+    assert reason in (decision.reason or "")
+    assert (decision.id, decision.key) == (1, "k")
+
+
+def test_interactive_decider_keeps_accepts_sets_skips_and_quits(capsys: pytest.CaptureFixture[str]) -> None:
+    texts = ["Looked at the logs.", "Chose not to force it.", "Pin numpy below 2.", "Meh.", "Never reached."]
+    memories = [
+        replace(memory(text, helpful_count=1, reliability=0.67), id=i, key=f"k{i}", times_surfaced=3)
+        for i, text in enumerate(texts)
+    ]
+    answers = iter(["", "a", "0.8 pinned builds broke twice", "maybe", "2", "s", "q"])
+    decisions = decide_interactive(memories, lambda prompt: next(answers), sys.stdout)
+    assert [(d.id, d.importance, d.reason) for d in decisions] == [
+        (0, 0.3, "kept on review"),
+        (1, 0.5, 'foundational ("chose not to")'),
+        (2, 0.8, "pinned builds broke twice"),
+    ]
+    shown = capsys.readouterr().out
+    assert "[1/5] #0 k0" in shown and "1 helpful" in shown and "surfaced 3 times" in shown
+    assert "auto suggests 0.50" in shown and "'maybe': type k, a, s, q or a number" in shown
+
+    def eof(prompt: str) -> str:
+        raise EOFError
+
+    assert decide_interactive(memories, eof, sys.stdout) == []
+
+
+def test_decisions_file_round_trip_and_errors(tmp_path: Path) -> None:
+    memories = [memory("Chose not to force it."), memory("Looked at the logs.")]
+    memories[1] = replace(memories[1], id=2, key="k2")
+    for suffix in ("jsonl", "yaml"):
+        path = tmp_path / f"sample.{suffix}"
+        write_sample(path, "acme", memories)
+        assert read_decisions(path, "acme") == [Decision(1, 0.3, None, "k"), Decision(2, 0.3, None, "k2")]
+        write_sample(path, "acme", memories, [propose(memories[0])])
+        assert read_decisions(path)[0] == Decision(1, 0.5, 'foundational ("chose not to")', "k")
+    bad = {
+        '{"id": 1, "importance": 0.5}\n{"id": 1, "importance": 0.2}\n': "line 2: id 1 was already decided",
+        '{"id": true, "importance": 0.5}\n': "line 1: id must be an integer",
+        '\n{"id": 1, "importance": 1.2}\n': "line 2: importance must be a number from 0 to 1",
+        '{"id": 1}\n': "importance must be a number from 0 to 1, got None",
+        '{"id": 1, "importance": 0.5, "tenant": "other"}\n': "tenant 'other' is not 'acme'",
+        '{"id": 1, "importance": 0.5, "reason": 7}\n': "reason must be a string",
+        "[1, 2]\n": "each decision must be an object",
+        "{oops\n": "line 1: not valid JSON",
+    }
+    path = tmp_path / "d.jsonl"
+    for body, message in bad.items():
+        path.write_text(body)
+        with pytest.raises(InputError, match=message):
+            read_decisions(path, "acme")
+    (tmp_path / "d.yaml").write_text("- id: 1\n  importance: 0.5\n- id: 2\n  importance: much\n")
+    with pytest.raises(InputError, match=r"d\.yaml line 3: importance must be"):
+        read_decisions(tmp_path / "d.yaml")
+    (tmp_path / "d.csv").write_text("id,importance\n")
+    with pytest.raises(InputError, match="unknown file type"):
+        read_decisions(tmp_path / "d.csv")
+
+
+def test_python_apply_dry_run_writes_nothing_and_errors_are_input_errors(conn: Conn, tenant: str) -> None:
+    mid = add(conn, tenant, "a")
+    [result] = apply(conn, tenant, [Decision(mid, 0.7, "x")], decided_by="auto", dry_run=True)
+    assert (result.key, result.new_importance, result.changed) == ("a", pytest.approx(0.7), True)
+    assert importances(conn, tenant) == {"a": 0.2} and logged(conn, tenant) == 0
+    with pytest.raises(InputError, match=r"decisions\[0\]: id -5 is not a memory"):
+        apply(conn, tenant, [Decision(-5, 0.7)])
+    with pytest.raises(InputError, match="tenant must be 1 to 128 characters"), conn.transaction():
+        sample(conn, "")
+    apply(conn, tenant, [Decision(mid, 0.7, "x", key="a")], decided_by="auto")
+    assert importances(conn, tenant) == {"a": 0.7} and logged(conn, tenant) == 1
+
+
+# ---------------------------------------------------------------------------------------------- the command
+
+
+@pytest.fixture
+def cli(rv_db: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> str:
+    """Point the CLI at this module's database, with no user config file."""
+    monkeypatch.setenv("SPARK_PG_DATABASE_URL", rv_db)
+    config = tmp_path / "config.yaml"
+    config.write_text("{}\n")
+    monkeypatch.setenv("SPARK_PG_CONFIG", str(config))
+    return rv_db
+
+
+@pytest.fixture
+def stored(rv_db: str, tenant: str) -> Iterator[dict[str, int]]:
+    """A committed tenant for the CLI: a contemplative memory, advice, noise and a young one."""
+    texts = {
+        "quiet": ("Nothing happening today; chose not to force it.", OLD),
+        "advice": ("Always run alembic upgrade head on staging before deploying to prod.", OLD),
+        "noise": ("RT @devguru: JWT auth is so hot right now (eng: 12 likes)", OLD),
+        "young": ("Always pin the CI image tag in .github/workflows.", timedelta(days=1)),
+    }
+    with psycopg.connect(rv_db) as conn:
+        ids = {key: add(conn, tenant, key, 0.3, age, text) for key, (text, age) in texts.items()}
+    yield ids
+    with psycopg.connect(rv_db) as conn:
+        conn.execute("DELETE FROM spark.memories WHERE tenant = %s", (tenant,))
+
+
+def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_cli_dry_run_then_apply(
+    cli: str, tenant: str, stored: dict[str, int], capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out, _ = run(capsys, "revalue", "--tenant", tenant, "--dry-run", "--json", "--quiet")
+    assert code == 0
+    result = json.loads(out)
+    assert (result["dry_run"], result["decided_by"], result["raised"], result["lowered"]) == (
+        True,
+        "auto",
+        2,
+        1,
+    )
+    proposed = {d["key"]: round(d["new_importance"], 2) for d in result["decisions"]}
+    assert proposed == {"quiet": 0.5, "advice": 0.59, "noise": 0.1}  # the young one is not sampled
+    with psycopg.connect(cli) as conn:
+        assert set(importances(conn, tenant).values()) == {0.3} and logged(conn, tenant) == 0
+
+    code, out, _ = run(capsys, "revalue", "--tenant", tenant, "--sample", "10")
+    assert code == 0
+    assert "applied 3 decisions for tenant" in out and "2 raised, 1 lowered, 0 kept" in out
+    assert 'foundational ("chose not to")' in out and "0.30 -> 0.50" in out
+    with psycopg.connect(cli) as conn:
+        assert importances(conn, tenant) == {"quiet": 0.5, "advice": 0.59, "noise": 0.1, "young": 0.3}
+        assert logged(conn, tenant) == 3
+    code, out, _ = run(capsys, "revalue", "--tenant", tenant, "--max-importance", "0.5")
+    assert (code, out.startswith("nothing to revalue")) == (0, True)
+
+
+def test_cli_export_edit_and_apply_from_file(
+    cli: str, tenant: str, stored: dict[str, int], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    exported = tmp_path / "sample.jsonl"
+    code, out, _ = run(capsys, "revalue", "--tenant", tenant, "--export", str(exported))
+    assert code == 0 and "wrote 3 memories (current importance)" in out
+    rows = [json.loads(line) for line in exported.read_text().splitlines()]
+    assert {r["key"] for r in rows} == {"quiet", "advice", "noise"}
+    assert all(r["importance"] == 0.3 and r["tenant"] == tenant and r["text"] for r in rows)
+    # a decider elsewhere changes one, keeps one and leaves one undecided
+    rows[0] |= {"importance": 0.9, "reason": "an LLM thought so"}
+    exported.write_text("".join(json.dumps(r) + "\n" for r in rows[:2]))
+    code, out, _ = run(capsys, "revalue", "--tenant", tenant, "--from-file", str(exported), "--json")
+    assert code == 0
+    result = json.loads(out)
+    assert (result["decided_by"], result["raised"], result["kept"]) == ("file", 1, 1)
+    with psycopg.connect(cli) as conn:
+        assert importances(conn, tenant)[rows[0]["key"]] == 0.9 and logged(conn, tenant) == 2
+
+    auto = tmp_path / "auto.yaml"
+    code, out, _ = run(capsys, "revalue", "--tenant", tenant, "--auto", "--export", str(auto), "--quiet")
+    assert code == 0 and "wrote 1 memories (auto decisions)" in out
+    [decision] = read_decisions(auto, tenant)
+    assert decision.key == rows[2]["key"] and decision.reason
+
+
+def test_cli_interactive(
+    cli: str,
+    tenant: str,
+    stored: dict[str, int],
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    answers = iter(["0.75 worth seeing again", "q"])
+    monkeypatch.setattr("builtins.input", lambda prompt="": next(answers))
+    code, out, _ = run(capsys, "revalue", "--tenant", tenant, "--interactive", "--seed", "7")
+    assert code == 0 and "applied 1 decisions" in out and "worth seeing again" in out
+    with psycopg.connect(cli) as conn:
+        row = conn.execute(
+            "SELECT decided_by, reason FROM spark.revaluations WHERE tenant = %s", (tenant,)
+        ).fetchall()
+    assert row == [("interactive", "worth seeing again")]
+
+
+def test_cli_errors(
+    cli: str, tenant: str, stored: dict[str, int], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    decisions = tmp_path / "d.jsonl"
+    decisions.write_text(
+        json.dumps({"id": stored["quiet"], "importance": 0.6}) + '\n{"id": -3, "importance": 0.6}\n'
+    )
+    code, _, err = run(capsys, "revalue", "--tenant", tenant, "--from-file", str(decisions))
+    assert code == 2 and "decisions[1]: id -3 is not a memory of tenant" in err
+    with psycopg.connect(cli) as conn:
+        assert logged(conn, tenant) == 0 and importances(conn, tenant)["quiet"] == 0.3
+    code, _, err = run(capsys, "revalue", "--tenant", tenant, "--interactive", "--export", "x.jsonl")
+    assert code == 2 and "--export" in err
+    with pytest.raises(SystemExit):
+        main(["revalue", "--tenant", tenant, "--max-importance", "2"])
+    with pytest.raises(SystemExit):
+        main(["revalue", "--tenant", tenant, "--auto", "--interactive"])
+
+
+# ------------------------------------------------------------------------------------------------- schema
+
+
+def test_migration_0007_downgrades_and_upgrades(fresh_db: str) -> None:
+    schema.install(fresh_db)
+    schema.downgrade(fresh_db, "0006_advisor")
+    with psycopg.connect(fresh_db) as conn:
+        assert conn.execute("SELECT to_regclass('spark.revaluations')").fetchone() == (None,)
+        assert conn.execute("SELECT to_regclass('spark.memories_revalue_idx')").fetchone() == (None,)
+    schema.install(fresh_db)
+    assert schema.current_revision(fresh_db) == schema.head_revision() == "0007_revaluation"
+    with psycopg.connect(fresh_db) as conn:
+        documented = conn.execute(
+            """SELECT p.proname, obj_description(p.oid, 'pg_proc') IS NOT NULL, p.provolatile, p.proconfig
+               FROM pg_proc p WHERE p.pronamespace = 'spark'::regnamespace AND p.proname LIKE 'revalue%'
+               ORDER BY 1"""
+        ).fetchall()
+    assert [(name, doc, vol) for name, doc, vol, _ in documented] == [
+        ("revalue_apply", True, "v"),
+        ("revalue_sample", True, "v"),
+    ]
+    assert all(any(c.startswith("search_path=pg_catalog") for c in config) for *_, config in documented)
+
+
+def test_bad_sql_errors_surface_with_their_errcode(conn: Conn) -> None:
+    with pytest.raises(errors.InvalidParameterValue):
+        conn.execute("SELECT * FROM spark.revalue_sample('t', -5)")
