@@ -528,11 +528,13 @@ BEGIN
     tenants := CASE WHEN (p ->> 'include_system')::boolean AND tenant <> spark.system_tenant()
                     THEN ARRAY[tenant, spark.system_tenant()] ELSE ARRAY[tenant] END;
     IF cardinality(tenants) > 1 THEN
-        -- pack_yield own memories halve the pack's scores (counted at the last statistics refresh, or now)
+        -- pack_yield own memories halve the pack's scores (counted at the last statistics refresh, or now;
+        -- a count stops at 20 x pack_yield, where the pack is down to 1/21 of its score anyway)
         p := p || jsonb_build_object('_pack_factor', 1.0 / (1.0 + coalesce(
             (SELECT s.memories FROM spark.tenant_stats s WHERE s.tenant = _retrieve_core.tenant),
             (SELECT count(*) FROM (SELECT 1 FROM spark.memories m WHERE m.tenant = _retrieve_core.tenant
-                                   LIMIT 100000) x))::double precision / (p ->> 'pack_yield')::double precision));
+                                   LIMIT ceil(20 * (p ->> 'pack_yield')::double precision)::bigint) x)
+            )::double precision / (p ->> 'pack_yield')::double precision));
     ELSE
         p := p || '{"_pack_factor": 1}';
     END IF;

@@ -9,6 +9,7 @@ from typing import Any
 import psycopg
 import pytest
 from psycopg import errors
+from psycopg.types.json import Jsonb
 
 from spark_pg.advisor import Advisor, AdvisorOptions, blocking, trigger_text
 from spark_pg.client import SparkClient
@@ -205,3 +206,32 @@ def test_advise_for_a_tenant_with_no_memories_gets_the_pack_or_nothing(conn: Con
         "SELECT count(*) FROM spark.advise('newcomer', 'deploy', NULL, 5, '{\"include_system\": false}')"
     ).fetchone()
     assert alone == (0,)
+
+
+def pack_factor(conn: Conn, tenant: str, pack_yield: int) -> float:
+    row = conn.execute(
+        """SELECT (why -> 'terms' ->> 'pack_factor')::float8
+           FROM spark.explain(%s, 'deploy to production', NULL, 50, %s)
+           WHERE system_default AND why -> 'terms' ? 'pack_factor' LIMIT 1""",
+        (tenant, Jsonb({"pack_yield": pack_yield, "precision_mode": "high_recall"})),
+    ).fetchone()
+    assert row is not None
+    return float(row[0])
+
+
+def test_the_pack_yields_as_own_memories_grow_counted_without_statistics(conn: Conn) -> None:
+    """Without a tenant_stats row the own memories are counted per call, up to 20 x pack_yield."""
+    tenant = "grower"
+    conn.execute(
+        """INSERT INTO spark.memories (tenant, key, text, descriptor, content_hash)
+           SELECT %s, 'g' || g, 'note ' || g, 'note ' || g, sha256(('note ' || g)::bytea)
+           FROM generate_series(1, 50) g""",
+        (tenant,),
+    )
+    assert conn.execute(
+        "SELECT count(*) FROM spark.tenant_stats WHERE tenant = %s", (tenant,)
+    ).fetchone() == (0,)
+    assert pack_factor(conn, tenant, 100) == pytest.approx(1 / (1 + 50 / 100), abs=1e-3)
+    assert pack_factor(conn, tenant, 10) == pytest.approx(1 / (1 + 50 / 10), abs=1e-3)
+    assert pack_factor(conn, tenant, 1) == pytest.approx(1 / 21, abs=1e-3)  # the count stops at 20
+    assert pack_factor(conn, "nobody-here", 1) == pytest.approx(1.0)
