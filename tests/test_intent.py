@@ -339,7 +339,27 @@ def test_code_bodies_are_not_embedded_but_identifiers_are_hinted() -> None:
     intent = extract_intent("Write", {"file_path": "/repo/src/billing/discounts.py", "content": body})
     assert intent.target == "billing discounts"
     assert "apply_discount" in intent.text
-    assert "sum(" not in intent.text and "price" not in intent.text
+    assert "sum(" not in intent.text and "price" not in intent.text and "total" not in intent.text
+
+
+def test_an_edit_adds_the_identifiers_it_introduces_to_the_intent() -> None:
+    """What an edit adds (not what it replaces, not keywords, not loop variables) joins the intent, even
+    with a task context: an HTTPException or an onMutate says what advice is about."""
+    edit = {
+        "file_path": "/repo/src/orders/router.py",
+        "old_string": "order = await db.get(Order, order_id)\nreturn order",
+        "new_string": "order = await db.get(Order, order_id)\nif order is None:\n"
+        "    raise HTTPException(status_code=404)\nfor i in order.lines: total += i.price\nreturn order",
+    }
+    intent = extract_intent("Edit", edit, "Return 404 for unknown orders")
+    assert intent.text.endswith("HTTPException status_code order.lines"), intent.text
+    assert "db.get" not in intent.text and "i.price" not in intent.text and "raise" not in intent.text
+    many = {**edit, "new_string": " ".join(f"helper_{n}()" for n in range(20))}
+    assert extract_intent("Edit", many, "x").text.split(". ")[-1] == "helper_0 helper_1 helper_2"
+    unchanged = {**edit, "new_string": edit["old_string"]}
+    assert extract_intent("Edit", unchanged, "Return 404 for unknown orders").text == (
+        "edit orders router: Return 404 for unknown orders"
+    )
 
 
 def test_task_context_is_cleaned_of_json_paths_urls_ids_and_line_numbers() -> None:

@@ -12,7 +12,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from spark_pg.intent.families import classify_family
-from spark_pg.intent.inputs import _as_mapping, _field, _find_field, _first_string, _identifiers
+from spark_pg.intent.inputs import (
+    _added_identifiers,
+    _as_mapping,
+    _field,
+    _find_field,
+    _first_string,
+    _identifiers,
+)
 from spark_pg.intent.limits import _MAX_TARGET, MAX_INTENT_TEXT
 from spark_pg.intent.shell import _command_summary, _is_read_only_command
 from spark_pg.intent.taxonomy import INTENT_FAMILIES
@@ -52,6 +59,7 @@ class _Parsed:
     target: str
     detail: str = ""  # description, prompt, or identifiers from code bodies (only without task context)
     signal: str = ""  # raw-ish text for classify_family (full path, command line, query)
+    added: str = ""  # identifiers an edit or write introduces (always part of the intent)
 
 
 _PATH_KEYS = ("file_path", "notebook_path", "path", "filepath", "file", "filename", "target_file", "uri")
@@ -71,7 +79,15 @@ def _parse_file_tool(verb: str, data: Mapping[str, Any]) -> _Parsed:
     if isinstance(edits, list):
         bodies.extend(_field(e, "new_string") for e in edits[:10] if isinstance(e, Mapping))
     hint = _identifiers(*bodies) or _identifiers(_field(data, "old_string"))
-    return _Parsed(verb, _path_words(path), hint, path)
+    old = "\n".join(
+        [_field(data, "old_string")]
+        + (
+            [_field(e, "old_string") for e in edits[:10] if isinstance(e, Mapping)]
+            if isinstance(edits, list)
+            else []
+        )
+    )
+    return _Parsed(verb, _path_words(path), hint, path, _added_identifiers([b for b in bodies if b], old))
 
 
 def _path_like(text: str) -> str:
@@ -243,8 +259,9 @@ def extract_intent(
     except Exception:  # odd input must never break the advisor: fall back to the bare tool name
         kind, parsed = "other", _Parsed(None, "")
     target = _cap(parsed.target, _MAX_TARGET)
-    # identifiers mined from code bodies only stand in for a missing task context
-    detail = "" if context and kind in {"edit", "write"} else parsed.detail
+    # what an edit introduces is part of its intent; identifiers it merely defines only stand in for a
+    # missing task context
+    detail = parsed.added or ("" if context and kind in {"edit", "write"} else parsed.detail)
     text = _compose(parsed.action, target, context, detail) or " ".join(_tool_tokens(tool))
     family = classify_family(tool, "\n".join(p for p in (parsed.signal, text, context) if p))
     readonly = kind in _READ_ONLY_KINDS or (kind == "shell" and _is_read_only_command(parsed.signal))

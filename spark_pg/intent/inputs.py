@@ -1,6 +1,6 @@
 """Reading a tool call's raw input: JSON strings become mappings, fields are looked up (also in nested
 mappings and lists, breadth first and bounded) and clipped, and a few identifiers are mined from code
-bodies as a hint when there is no task context.
+bodies: those an edit adds, else those a body defines (a hint when there is no task context).
 """
 
 from __future__ import annotations
@@ -102,3 +102,31 @@ def _identifiers(*bodies: str, limit: int = 3) -> str:
                 if len(name) >= 6 and name not in names:
                     names.append(name)
     return " ".join(names[:limit])
+
+
+_TOKEN = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*")
+_KEYWORDS = frozenset({
+    "return", "await", "async", "self", "None", "True", "False", "import", "from", "const", "let", "var",
+    "function", "export", "default", "class", "def", "raise", "except", "try", "with", "else", "elif",
+    "while", "for", "print", "type", "interface", "string", "number", "boolean", "null", "undefined",
+    "this", "new",
+})  # fmt: skip
+
+
+def _added_identifiers(new_bodies: list[str], old_body: str, limit: int = 3) -> str:
+    """The first few identifiers an edit introduces (in the new code, not in the replaced code), in order:
+    ``HTTPException``, ``onMutate``, ``queryClient.setQueryData``. What an edit adds is what advice is
+    about. Language keywords and plain short words do not count."""
+    old = set(_TOKEN.findall(old_body[:SCAN_LIMIT]))
+    names: list[str] = []
+    for body in new_bodies:
+        for name in _TOKEN.findall(body[:SCAN_LIMIT]):
+            if name in old or name in _KEYWORDS or name in names or len(name) < 4:
+                continue
+            if "." in name and len(name.split(".", 1)[0]) < 3:  # i.price: a loop variable's attribute
+                continue
+            if any(c.isupper() for c in name[1:]) or "_" in name or "." in name or len(name) >= 7:
+                names.append(name)
+                if len(names) == limit:
+                    return " ".join(names)
+    return " ".join(names)
