@@ -356,6 +356,8 @@ def test_an_edit_adds_the_identifiers_it_introduces_to_the_intent() -> None:
     assert "db.get" not in intent.text and "i.price" not in intent.text and "raise" not in intent.text
     many = {**edit, "new_string": " ".join(f"helper_{n}()" for n in range(20))}
     assert extract_intent("Edit", many, "x").text.split(". ")[-1] == "helper_0 helper_1 helper_2"
+    revision = {**edit, "new_string": 'revision = "b7d4e2a1c3f"\nop.add_column("orders", channel_column)'}
+    assert extract_intent("Edit", revision, "x").text.endswith(". revision op.add_column channel_column")
     unchanged = {**edit, "new_string": edit["old_string"]}
     assert extract_intent("Edit", unchanged, "Return 404 for unknown orders").text == (
         "edit orders router: Return 404 for unknown orders"

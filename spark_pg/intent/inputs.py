@@ -13,7 +13,7 @@ from itertools import islice
 from typing import Any
 
 from spark_pg.intent.limits import SCAN_LIMIT
-from spark_pg.intent.text import _clip
+from spark_pg.intent.text import _HASHLIKE, _clip
 
 
 def _as_mapping(tool_input: object) -> Mapping[str, Any]:
@@ -123,7 +123,9 @@ def _added_identifiers(new_bodies: list[str], old_body: str, limit: int = 3) -> 
         for name in _TOKEN.findall(body[:SCAN_LIMIT]):
             if name in old or name in _KEYWORDS or name in names or len(name) < 4:
                 continue
-            if "." in name and len(name.split(".", 1)[0]) < 3:  # i.price: a loop variable's attribute
+            if "." in name and len(name.split(".", 1)[0]) < 2:  # i.price: a loop variable's attribute
+                continue
+            if _HASHLIKE.match(name):  # a revision id or a commit hash says nothing
                 continue
             if any(c.isupper() for c in name[1:]) or "_" in name or "." in name or len(name) >= 7:
                 names.append(name)
