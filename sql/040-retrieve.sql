@@ -358,26 +358,43 @@ BEGIN
                         WHEN fused.score < $10 THEN
                             format('dropped: gate min_fusion_score (%s < %s)', round(fused.score::numeric, 4),
                                    round($10::numeric, 3)) END AS gate_status
-            FROM fused)
+            FROM fused),
+        -- the action-domain filter, relaxed when it would leave fewer than domain_min
+        dom AS (
+            SELECT gated.id,
+                   CASE WHEN gated.gate_status IS NULL AND NOT gated.domain_ok
+                             AND count(*) FILTER (WHERE gated.gate_status IS NULL AND gated.domain_ok)
+                                     OVER () >= ($5 ->> 'domain_min')::integer THEN
+                            format('dropped: action domain %s is not one of %s', gated.adomain, $5 -> 'domains')
+                   END AS dom_status
+            FROM gated),
+        live AS (
+            SELECT gated.id, gated.score, gated.tier, gated.trig
+            FROM gated JOIN dom ON dom.id = gated.id
+            WHERE gated.gate_status IS NULL AND dom.dom_status IS NULL),
+        -- the archive tier is searched only when the other tiers yield fewer than k items that pass the
+        -- gates, the domain filter and the adaptive cutoff (weak active results are "too little")
+        arch AS (
+            SELECT live.id
+            FROM live
+            WHERE live.tier = 'archive' AND live.trig = 0
+              AND (SELECT count(*) FROM live a
+                   WHERE a.tier <> 'archive'
+                     AND a.score >= $11 * (SELECT max(b.score) FROM live b WHERE b.tier <> 'archive'))
+                  >= ($5 ->> '_k')::integer),
+        -- the adaptive cutoff is relative to the best item still in the running
+        best AS (
+            SELECT max(live.score) AS score FROM live WHERE live.id NOT IN (SELECT arch.id FROM arch))
         SELECT gated.*,
                CASE WHEN gated.gate_status IS NOT NULL THEN gated.gate_status
-                    -- the action-domain filter, relaxed when it would leave fewer than domain_min
-                    WHEN NOT gated.domain_ok AND count(*) FILTER (WHERE gated.gate_status IS NULL AND gated.domain_ok)
-                                                 OVER () >= ($5 ->> 'domain_min')::integer THEN
-                        format('dropped: action domain %s is not one of %s', gated.adomain,
-                               $5 -> 'domains')
-                    -- the archive tier is searched only when the other tiers yield fewer than k items that
-                    -- pass the gates and the adaptive cutoff (weak active results are "too little")
-                    WHEN gated.tier = 'archive' AND gated.trig = 0
-                         AND count(*) FILTER (WHERE gated.gate_status IS NULL AND gated.tier <> 'archive'
-                                                    AND gated.score >= $11 * best.score)
-                                 OVER () >= ($5 ->> '_k')::integer THEN
+                    WHEN dom.dom_status IS NOT NULL THEN dom.dom_status
+                    WHEN gated.id IN (SELECT arch.id FROM arch) THEN
                         'dropped: archive tier (the active tiers yielded enough)'
                     WHEN gated.score < $11 * best.score THEN
                         format('dropped: adaptive cutoff (%s < %s x best %s)', round(gated.score::numeric, 4), $11,
                                round(best.score::numeric, 4))
                     END AS pre_status
-        FROM gated, (SELECT max(g.score) AS score FROM gated g WHERE g.gate_status IS NULL) best
+        FROM gated JOIN dom ON dom.id = gated.id, best
         ORDER BY (gated.gate_status IS NULL) DESC, gated.score DESC, gated.id;
 END
 $fn$;

@@ -637,6 +637,14 @@ def test_category_breaks_a_close_call_and_kind_is_a_last_hint() -> None:
     assert classify_domain(plain, kind="failure") == "code"
 
 
+def test_the_writers_category_outweighs_a_few_words_of_another_domain() -> None:
+    text = "When someone reports a bug on X, thank them and ask for the details in a GitHub issue."
+    assert classify_domain(text) == "code"  # bug, issue, GitHub: the words alone say code
+    assert classify_domain(text, category="social") == "social"
+    dump = "def total(cart):\n    return sum(i.price for i in cart.items)\n" * 3
+    assert classify_domain(dump, category="social") == "code"  # a text marker still decides first
+
+
 # ------------------------------------------------------------------------------------- actionability
 
 ADVICE = [

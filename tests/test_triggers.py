@@ -241,6 +241,27 @@ def test_domain_filter_applies_only_when_enough_candidates_remain(conn: Conn) ->
     assert relaxed["x1"] == "surfaced"
 
 
+def test_the_adaptive_cutoff_is_relative_to_the_best_item_still_in_the_running(conn: Conn) -> None:
+    """An item the domain filter drops cannot set the bar that cuts the others."""
+    add_memories(
+        conn,
+        "acme",
+        [
+            ("x1", "Release deploy! Deploy the release, release deploy day.", "social", 0.8),
+            ("code1", "Deploy scripts stay idempotent; the release job may run them twice.", "code", 0.8),
+            ("code2", "Keep one deploy script per service.", "code", 0.8),
+        ],
+    )
+    conn.execute("UPDATE spark.memories SET priority = 'critical' WHERE tenant = 'acme' AND key = 'x1'")
+    params = {"domains": ["code"], "domain_min": 1, "adaptive_ratio": 0.9}
+    rows = {r["key"]: r for r in explain(conn, "acme", "deploy the release", **params)}
+    assert rows["x1"]["score"] > rows["code1"]["score"] / 0.9  # x1 would have cut code1
+    assert rows["x1"]["status"].startswith("dropped: action domain social")
+    assert rows["code1"]["status"] == "surfaced"
+    assert rows["code2"]["status"].startswith("dropped: adaptive cutoff")
+    assert f"x best {round(rows['code1']['score'], 4)}" in rows["code2"]["status"]
+
+
 @pytest.mark.parametrize(
     ("params", "names"),
     [
