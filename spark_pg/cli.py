@@ -3,23 +3,27 @@
 from __future__ import annotations
 
 import argparse
-import json
-import shutil
 import sys
-import textwrap
-from collections.abc import Sequence
-from pathlib import Path
-from typing import TYPE_CHECKING
-
-import psycopg
 
 from spark_pg import __version__
-from spark_pg.config import KEYS, load_settings
 from spark_pg.errors import SparkPgError
 
+# `spark-pg hook` runs once per tool call and its start-up is its latency: this module imports only what
+# the hook needs too; everything else (json, pathlib, typing, psycopg, YAML) is imported where it is used
+TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from spark_pg.client import SparkClient
+    from spark_pg.config import Settings
     from spark_pg.retrieve import Candidate, Retrieved
+
+
+def load_settings() -> Settings:
+    """spark_pg.config.load_settings, imported on first use: `spark-pg hook` never needs YAML or psycopg."""
+    from spark_pg.config import load_settings as load
+
+    return load()
 
 
 def _client(args: argparse.Namespace) -> SparkClient:
@@ -112,6 +116,7 @@ def cmd_add(args: argparse.Namespace) -> int:
 
 def cmd_ingest(args: argparse.Namespace) -> int:
     import time
+    from pathlib import Path
 
     with _client(args) as client:
         client.embedder, client.conn  # noqa: B018 - load the model and connect before the clock starts
@@ -131,6 +136,8 @@ def cmd_seed(args: argparse.Namespace) -> int:
 
 
 def _print_hits(hits: Sequence[Retrieved], width: int) -> None:
+    import textwrap
+
     if not hits:
         print("  (nothing relevant enough: an empty answer beats a bad one)")
         return
@@ -162,6 +169,9 @@ def _jsonable(row: Retrieved) -> dict[str, object]:
 
 
 def cmd_search(args: argparse.Namespace) -> int:
+    import json
+    import shutil
+
     width = shutil.get_terminal_size().columns
     with _client(args) as client:
         if args.explain:
@@ -190,6 +200,7 @@ DEMO_QUERIES = (
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
+    import shutil
     from importlib import resources
 
     from spark_pg.client import SparkClient
@@ -218,9 +229,18 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
+    import json
     import os
     import platform
+    from pathlib import Path
 
+    if args.hooks:
+        from spark_pg import bench_hooks
+
+        settings = load_settings()
+        report = bench_hooks.run(settings, args.queries, args.parallel, args.socket, progress=not args.quiet)
+        print(json.dumps(report) if args.json else bench_hooks.format_report(report))
+        return 0
     if args.what == "ingest":
         from spark_pg import bench_ingest
 
@@ -262,8 +282,25 @@ def cmd_bench(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_hook(args: argparse.Namespace) -> int:
+    """For `--help` and completeness: main() hands `spark-pg hook ...` over before building this parser."""
+    from spark_pg.hooks.client import run
+
+    return run(args)
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    from spark_pg.hooks.server import serve
+    from spark_pg.hooks.wire import default_socket_path
+
+    serve(load_settings(), args.socket or default_socket_path(), pool_size=args.pool_size)
+    return 0
+
+
 def cmd_stats(args: argparse.Namespace) -> int:
     """The north-star metric: share of sessions where a surfaced insight was later marked helpful."""
+    import json
+
     from spark_pg import queries
 
     with _client(args) as client:
@@ -291,6 +328,8 @@ def cmd_stats(args: argparse.Namespace) -> int:
 
 
 def cmd_config(args: argparse.Namespace) -> int:
+    from spark_pg.config import KEYS
+
     settings = load_settings()
     print(f"# file: {settings.config_file or '(none)'}")
     for key in KEYS:
@@ -300,6 +339,8 @@ def cmd_config(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from pathlib import Path
+
     parser = argparse.ArgumentParser(
         prog="spark-pg", description="Retrieval layer for AI-agent memory on PostgreSQL."
     )
@@ -356,14 +397,32 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("what", nargs="?", choices=("retrieve", "ingest"), default="retrieve")
     p.add_argument("--memories", type=int, default=100_000, help="corpus size (retrieve)")
     p.add_argument("--tenants", type=int, default=100, help="tenants, Zipf-skewed sizes (retrieve)")
-    p.add_argument("--queries", type=int, default=300, help="measured calls (retrieve)")
+    p.add_argument("--queries", type=int, default=300, help="measured calls (retrieve, --hooks)")
     p.add_argument("--k", type=int, default=8)
     p.add_argument("--fresh", action="store_true", help="rebuild the cached corpus database")
     p.add_argument("--report", default="reports/bench", help="folder for the latency plot")
     p.add_argument("--n", type=int, default=2000, help="memories to ingest (ingest)")
+    p.add_argument("--hooks", action="store_true", help="hook latency: `spark-pg hook` processes, server up")
+    p.add_argument("--parallel", type=int, default=1, help="hook processes at once (--hooks)")
+    p.add_argument("--socket", type=Path, help="use the server on this socket, or start one there (--hooks)")
     p.add_argument("--json", action="store_true")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
     p.set_defaults(func=cmd_bench)
+
+    from spark_pg.hooks.client import add_arguments as add_hook_arguments
+
+    p = sub.add_parser(
+        "hook", help="Claude Code hook: an event on stdin, the answer on stdout (docs/hooks.md)"
+    )
+    add_hook_arguments(p)
+    p.set_defaults(func=cmd_hook)
+
+    p = sub.add_parser("serve", help="keep the model and a connection pool warm for hooks on a Unix socket")
+    p.add_argument(
+        "--socket", type=Path, help="default: $SPARK_PG_HOOK_SOCKET, else the runtime dir's hooks.sock"
+    )
+    p.add_argument("--pool-size", type=int, default=4, help="most database connections at once")
+    p.set_defaults(func=cmd_serve)
 
     from spark_pg.eval.cli import add_parser as add_eval_parser
 
@@ -389,6 +448,19 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    console = argv is None
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["hook"]:  # a hook is a process per tool call: skip every heavy import
+        from spark_pg.hooks.client import main as hook_main
+
+        status = hook_main(argv[1:])
+        if console:  # and the interpreter's teardown (~7 ms): the answer is written and flushed
+            import os
+
+            os._exit(status)
+        return status
+    import psycopg
+
     args = build_parser().parse_args(argv)
     try:
         code: int = args.func(args)

@@ -1,0 +1,232 @@
+"""`spark-pg bench --hooks`: hook latency as Claude Code sees it, from process start to answer.
+
+Loads the advisor scenarios' memory pool (233 memories of one developer) into a scratch tenant, uses the
+hook server answering on ``--socket`` (else on the default socket) or starts ``spark-pg serve`` on a
+private socket, then runs N real ``spark-pg hook pre-tool-use`` processes (P at once) on the scenarios'
+tool calls as PreToolUse events, each followed by its ``post-tool-use``, and times each process from spawn
+to exit. Reports p50/p95/p99, how many calls got advice, the server's RSS and a bare Python start-up for
+reference; deletes the tenant's rows afterwards.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from tqdm import tqdm
+
+from spark_pg.client import SparkClient
+from spark_pg.config import Settings
+from spark_pg.eval.scenarios import LABELS, Scenario, default_folder, load_scenarios
+from spark_pg.hooks import wire
+from spark_pg.hooks.protocol import PRE, parse_event
+from spark_pg.records import read_file
+
+WARMUP = 5
+SERVER_START_TIMEOUT_S = 180
+CLEANUP = (
+    "DELETE FROM spark.outcomes WHERE tenant = %(t)s",
+    "DELETE FROM spark.retrievals WHERE tenant = %(t)s",
+    "DELETE FROM spark.query_embeddings WHERE tenant = %(t)s",
+    "DELETE FROM spark.tenant_stats WHERE tenant = %(t)s",
+    "DELETE FROM spark.memories WHERE tenant = %(t)s",
+)
+
+
+def hook_command() -> list[str]:
+    """The installed `spark-pg` script next to this Python, as a settings.json hook would run it."""
+    script = Path(sys.executable).parent / "spark-pg"
+    return [str(script)] if script.exists() else [sys.executable, "-m", "spark_pg.cli"]
+
+
+def events(scenario: Scenario, i: int) -> tuple[dict[str, Any], dict[str, Any]]:
+    """A PreToolUse event and its PostToolUse as Claude Code sends them (four sessions interleaved)."""
+    base = {
+        "session_id": f"bench-session-{i % 4}",
+        "transcript_path": "/home/dev/.claude/projects/shop-api/bench.jsonl",
+        "cwd": "/home/dev/shop-api",
+        "permission_mode": "default",
+        "tool_name": scenario.tool_name,
+        "tool_input": scenario.tool_input,
+        "tool_use_id": f"toolu_bench_{i:05d}",
+    }
+    response = {"stdout": "ok", "stderr": "", "interrupted": False, "isImage": False}
+    return base | {"hook_event_name": "PreToolUse"}, base | {
+        "hook_event_name": "PostToolUse",
+        "tool_response": response,
+    }
+
+
+def time_hook(cmd: list[str], event: dict[str, Any]) -> tuple[float, bool, str]:
+    """Milliseconds from spawn to exit, whether it printed an answer, and its stderr."""
+    payload = json.dumps(event).encode()
+    started = time.perf_counter()
+    proc = subprocess.run(cmd, input=payload, capture_output=True, check=False)
+    ms = (time.perf_counter() - started) * 1000
+    return ms, bool(proc.stdout.strip()), proc.stderr.decode(errors="replace").strip()
+
+
+def percentiles(values: list[float]) -> dict[str, float]:
+    if not values:
+        return {}
+    arr = np.asarray(values)
+    return {
+        "p50": round(float(np.percentile(arr, 50)), 1),
+        "p95": round(float(np.percentile(arr, 95)), 1),
+        "p99": round(float(np.percentile(arr, 99)), 1),
+        "max": round(float(arr.max()), 1),
+    }
+
+
+class _Server:
+    """The server to measure against: one that answers already, or one started here (and stopped)."""
+
+    def __init__(self, socket: Path | None, workdir: Path) -> None:
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.ready_s: float | None = None
+        path = socket or Path(wire.default_socket_path())
+        if wire.ping(path) is not None:
+            self.path = path
+            return
+        self.path = socket or workdir / "hooks.sock"
+        log = workdir / "serve.log"
+        started = time.monotonic()
+        with log.open("wb") as out:
+            self.proc = subprocess.Popen(
+                [*hook_command(), "serve", "--socket", str(self.path)], stdout=out, stderr=subprocess.STDOUT
+            )
+        while wire.ping(self.path) is None:
+            if self.proc.poll() is not None or time.monotonic() - started > SERVER_START_TIMEOUT_S:
+                self.stop()
+                raise RuntimeError(f"spark-pg serve did not start: {log.read_text(errors='replace')[-2000:]}")
+            time.sleep(0.1)
+        self.ready_s = round(time.monotonic() - started, 2)
+
+    def rss_mb(self) -> float | None:
+        answer = wire.ping(self.path)
+        return round(answer["rss"] / 2**20, 1) if answer and isinstance(answer.get("rss"), int) else None
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(15)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+def _load_tenant(settings: Settings, tenant: str) -> int:
+    records = read_file(default_folder() / "insights.yaml", tenant)
+    clean = [replace(r, metadata={k: v for k, v in r.metadata.items() if k not in LABELS}) for r in records]
+    with SparkClient(settings) as client:
+        return client.ingest_records(clean, label="bench hooks").total
+
+
+def _drop_tenant(settings: Settings, tenant: str) -> None:
+    with SparkClient(settings) as client, client.conn.transaction():
+        for statement in CLEANUP:
+            client.conn.execute(statement, {"t": tenant})
+
+
+def run(
+    settings: Settings, calls: int, parallel: int = 1, socket: Path | None = None, *, progress: bool = True
+) -> dict[str, Any]:
+    """Measure ``calls`` pre-tool-use and as many post-tool-use hook processes, ``parallel`` at once."""
+    scenarios = load_scenarios(default_folder())
+    tenant = f"bench-hooks-{uuid.uuid4().hex[:8]}"
+    memories = _load_tenant(settings, tenant)
+    try:
+        with tempfile.TemporaryDirectory(prefix="spark-bench-") as tmp:
+            server = _Server(socket, Path(tmp))
+            try:
+                cmd = [*hook_command(), "hook", "{event}", "--socket", str(server.path), "--tenant", tenant]
+                cmd += ["--no-fallback", "--timeout", "5"]
+                result = _measure(cmd, scenarios, calls, max(1, parallel), progress)
+                result["server_ms"] = _server_side(server.path, tenant, scenarios, calls)
+                rss = server.rss_mb()
+            finally:
+                server.stop()
+    finally:
+        _drop_tenant(settings, tenant)
+    startup = [time_hook([sys.executable, "-c", "pass"], {})[0] for _ in range(20)]
+    return {
+        "calls": calls,
+        "parallel": max(1, parallel),
+        **result,
+        "python_startup_ms": percentiles(startup)["p50"],
+        "server": {"started": server.proc is not None, "ready_s": server.ready_s, "rss_mb": rss},
+        "tenant_memories": memories,
+        "machine": {
+            "cores": os.cpu_count(),
+            "machine": platform.machine(),
+            "python": platform.python_version(),
+            "bytecode_cache": not sys.dont_write_bytecode,
+        },
+        "date": datetime.now(UTC).date().isoformat(),
+    }
+
+
+def _measure(
+    cmd: list[str], scenarios: list[Scenario], calls: int, parallel: int, progress: bool
+) -> dict[str, Any]:
+    def one(i: int) -> tuple[tuple[float, bool, str], tuple[float, bool, str]]:
+        pre, post = events(scenarios[i % len(scenarios)], i)
+        first = time_hook([a.replace("{event}", "pre-tool-use") for a in cmd], pre)
+        second = time_hook([a.replace("{event}", "post-tool-use") for a in cmd], post)
+        return first, second
+
+    for i in range(WARMUP):
+        one(i)
+    with ThreadPoolExecutor(parallel) as pool:
+        done = list(tqdm(pool.map(one, range(calls)), total=calls, disable=not progress, desc="hooks"))
+    pre = [d[0] for d in done]
+    post = [d[1] for d in done]
+    errors = [e for _, _, e in pre + post if e]
+    return {
+        "pre_ms": percentiles([ms for ms, _, _ in pre]),
+        "post_ms": percentiles([ms for ms, _, _ in post]),
+        "with_advice": sum(1 for _, answered, _ in pre if answered),
+        "errors": len(errors),
+        "first_error": errors[0] if errors else None,
+    }
+
+
+def _server_side(path: Path, tenant: str, scenarios: list[Scenario], calls: int) -> dict[str, float]:
+    """The server's own time for the same pre-tool-use requests, asked from this process (no spawn)."""
+    spent = []
+    for i in range(calls):
+        pre, _ = events(scenarios[i % len(scenarios)], i)
+        event = parse_event(PRE, pre).to_wire()
+        request = {"v": wire.VERSION, "op": "hook", "tenant": tenant, "interrupts": False, "event": event}
+        spent.append(float(wire.ask(path, request, 10)["ms"]))
+    return percentiles(spent)
+
+
+def format_report(report: dict[str, Any]) -> str:
+    pre, post, server = report["pre_ms"], report["post_ms"], report["server"]
+    how = f"started, ready in {server['ready_s']} s" if server["started"] else "already running"
+    return (
+        f"hooks: {report['calls']} pre-tool-use + {report['calls']} post-tool-use processes, "
+        f"{report['parallel']} at once, {report['tenant_memories']} memories\n"
+        f"  pre-tool-use  p50 {pre['p50']} ms, p95 {pre['p95']} ms, p99 {pre['p99']} ms "
+        f"({report['with_advice']} answered with advice)\n"
+        f"  post-tool-use p50 {post['p50']} ms, p95 {post['p95']} ms, p99 {post['p99']} ms\n"
+        f"  server's own time per pre-tool-use p50 {report['server_ms']['p50']} ms, "
+        f"p95 {report['server_ms']['p95']} ms\n"
+        f"  python start-up alone p50 {report['python_startup_ms']} ms; errors {report['errors']}\n"
+        f"  server ({how}): RSS {server['rss_mb']} MB"
+    )

@@ -1,0 +1,112 @@
+"""The hook server's socket: where it is and what goes over it.
+
+One request per connection: the client connects to the Unix socket, sends one JSON object and a newline,
+and reads one JSON object and a newline back. Requests are ``{"v": 1, "op": "hook", "tenant": ...,
+"interrupts": bool, "event": {...}}`` (the event as :meth:`HookEvent.to_wire` gives it) or ``{"v": 1,
+"op": "ping"}``; answers are ``{"ok": true, "output": {...} | null}`` (``output`` is what the hook prints)
+or ``{"ok": false, "error": "..."}``. Standard library only: the hook client imports this module.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import warnings
+
+from spark_pg.errors import SparkPgError
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing, which costs a hook's start-up
+if TYPE_CHECKING:
+    from typing import Any
+
+# Paths are plain strings here: pathlib alone would add a tenth to a hook's start-up.
+
+VERSION = 1
+SOCKET_ENV = "SPARK_PG_HOOK_SOCKET"
+SOCKET_NAME = "hooks.sock"
+MAX_MESSAGE = 16 * 1024 * 1024  # an event carries the tool input, which can be a whole file
+MAX_SOCKET_PATH = 107  # sun_path holds 108 bytes on Linux, terminator included
+
+
+class ServerUnavailable(SparkPgError):
+    """No hook server listens on the socket (absent, or a stale file): the caller may work in-process."""
+
+
+class WireError(SparkPgError):
+    """The server answered something that is not one JSON object, or too much."""
+
+
+def default_socket_path() -> str:
+    """``$SPARK_PG_HOOK_SOCKET``; else ``$XDG_RUNTIME_DIR/spark_pg/hooks.sock``; else ``hooks.sock`` in
+    platformdirs' user runtime directory for spark_pg (``/tmp/runtime-<uid>/spark_pg`` on Linux, checked
+    to be the user's own). platformdirs is imported only in the last case: it costs a hook ~15 ms."""
+    explicit = os.environ.get(SOCKET_ENV)
+    if explicit:
+        return os.path.expanduser(explicit)
+    runtime = os.environ.get("XDG_RUNTIME_DIR")
+    if runtime and os.path.isabs(runtime) and os.path.isdir(runtime):
+        return os.path.join(runtime, "spark_pg", SOCKET_NAME)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # platformdirs warns when XDG_RUNTIME_DIR is unset
+        import platformdirs
+
+        return os.path.join(platformdirs.user_runtime_dir("spark_pg"), SOCKET_NAME)
+
+
+def encode(message: dict[str, Any]) -> bytes:
+    return json.dumps(message, separators=(",", ":"), default=str).encode() + b"\n"
+
+
+def decode(line: bytes) -> dict[str, Any]:
+    if len(line) > MAX_MESSAGE:
+        raise WireError(f"message over {MAX_MESSAGE} bytes")
+    try:
+        value = json.loads(line)
+    except ValueError as exc:
+        raise WireError(f"not JSON: {exc}") from None
+    if not isinstance(value, dict):
+        raise WireError(f"expected a JSON object, got {type(value).__name__}")
+    return value
+
+
+def read_line(sock: socket.socket) -> bytes:
+    """Bytes up to the first newline (or the end of the stream), at most MAX_MESSAGE."""
+    chunks: list[bytes] = []
+    size = 0
+    while True:
+        chunk = sock.recv(65536)
+        if not chunk:
+            break
+        end = chunk.find(b"\n")
+        if end >= 0:
+            chunks.append(chunk[:end])
+            break
+        chunks.append(chunk)
+        size += len(chunk)
+        if size > MAX_MESSAGE:
+            raise WireError(f"message over {MAX_MESSAGE} bytes")
+    return b"".join(chunks)
+
+
+def ask(path: str | os.PathLike[str], message: dict[str, Any], timeout: float) -> dict[str, Any]:
+    """Send one request and return the answer. ServerUnavailable when nothing listens on ``path``;
+    TimeoutError when the server does not answer within ``timeout`` seconds."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+        sock.settimeout(max(timeout, 0.001))
+        try:
+            sock.connect(os.fspath(path))
+        except (FileNotFoundError, ConnectionRefusedError, NotADirectoryError) as exc:
+            raise ServerUnavailable(f"no hook server on {path}: {exc.strerror}") from None
+        sock.sendall(encode(message))
+        sock.shutdown(socket.SHUT_WR)
+        return decode(read_line(sock))
+
+
+def ping(path: str | os.PathLike[str], timeout: float = 1.0) -> dict[str, Any] | None:
+    """The server's ping answer (pid, rss, ...), or None when no server answers on ``path``."""
+    try:
+        answer = ask(path, {"v": VERSION, "op": "ping"}, timeout)
+    except (OSError, SparkPgError):
+        return None
+    return answer if answer.get("ok") else None

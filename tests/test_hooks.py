@@ -1,0 +1,405 @@
+"""Claude Code hooks end to end on a real database with the real model: the protocol JSON, interrupts,
+failure behaviour, outcome inference, the server's lifecycle and the client's light imports."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+
+from spark_pg.client import SparkClient
+from spark_pg.config import Settings
+from spark_pg.db import connect
+from spark_pg.embedding import Embedder
+from spark_pg.hooks import client, wire
+from spark_pg.hooks.outcomes import Pending, advice_tokens, judge
+from spark_pg.hooks.protocol import POST, PRE, call_failed, parse_event, pre_output
+from spark_pg.hooks.server import HookServer, open_pool
+from spark_pg.hooks.service import HookService
+from spark_pg.ingest import ingest
+from spark_pg.records import MemoryIn
+from tests.conftest import temp_database
+
+T = "hooks"
+SPARK_PG = Path(sys.executable).parent / "spark-pg"
+MEMORIES = [
+    (
+        "alembic-sql",
+        "database",
+        "Run `alembic upgrade head --sql` first and review the generated SQL before migrating a shared "
+        "database.",
+    ),
+    ("pytest-x", "testing", "Run pytest with -x when a suite is slow, so the first failure stops the run."),
+]
+
+
+@pytest.fixture(scope="module")
+def hdb(server_url: str, model_settings: Settings, embedder: Embedder) -> Iterator[str]:
+    with temp_database(server_url, install=True) as url:
+        with connect(url) as conn:
+            ingest(conn, [MemoryIn(tenant=T, key=k, category=c, text=t) for k, c, t in MEMORIES], embedder)
+            conn.commit()
+        with SparkClient(model_settings, url=url) as spark:
+            spark.load_seed_pack()
+        yield url
+
+
+@pytest.fixture(scope="module")
+def sock(hdb: str, embedder: Embedder, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A hook server in a thread, on a socket in a temporary folder."""
+    path = str(tmp_path_factory.mktemp("hooks") / "s.sock")
+    pool = open_pool(hdb, 2)
+    server = HookServer(Path(path), HookService(pool.connection, lambda: embedder), lambda _: None)
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+    thread.start()
+    try:
+        yield path
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(5)
+        pool.close()
+
+
+def hook(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], stdin: str | bytes, *args: str
+) -> tuple[int, str, str]:
+    """Run `spark-pg hook ...` in this process with ``stdin``; returns (exit code, stdout, stderr)."""
+    data = stdin.encode() if isinstance(stdin, str) else stdin
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(data)))
+    code = client.main(list(args))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def event(kind: str, session: str, tool: str, tool_input: dict[str, Any], **extra: Any) -> str:
+    name = {PRE: "PreToolUse", POST: "PostToolUse"}[kind]
+    return json.dumps(
+        {
+            "session_id": session,
+            "transcript_path": "/home/dev/.claude/projects/api/s.jsonl",
+            "cwd": "/home/dev/api",
+            "permission_mode": "default",
+            "hook_event_name": name,
+            "tool_name": tool,
+            "tool_input": tool_input,
+            "tool_use_id": "toolu_01",
+        }
+        | ({"tool_response": {"stdout": "", "stderr": "", "interrupted": False}} if kind == POST else {})
+        | extra
+    )
+
+
+def outcome_rows(url: str, session: str) -> list[tuple[Any, ...]]:
+    with psycopg.connect(url) as conn:
+        return conn.execute(
+            "SELECT o.retrieval_id, m.key, o.outcome, o.source FROM spark.outcomes o "
+            "JOIN spark.memories m ON m.tenant = o.memory_tenant AND m.id = o.memory_id "
+            "WHERE o.tenant = %s AND o.session_id = %s ORDER BY o.id",
+            (T, session),
+        ).fetchall()
+
+
+def retrievals(url: str, session: str) -> list[tuple[int, list[str]]]:
+    with psycopg.connect(url) as conn:
+        rows = conn.execute(
+            "SELECT r.id, array_agg(m.key ORDER BY i.rank) FILTER (WHERE m.key IS NOT NULL) "
+            "FROM spark.retrievals r LEFT JOIN spark.retrieval_items i ON i.tenant = r.tenant "
+            "AND i.retrieval_id = r.id LEFT JOIN spark.memories m ON m.tenant = i.memory_tenant "
+            "AND m.id = i.memory_id WHERE r.tenant = %s AND r.session_id = %s GROUP BY r.id ORDER BY r.id",
+            (T, session),
+        ).fetchall()
+    return [(int(r[0]), list(r[1] or [])) for r in rows]
+
+
+def test_pre_hook_prints_advice_as_hook_protocol_json(
+    sock: str, hdb: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    ev = event(PRE, "sess-pre", "Bash", {"command": "alembic upgrade head"})
+    code, out, err = hook(monkeypatch, capsys, ev, "pre-tool-use", "--socket", sock, "--tenant", T)
+    assert (code, err) == (0, "")
+    answer = json.loads(out)
+    assert set(answer) == {"hookSpecificOutput"}
+    specific = answer["hookSpecificOutput"]
+    assert specific["hookEventName"] == "PreToolUse" and "permissionDecision" not in specific
+    lines = specific["additionalContext"].splitlines()
+    prefixes = tuple(f"spark_pg [{p}]: " for p in ("critical", "high", "normal", "background"))
+    assert lines and all(line.startswith(prefixes) for line in lines)
+    assert any("alembic upgrade head --sql" in line for line in lines)
+    # the event's session id became the advisor's: spark.advise logged the call and its items under it
+    [(_, keys)] = retrievals(hdb, "sess-pre")
+    assert "alembic-sql" in keys and len(keys) == len(lines)
+
+
+def test_tenant_comes_from_the_option_then_the_environment_then_default(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    ev = event(PRE, "s", "Bash", {"command": "ls"}).encode()
+    args = client.build_parser().parse_args(["pre-tool-use"])
+    monkeypatch.delenv(client.TENANT_ENV, raising=False)
+    assert client.request_for(args, ev)["tenant"] == client.DEFAULT_TENANT == "default"
+    monkeypatch.setenv(client.TENANT_ENV, "alice")
+    assert client.request_for(args, ev)["tenant"] == "alice"
+    args = client.build_parser().parse_args(["pre-tool-use", "--tenant", "bob"])
+    assert client.request_for(args, ev)["tenant"] == "bob"
+
+
+def test_a_critical_interrupt_denies_the_call_only_when_enabled(
+    sock: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    ev = event(PRE, "sess-int", "Bash", {"command": "psql -c 'DROP TABLE orders'"})
+    base = ("pre-tool-use", "--socket", sock, "--tenant", T)
+    _, out, _ = hook(monkeypatch, capsys, ev, *base, "--interrupts")
+    specific = json.loads(out)["hookSpecificOutput"]
+    assert specific["permissionDecision"] == "deny" and specific["hookEventName"] == "PreToolUse"
+    assert specific["permissionDecisionReason"].startswith("spark_pg [critical]: ")
+    assert "backup" in specific["permissionDecisionReason"]
+    _, out, _ = hook(monkeypatch, capsys, ev, *base)
+    specific = json.loads(out)["hookSpecificOutput"]
+    assert "permissionDecision" not in specific and "backup" in specific["additionalContext"]
+
+
+def test_a_trivial_read_gets_no_answer(
+    sock: str, hdb: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    ev = event(PRE, "sess-read", "Read", {"file_path": "/home/dev/api/README.md"})
+    assert hook(monkeypatch, capsys, ev, "pre-tool-use", "--socket", sock, "--tenant", T) == (0, "", "")
+    assert retrievals(hdb, "sess-read") == []
+
+
+@pytest.mark.parametrize(
+    ("stdin", "args"),
+    [
+        ("this is not JSON", ("pre-tool-use",)),
+        ("[1, 2]", ("pre-tool-use",)),
+        ('{"tool_name": 5, "tool_input": {}}', ("pre-tool-use",)),
+        (event(POST, "s", "Bash", {"command": "ls"}), ("pre-tool-use",)),  # the wrong hook for the event
+        (event(PRE, "s", "Bash", {"command": "ls"}), ("pre-tool-use", "--no-such-option")),
+        (event(PRE, "s", "Bash", {"command": "ls"}), ("on-stop",)),
+    ],
+)
+def test_bad_input_prints_nothing_and_exits_0(
+    sock: str,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    stdin: str,
+    args: tuple[str, ...],
+) -> None:
+    code, out, err = hook(monkeypatch, capsys, stdin, *args, "--socket", sock)
+    assert (code, out) == (0, "")
+    assert err.startswith("spark-pg hook: ") and err.count("\n") == 1
+
+
+def test_an_unreachable_database_gives_no_advice_fast(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SPARK_PG_")}
+    env |= {
+        "SPARK_PG_DATABASE_URL": "postgresql://spark@127.0.0.1:9/nowhere",  # the discard port: refused
+        "SPARK_PG_HOOK_SOCKET": str(tmp_path / "none.sock"),  # no server: the in-process fallback runs
+        "SPARK_PG_HOME": str(tmp_path),
+    }
+    started = time.monotonic()
+    proc = subprocess.run(
+        [str(SPARK_PG), "hook", "pre-tool-use"],
+        input=event(PRE, "s", "Bash", {"command": "alembic upgrade head"}).encode(),
+        capture_output=True,
+        env=env,
+        timeout=30,
+        check=False,
+    )
+    elapsed = time.monotonic() - started
+    assert (proc.returncode, proc.stdout) == (0, b"")
+    err = proc.stderr.decode()
+    assert err.startswith("spark-pg hook: ") and err.count("\n") == 1 and "connect" in err
+    assert elapsed < 5, elapsed
+
+
+def test_post_hook_records_followed_once_against_the_call_that_surfaced_the_advice(
+    sock: str, hdb: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    s = "sess-follow"
+    opts = ("--socket", sock, "--tenant", T)
+    first = {"command": "alembic upgrade head"}
+    second = {"command": "alembic upgrade head --sql > review.sql"}
+    hook(monkeypatch, capsys, event(PRE, s, "Bash", first), "pre-tool-use", *opts)
+    assert hook(monkeypatch, capsys, event(POST, s, "Bash", first), "post-tool-use", *opts) == (0, "", "")
+    assert outcome_rows(hdb, s) == []  # advice cannot have shaped the call it came with
+    hook(monkeypatch, capsys, event(PRE, s, "Bash", second), "pre-tool-use", *opts)
+    for _ in range(2):  # a repeated event records nothing more
+        assert hook(monkeypatch, capsys, event(POST, s, "Bash", second), "post-tool-use", *opts) == (
+            0,
+            "",
+            "",
+        )
+    (r1, keys1), _ = retrievals(hdb, s)
+    assert "alembic-sql" in keys1
+    assert outcome_rows(hdb, s) == [(r1, "alembic-sql", "followed", "hook")]
+    assert outcome_rows(hdb, "sess-pre") == []  # other sessions are left alone
+
+
+def test_a_failed_retry_marks_the_advice_it_was_shown_ignored(
+    sock: str, hdb: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    s = "sess-ignored"
+    opts = ("--socket", sock, "--tenant", T)
+    call = {"command": "pytest tests/"}
+    hook(monkeypatch, capsys, event(PRE, s, "Bash", call), "pre-tool-use", *opts)
+    hook(monkeypatch, capsys, event(POST, s, "Bash", call), "post-tool-use", *opts)
+    hook(monkeypatch, capsys, event(PRE, s, "Bash", call), "pre-tool-use", *opts)  # the same call again
+    failure = json.loads(event(POST, s, "Bash", call))
+    failure = {k: v for k, v in failure.items() if k != "tool_response"}
+    failure |= {"hook_event_name": "PostToolUseFailure", "error": "exit status 1", "is_interrupt": False}
+    hook(monkeypatch, capsys, json.dumps(failure), "post-tool-use", *opts)
+    (r1, keys1), (_, keys2) = retrievals(hdb, s)
+    assert "pytest-x" in keys1 and "pytest-x" in keys2
+    assert outcome_rows(hdb, s) == [(r1, "pytest-x", "ignored", "hook")]
+
+
+def test_outcome_rules_on_tokens_negation_and_attribution() -> None:
+    tokens = {
+        t.text for t in advice_tokens("Use `git push --force-with-lease` instead of `git push --force`.")
+    }
+    assert tokens == {"git push --force-with-lease", "--force-with-lease"}
+    assert advice_tokens("Never run `rm -rf` on a variable path; DROP TABLE is dangerous.") == []
+    assert {t.text for t in advice_tokens("Back up with pg_dump first, and do not touch prod.")} == {
+        "pg_dump"
+    }
+    short = advice_tokens("Run pytest with -x when a suite is slow.")
+    assert [(t.text, "pytest" in t.companions) for t in short] == [("-x", True)]
+    item = Pending(10, 1, "Run pytest with -x when a suite is slow.", "Bash pytest tests/")
+    assert judge([item], "tar -x archive.tar", failed=False, current=None, resurfaced=()) == []
+    [followed] = judge([item], "pytest -x tests/", failed=False, current=None, resurfaced=())
+    assert (followed.retrieval_id, followed.outcome, followed.evidence) == (10, "followed", "-x")
+    # the call's own advice is never judged; only the latest surfacing of a memory is
+    assert judge([item], "pytest -x", failed=False, current=10, resurfaced=()) == []
+    older = item._replace(retrieval_id=7)
+    assert [
+        v.retrieval_id for v in judge([item, older], "pytest -x", failed=False, current=11, resurfaced=())
+    ] == [10]
+    [ignored] = judge([item], "pytest tests/", failed=True, current=11, resurfaced=[1])
+    assert ignored.outcome == "ignored"
+    assert judge([item], "pytest tests/", failed=True, current=11, resurfaced=[]) == []
+    assert judge([item], "pytest tests/", failed=False, current=11, resurfaced=[1]) == []
+
+
+def test_protocol_failure_detection_and_answers() -> None:
+    assert call_failed({"hook_event_name": "PostToolUseFailure", "error": "boom"})
+    assert not call_failed({"hook_event_name": "PostToolUseFailure", "error": "stop", "is_interrupt": True})
+    assert call_failed({"tool_response": {"exit_code": 2}}) and call_failed(
+        {"tool_response": {"success": False}}
+    )
+    assert not call_failed({"tool_response": {"stdout": "", "stderr": "warning: x", "interrupted": False}})
+    assert parse_event(POST, json.loads(event(POST, "s", "Bash", {"command": "ls"}))).failed is False
+    assert pre_output([]) is None
+    long = pre_output([{"text": "x " * 5000, "priority": "normal"}] * 20)
+    assert long is not None and len(long["hookSpecificOutput"]["additionalContext"]) <= 4000
+
+
+def test_default_socket_path(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv(wire.SOCKET_ENV, str(tmp_path / "x.sock"))
+    assert wire.default_socket_path() == str(tmp_path / "x.sock")
+    monkeypatch.delenv(wire.SOCKET_ENV)
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path))
+    assert wire.default_socket_path() == str(tmp_path / "spark_pg" / "hooks.sock")
+
+
+def test_server_lifecycle_stale_socket_refusal_round_trip_and_sigterm(cli_env: str, tmp_path: Path) -> None:
+    path = tmp_path / "h.sock"
+    stale = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    stale.bind(str(path))
+    stale.close()  # a socket file nothing listens on, as a killed server leaves it
+    log = tmp_path / "serve.log"
+    with log.open("wb") as out:
+        server = subprocess.Popen([str(SPARK_PG), "serve", "--socket", str(path)], stderr=out)
+    try:
+        deadline = time.monotonic() + 60
+        while (answer := wire.ping(path)) is None:
+            assert server.poll() is None, log.read_text()
+            assert time.monotonic() < deadline, "the server did not start"
+            time.sleep(0.1)
+        assert answer["pid"] == server.pid and answer["rss"] > 0
+        assert path.stat().st_mode & 0o777 == 0o600
+        second = subprocess.run(
+            [str(SPARK_PG), "serve", "--socket", str(path)],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=False,
+        )
+        assert second.returncode == 2 and f"pid {server.pid}" in second.stderr
+        hook_run = subprocess.run(
+            [str(SPARK_PG), "hook", "pre-tool-use", "--socket", str(path), "--tenant", "t-lifecycle"],
+            input=event(PRE, "sess-lifecycle", "Bash", {"command": "psql -c 'DROP TABLE orders'"}),
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=False,
+        )
+        assert (hook_run.returncode, hook_run.stderr) == (0, "")
+        with psycopg.connect(cli_env) as conn:  # the server logged the call (this database has no pack)
+            logged = conn.execute(
+                "SELECT tool_name FROM spark.retrievals WHERE tenant = 't-lifecycle' AND session_id = %s",
+                ("sess-lifecycle",),
+            ).fetchall()
+        assert logged == [("Bash",)]
+        server.send_signal(signal.SIGTERM)
+        assert server.wait(20) == 0
+        assert not path.exists()
+        assert "stopped after 3 requests" in log.read_text()  # two pings and the hook
+    finally:
+        if server.poll() is None:
+            server.kill()
+            server.wait()
+
+
+LIGHT_CHECK = """
+import sys
+from spark_pg.cli import main
+main(["hook", "pre-tool-use", "--no-fallback", "--socket", sys.argv[1]])  # explicit argv: no os._exit
+heavy = {"psycopg", "psycopg_pool", "fastembed", "numpy", "onnxruntime", "yaml", "platformdirs", "typing"}
+mine = {"spark_pg.client", "spark_pg.config", "spark_pg.advisor", "spark_pg.db", "spark_pg.hooks.service"}
+print(sorted(m for m in sys.modules if m.split(".")[0] in heavy or m in mine))
+"""
+
+
+def test_the_hook_client_imports_nothing_heavy(tmp_path: Path) -> None:
+    proc = subprocess.run(
+        [sys.executable, "-c", LIGHT_CHECK, str(tmp_path / "no.sock")],
+        input=event(PRE, "s", "Bash", {"command": "make deploy"}),
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=True,
+    )
+    assert proc.stdout.strip() == "[]", proc.stdout
+
+
+def test_a_server_answers_several_agents_at_once(sock: str) -> None:
+    request = {
+        "v": wire.VERSION,
+        "op": "hook",
+        "tenant": T,
+        "interrupts": False,
+        "event": parse_event(
+            PRE, json.loads(event(PRE, "sess-many", "Bash", {"command": "pytest tests/"}))
+        ).to_wire(),
+    }
+    results: list[dict[str, Any]] = []
+    threads = [threading.Thread(target=lambda: results.append(wire.ask(sock, request, 10))) for _ in range(6)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    assert len(results) == 6 and all(r["ok"] and r["output"] for r in results)
+    assert wire.ask(sock, {"v": 99, "op": "ping"}, 5)["ok"] is False
