@@ -5,10 +5,10 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict
 from pathlib import Path
-from typing import TextIO
+from typing import TextIO, TypeVar
 
 from spark_pg.errors import InputError
 from spark_pg.revalue.decide import decide_auto
@@ -23,35 +23,27 @@ from spark_pg.revalue.records import (
 )
 from spark_pg.revalue.store import apply, sample
 
-
-def _count(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if not 0 <= value <= 2_147_483_647:
-        raise argparse.ArgumentTypeError(f"must be between 0 and 2147483647, got {value}")
-    return value
+N = TypeVar("N", int, float)
 
 
-def _fraction(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not 0 <= value <= 1:
-        raise argparse.ArgumentTypeError(f"must be between 0 and 1, got {text}")
-    return value
+def _bounded(cast: Callable[[str], N], low: N, high: N, what: str, unit: str = "") -> Callable[[str], N]:
+    """An argparse type: ``cast`` of the text, refused outside ``low..high`` with a message that says why."""
+
+    def parse(text: str) -> N:
+        try:
+            value = cast(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not {what}") from None
+        if not low <= value <= high:  # also refuses NaN
+            raise argparse.ArgumentTypeError(f"must be between {low:g} and {high:g}{unit}, got {text}")
+        return value
+
+    return parse
 
 
-def _days(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not 0 <= value <= 36_500:
-        raise argparse.ArgumentTypeError(f"must be between 0 and 36500 days, got {text}")
-    return value
+_count = _bounded(int, 0, 2_147_483_647, "an integer")
+_fraction = _bounded(float, 0.0, 1.0, "a number")
+_days = _bounded(float, 0.0, 36_500.0, "a number", " days")
 
 
 def counts(results: Sequence[Applied]) -> dict[str, int]:
