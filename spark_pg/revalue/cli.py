@@ -35,7 +35,8 @@ def _bounded(cast: Callable[[str], N], low: N, high: N, what: str, unit: str = "
         except ValueError:
             raise argparse.ArgumentTypeError(f"{text!r} is not {what}") from None
         if not low <= value <= high:  # also refuses NaN
-            raise argparse.ArgumentTypeError(f"must be between {low:g} and {high:g}{unit}, got {text}")
+            bounds = " and ".join(str(int(b)) if float(b).is_integer() else str(b) for b in (low, high))
+            raise argparse.ArgumentTypeError(f"must be between {bounds}{unit}, got {text}")
         return value
 
     return parse
