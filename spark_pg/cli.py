@@ -109,7 +109,7 @@ def _fields(args: argparse.Namespace) -> dict[str, object]:
 
 def cmd_add(args: argparse.Namespace) -> int:
     with _client(args) as client:
-        result = client.add(args.tenant, args.text, **_fields(args))
+        result = client.add(args.tenant, args.text, defer=args.defer_embedding, **_fields(args))
     print("added" if result.inserted else "updated")
     return 0
 
@@ -119,9 +119,13 @@ def cmd_ingest(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     with _client(args) as client:
-        client.embedder, client.conn  # noqa: B018 - load the model and connect before the clock starts
+        if not args.defer_embedding:
+            client.embedder  # noqa: B018 - load the model before the clock starts
+        client.conn  # noqa: B018 - connect before the clock starts
         started = time.perf_counter()
-        result = client.ingest_file(Path(args.file), args.tenant, progress=not args.quiet)
+        result = client.ingest_file(
+            Path(args.file), args.tenant, progress=not args.quiet, defer=args.defer_embedding
+        )
         elapsed = time.perf_counter() - started
     rate = result.total / elapsed if elapsed > 0 else 0.0
     print(f"{result.inserted} inserted, {result.updated} updated in {elapsed:.1f} s ({rate:.0f} memories/s)")
@@ -370,12 +374,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--importance", type=float)
     p.add_argument("--tier")
     p.add_argument("--priority")
+    p.add_argument("--defer-embedding", action="store_true", help="store now, `spark-pg worker` embeds")
     p.set_defaults(func=cmd_add)
 
     p = sub.add_parser("ingest", help="load memories from a JSONL or YAML file")
     p.add_argument("file")
     p.add_argument("--tenant", help="tenant for rows that do not name one")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.add_argument("--defer-embedding", action="store_true", help="store now; `spark-pg worker` embeds later")
     p.set_defaults(func=cmd_ingest)
 
     p = sub.add_parser("seed", help="load the cold-start pack of system defaults")
@@ -441,6 +447,10 @@ def build_parser() -> argparse.ArgumentParser:
     from spark_pg.fusion_cli import add_parser as add_fit_parser
 
     add_fit_parser(sub)
+
+    from spark_pg.worker_cli import add_parser as add_worker_parser
+
+    add_worker_parser(sub)
 
     p = sub.add_parser("config", help="show the effective tuneables")
     p.set_defaults(func=cmd_config)

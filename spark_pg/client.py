@@ -73,26 +73,29 @@ class SparkClient:
         return load_embedder(self.settings)
 
     def ingest_records(
-        self, records: list[MemoryIn], *, progress: bool = False, label: str = "ingest"
+        self, records: list[MemoryIn], *, progress: bool = False, label: str = "ingest", defer: bool = False
     ) -> IngestResult:
+        """Store ``records``; ``defer``: without embedding them (write-behind: `spark-pg worker` does)."""
         return ingest(
             self.conn,
             records,
-            self.embedder,
+            None if defer else self.embedder,
             batch_size=self.settings.get_int("embedding.batch_size"),
             chunk_rows=self.settings.get_int("ingest.chunk_rows"),
             progress=progress,
             label=label,
         )
 
-    def add(self, tenant: str, text: str, **fields: Any) -> IngestResult:
+    def add(self, tenant: str, text: str, *, defer: bool = False, **fields: Any) -> IngestResult:
         """Store one memory (fields as in an ingest file: key, kind, category, source, importance, ...)."""
         record = validate_row({"tenant": tenant, "text": text, **fields}, "arguments", 1)
-        return self.ingest_records([record])
+        return self.ingest_records([record], defer=defer)
 
-    def ingest_file(self, path: Path, tenant: str | None = None, *, progress: bool = False) -> IngestResult:
+    def ingest_file(
+        self, path: Path, tenant: str | None = None, *, progress: bool = False, defer: bool = False
+    ) -> IngestResult:
         records = read_file(path, tenant)
-        return self.ingest_records(records, progress=progress, label=path.name)
+        return self.ingest_records(records, progress=progress, label=path.name, defer=defer)
 
     def load_seed_pack(self, *, progress: bool = False) -> IngestResult:
         """Load (or refresh) the cold-start pack and its trigger rules into the shared system tenant."""

@@ -94,17 +94,20 @@ def _already_embedded(cur: psycopg.Cursor[Any], chunk: Sequence[MemoryIn], model
 def ingest(
     conn: psycopg.Connection[Any],
     records: Sequence[MemoryIn],
-    embedder: Embedder,
+    embedder: Embedder | None,
     *,
     batch_size: int = 16,
     chunk_rows: int = 500,
     progress: bool = False,
     label: str = "ingest",
 ) -> IngestResult:
-    """Embed and upsert ``records`` in one transaction. Returns how many rows were inserted / updated."""
+    """Embed and upsert ``records`` in one transaction. Returns how many rows were inserted / updated.
+
+    ``embedder`` None defers embedding (write-behind): the rows are stored at once, keyword-findable, and
+    queued in spark.embed_queue for ``spark-pg worker``."""
     if not records:
         return IngestResult(0, 0)
-    model_id = ensure_model(conn, embedder)
+    model_id = ensure_model(conn, embedder) if embedder is not None else None
     inserted = updated = 0
     with (
         conn.transaction(),
@@ -115,10 +118,12 @@ def ingest(
         cur.execute(queries.CREATE_INGEST_TABLE)
         for start in range(0, len(records), chunk_rows):
             chunk = records[start : start + chunk_rows]
-            unchanged = _already_embedded(cur, chunk, model_id)
-            todo = [i for i in range(len(chunk)) if i not in unchanged]
-            vectors = embedder.embed_documents([chunk[i].descriptor for i in todo], batch_size=batch_size)
-            by_pos = dict(zip(todo, vectors, strict=True))
+            by_pos: dict[int, Any] = {}
+            if embedder is not None and model_id is not None:
+                unchanged = _already_embedded(cur, chunk, model_id)
+                todo = [i for i in range(len(chunk)) if i not in unchanged]
+                vectors = embedder.embed_documents([chunk[i].descriptor for i in todo], batch_size=batch_size)
+                by_pos = dict(zip(todo, vectors, strict=True))
             with cur.copy(queries.COPY_INGEST) as copy:
                 for i, record in enumerate(chunk):
                     vector = by_pos.get(i)

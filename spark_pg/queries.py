@@ -185,3 +185,38 @@ ON CONFLICT (tenant) DO UPDATE
 SET weights = EXCLUDED.weights, samples = EXCLUDED.samples, evaluation = EXCLUDED.evaluation,
     in_use = EXCLUDED.in_use, fitted_at = EXCLUDED.fitted_at
 """
+
+# write-behind embedding (spark_pg/worker.py; the queue and its triggers: migration 0008)
+QUEUE_BACKLOG = """
+SELECT count(*) FROM spark.embed_queue
+WHERE %(max_attempts)s::integer IS NULL OR attempts < %(max_attempts)s::integer
+"""
+
+CLAIM_QUEUE = """
+SELECT q.tenant, q.memory_id, m.descriptor, m.content_hash
+FROM spark.embed_queue q
+JOIN spark.memories m ON m.tenant = q.tenant AND m.id = q.memory_id
+WHERE q.attempts < %(max_attempts)s AND q.enqueued_at <= now()
+ORDER BY q.enqueued_at, q.tenant, q.memory_id
+LIMIT %(n)s
+FOR UPDATE OF q SKIP LOCKED
+"""
+
+# only where the memory still has the content that was embedded (the trigger dequeues what lands)
+STORE_CLAIMED = """
+INSERT INTO spark.embeddings AS e (tenant, memory_id, model_id, created_at, embedding)
+SELECT m.tenant, m.id, %(model_id)s, m.created_at, v.embedding
+FROM unnest(%(tenants)s::text[], %(ids)s::bigint[], %(hashes)s::bytea[], %(vectors)s::vector[])
+     AS v(tenant, id, content_hash, embedding)
+JOIN spark.memories m ON m.tenant = v.tenant AND m.id = v.id AND m.content_hash = v.content_hash
+ON CONFLICT (tenant, memory_id, model_id) DO UPDATE SET
+    embedding = EXCLUDED.embedding, created_at = EXCLUDED.created_at, embedded_at = now()
+"""
+
+# a failed row waits a minute per attempt before it is claimed again
+QUEUE_ATTEMPT_FAILED = """
+UPDATE spark.embed_queue q
+SET attempts = q.attempts + 1, last_error = left(%(error)s, 2000),
+    enqueued_at = now() + make_interval(mins => q.attempts + 1)
+WHERE q.tenant = %(tenant)s AND q.memory_id = %(id)s
+"""

@@ -67,6 +67,8 @@ BEGIN
     IF max_tokens IS NULL OR max_tokens < 1 THEN
         RAISE EXCEPTION 'max_tokens must be positive, got %', max_tokens USING ERRCODE = 'invalid_parameter_value';
     END IF;
+    -- concurrent first registrations (two workers, two ingests) take turns: the second finds the first's row
+    PERFORM pg_advisory_xact_lock(hashtext('spark.register_model'));
     SELECT * INTO old FROM spark.embedding_models m WHERE m.name = register_model.name;
     IF FOUND THEN
         IF old.dim <> dim OR old.pooling <> pooling THEN

@@ -52,6 +52,8 @@ SELECT jsonb_build_object(
     'pack_yield', 100,             -- the pack's scores x 1 / (1 + own memories / pack_yield): it yields as a
                                    -- tenant's own knowledge grows (100 own memories halve it)
     'use_cache', true,             -- with query_embedding NULL, look the text up in spark.query_embeddings
+    'backlog_watermark', 1000,     -- more of the tenant's memories than this awaiting a vector (spark.embed_queue):
+                                   -- retrieval runs lexically, why.mode says so (0 = never degrade)
     'ef_search', 100,              -- hnsw.ef_search for the semantic pool
     'exact_scan_max', 7000,        -- tenants (with the pack) up to this many vectors are scanned exactly
     'keyword_match_budget', 1000,  -- keyword pools match the rarest query lexemes whose counted memories fit
@@ -84,7 +86,7 @@ DECLARE
         "adaptive_ratio": [0, 1, 0], "week_cap": [0, 1000, 1], "cap_yield": [0, 1, 0], "category_cap": [0, 1000, 1],
         "mmr_lambda": [0, 1, 0], "dup_similarity": [0, 1.01, 0], "restate_similarity": [0, 1.01, 0],
         "restate_margin": [0, 2, 0], "ef_search": [1, 1000, 1], "exact_scan_max": [0, 10000000, 1],
-        "keyword_match_budget": [0, 10000000, 1],
+        "keyword_match_budget": [0, 10000000, 1], "backlog_watermark": [0, 100000000, 1],
         "seed": [-2147483648, 2147483647, 1]}';
     rng jsonb;
 BEGIN

@@ -470,6 +470,8 @@ DECLARE
     skipped_note jsonb := '{}';
     fitted jsonb;
     fitted_note jsonb := '{}';
+    backlog bigint;
+    mode_note jsonb;
     sem_ids bigint[];
     sem_dist double precision[];
     spool record;
@@ -522,6 +524,19 @@ BEGIN
     ELSE
         qsource := 'none: lexical mode';
     END IF;
+    -- degrade mode: with more of the tenant's memories awaiting a vector than backlog_watermark, a
+    -- semantic pool would see only part of the tenant: retrieval runs lexically and says so
+    IF qvec IS NOT NULL AND (p ->> 'backlog_watermark')::integer > 0 THEN
+        SELECT count(*) INTO backlog FROM (
+            SELECT 1 FROM spark.embed_queue q WHERE q.tenant = _retrieve_core.tenant
+            LIMIT (p ->> 'backlog_watermark')::integer + 1) x;
+        IF backlog > (p ->> 'backlog_watermark')::integer THEN
+            qvec := NULL;
+            qsource := format('ignored: more than %s memories await embedding (backlog_watermark): lexical mode',
+                              p ->> 'backlog_watermark');
+        END IF;
+    END IF;
+    mode_note := jsonb_build_object('mode', CASE WHEN qvec IS NULL THEN 'lexical' ELSE 'hybrid' END);
 
     mode := p ->> 'precision_mode';
     min_sim := (p ->> 'min_similarity')::double precision;
@@ -671,7 +686,7 @@ BEGIN
         why := spark._why(rank, status, pool_ranks[i], p ->> 'fusion', scores_all[i],
                           terms[i] || jsonb_build_object('mmr_penalty', round(penalty[j]::numeric, 4)),
                           min_sim, passed[i], min_fuse, ratio, prio_labels[i], created[i], qsource, mode)
-               || jsonb_build_object('semantic_scan', sem_scan) || skipped_note || fitted_note
+               || jsonb_build_object('semantic_scan', sem_scan) || skipped_note || fitted_note || mode_note
                || spark._why_advice(trigs[i], t_rules[i], t_prio[i], t_int[i], adomains[i], acts[i]);
         RETURN NEXT;
     END LOOP;
@@ -694,7 +709,7 @@ BEGIN
         priority := prios[i]; pools := string_to_array(poolz[i], ',');
         why := spark._why(NULL, status, pool_ranks[i], p ->> 'fusion', scores_all[i], terms[i], min_sim, passed[i],
                           min_fuse, ratio, prio_labels[i], created[i], qsource, mode)
-               || jsonb_build_object('semantic_scan', sem_scan) || skipped_note || fitted_note
+               || jsonb_build_object('semantic_scan', sem_scan) || skipped_note || fitted_note || mode_note
                || spark._why_advice(trigs[i], t_rules[i], t_prio[i], t_int[i], adomains[i], acts[i]);
         RETURN NEXT;
     END LOOP;

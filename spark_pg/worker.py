@@ -1,0 +1,206 @@
+"""The write-behind embedder: ``spark-pg worker`` embeds the memories waiting in spark.embed_queue.
+
+A batch is one transaction: claim up to ``batch`` queued rows ``FOR UPDATE SKIP LOCKED`` (other workers
+take other rows), embed their descriptors, store the vectors; the embeddings trigger takes the rows off the
+queue as the vectors land, and the commit makes both visible at once. A worker killed mid-batch never
+commits: its rows return to the queue for the next worker, and nothing is stored twice (one vector per
+memory and model). A vector is stored only if the memory still has the content that was embedded; a memory
+changed meanwhile stays queued (its update re-queued it) and is embedded again with the new text.
+
+Between batches the worker sleeps on ``LISTEN spark_embed`` (the queue triggers notify), waking at least
+every ``poll_s`` seconds. A text the model cannot embed gets an attempt counted, its error kept and a
+backoff; the rest of its batch is stored. Rows that failed ``max_attempts`` times are left for a person
+(they show in ``spark-pg stats``). A database error rolls the batch back and stops the worker.
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from types import FrameType
+from typing import Any
+
+import psycopg
+from tqdm import tqdm
+
+from spark_pg import queries
+from spark_pg.embedding import Embedder
+from spark_pg.errors import InputError
+from spark_pg.ingest import ensure_model
+
+CHANNEL = "spark_embed"
+
+
+@dataclass
+class WorkerStats:
+    embedded: int = 0
+    batches: int = 0
+    failed: int = 0  # rows whose text the model could not embed (an attempt counted on each)
+    skipped_changed: int = 0  # claimed, but the memory changed before its vector was stored
+    seconds: float = 0.0
+    errors: list[str] = field(default_factory=list)
+
+    def as_json(self) -> dict[str, Any]:
+        rate = self.embedded / self.seconds if self.seconds > 0 else 0.0
+        return {
+            "embedded": self.embedded,
+            "batches": self.batches,
+            "failed": self.failed,
+            "skipped_changed": self.skipped_changed,
+            "seconds": round(self.seconds, 2),
+            "per_second": round(rate, 1),
+            "errors": self.errors[-5:],
+        }
+
+
+def backlog(conn: psycopg.Connection[Any], max_attempts: int | None = None) -> int:
+    """Rows waiting in spark.embed_queue (those still to be tried, when ``max_attempts`` is given)."""
+    row = conn.execute(queries.QUEUE_BACKLOG, {"max_attempts": max_attempts}).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+def _embed_each(embedder: Embedder, texts: list[str]) -> tuple[dict[int, Any], dict[int, str]]:
+    """Embed ``texts`` as one batch or, if the batch fails, one by one: (vectors, errors) by position."""
+    try:
+        return dict(enumerate(embedder.embed_documents(texts, batch_size=min(len(texts), 32)))), {}
+    except Exception:  # find the text that breaks it: the others are embedded still
+        vectors: dict[int, Any] = {}
+        errors: dict[int, str] = {}
+        for i, text in enumerate(texts):
+            try:
+                vectors[i] = embedder.embed_documents([text], batch_size=1)[0]
+            except Exception as exc:
+                errors[i] = f"{type(exc).__name__}: {exc}"[:500]
+        return vectors, errors
+
+
+def embed_batch(
+    conn: psycopg.Connection[Any],
+    embedder: Embedder,
+    model_id: int,
+    *,
+    batch: int,
+    max_attempts: int,
+    stats: WorkerStats,
+) -> int:
+    """Claim, embed and store one batch in one transaction; returns the rows claimed (0: queue drained).
+
+    A text the model cannot embed costs its row an attempt, with the error kept and a backoff (a minute
+    per attempt) before it is claimed again; the rest of the batch is stored."""
+    with conn.transaction():
+        rows = conn.execute(queries.CLAIM_QUEUE, {"n": batch, "max_attempts": max_attempts}).fetchall()
+        if not rows:
+            return 0
+        vectors, errors = _embed_each(embedder, [r[2] for r in rows])
+        good = sorted(vectors)
+        stored = 0
+        if good:
+            stored = conn.execute(
+                queries.STORE_CLAIMED,
+                {
+                    "model_id": model_id,
+                    "tenants": [rows[i][0] for i in good],
+                    "ids": [rows[i][1] for i in good],
+                    "hashes": [rows[i][3] for i in good],
+                    "vectors": [vectors[i] for i in good],
+                },
+            ).rowcount
+        for i, error in errors.items():
+            conn.execute(
+                queries.QUEUE_ATTEMPT_FAILED, {"tenant": rows[i][0], "id": rows[i][1], "error": error}
+            )
+    stats.batches += 1
+    stats.embedded += stored
+    stats.failed += len(errors)
+    stats.skipped_changed += len(good) - stored
+    stats.errors.extend(errors.values())
+    return len(rows)
+
+
+def drain(
+    conn: psycopg.Connection[Any],
+    embedder: Embedder,
+    model_id: int,
+    *,
+    batch: int,
+    max_attempts: int,
+    stats: WorkerStats,
+    stop: threading.Event,
+    on_batch: Callable[[int], object] | None = None,
+) -> None:
+    """Embed batches until the queue has nothing claimable left (or ``stop`` is set)."""
+    while not stop.is_set():
+        claimed = embed_batch(conn, embedder, model_id, batch=batch, max_attempts=max_attempts, stats=stats)
+        if claimed == 0:
+            return
+        if on_batch is not None:
+            on_batch(claimed)
+
+
+def run_worker(
+    conn: psycopg.Connection[Any],
+    embedder: Embedder,
+    *,
+    once: bool = False,
+    batch: int = 32,
+    poll_s: float = 30.0,
+    max_attempts: int = 5,
+    progress: bool = False,
+    stop: threading.Event | None = None,
+) -> WorkerStats:
+    """Embed the queue; with ``once``, the current backlog then return, else keep listening until ``stop``.
+
+    ``conn`` must be in autocommit mode (LISTEN needs it; each batch opens its own transaction)."""
+    if batch < 1 or batch > 1000:
+        raise InputError(f"batch must be from 1 to 1000, got {batch}")
+    if poll_s <= 0:
+        raise InputError(f"poll_s must be positive, got {poll_s}")
+    if not conn.autocommit:
+        raise InputError("the worker's connection must be in autocommit mode")
+    stop = stop or threading.Event()
+    model_id = ensure_model(conn, embedder)
+    stats = WorkerStats()
+    started = time.perf_counter()
+    conn.execute(f"LISTEN {CHANNEL}")
+    total = backlog(conn, max_attempts)
+    with tqdm(total=total, desc="embed", unit="mem", disable=not progress or not once) as bar:
+        while not stop.is_set():
+            drain(
+                conn,
+                embedder,
+                model_id,
+                batch=batch,
+                max_attempts=max_attempts,
+                stats=stats,
+                stop=stop,
+                on_batch=bar.update,
+            )
+            if once:
+                break
+            _wait(conn, poll_s, stop)
+    conn.execute(f"UNLISTEN {CHANNEL}")
+    stats.seconds = time.perf_counter() - started
+    return stats
+
+
+def _wait(conn: psycopg.Connection[Any], poll_s: float, stop: threading.Event) -> None:
+    """Sleep until a queuing statement notifies, ``stop`` is set or ``poll_s`` passes (a missed notification
+    costs one poll); wakes every second to notice ``stop``."""
+    deadline = time.monotonic() + poll_s
+    while not stop.is_set() and (left := deadline - time.monotonic()) > 0:
+        if any(True for _ in conn.notifies(timeout=min(1.0, left), stop_after=1)):
+            return
+
+
+def stop_on_signals(stop: threading.Event) -> None:
+    """SIGTERM / SIGINT finish the current batch, then stop the worker."""
+
+    def handler(signum: int, frame: FrameType | None) -> None:
+        stop.set()
+
+    signal.signal(signal.SIGTERM, handler)
+    signal.signal(signal.SIGINT, handler)

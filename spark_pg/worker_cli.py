@@ -1,0 +1,55 @@
+"""`spark-pg worker`: the write-behind embedder (spark_pg.worker, imported only when the command runs)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+
+def cmd_worker(args: argparse.Namespace) -> int:
+    import threading
+
+    from spark_pg.config import load_settings
+    from spark_pg.db import connect, database_url
+    from spark_pg.embedding import load_embedder
+    from spark_pg.schema import require_current
+    from spark_pg.worker import run_worker, stop_on_signals
+
+    settings = load_settings()
+    embedder = load_embedder(settings)
+    stop = threading.Event()
+    stop_on_signals(stop)
+    with connect(database_url(settings), autocommit=True) as conn:
+        require_current(conn)
+        stats = run_worker(
+            conn,
+            embedder,
+            once=args.once,
+            batch=args.batch,
+            poll_s=args.poll,
+            max_attempts=args.max_attempts,
+            progress=not args.quiet,
+            stop=stop,
+        )
+    summary = stats.as_json()
+    if args.json:
+        print(json.dumps(summary))
+    else:
+        print(
+            f"embedded {summary['embedded']} memories in {summary['batches']} batches, "
+            f"{summary['seconds']} s ({summary['per_second']}/s); failed: {summary['failed']}"
+        )
+    return 0
+
+
+def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = subparsers.add_parser(
+        "worker", help="embed memories queued by deferred writes (LISTEN/NOTIFY, several workers may run)"
+    )
+    p.add_argument("--once", action="store_true", help="embed the current backlog, then exit")
+    p.add_argument("--batch", type=int, default=32, help="memories per transaction (1-1000, default 32)")
+    p.add_argument("--poll", type=float, default=30.0, help="seconds between checks without a notification")
+    p.add_argument("--max-attempts", type=int, default=5, help="failures after which a row is left alone")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.add_argument("--json", action="store_true", help="print the summary as JSON")
+    p.set_defaults(func=cmd_worker)

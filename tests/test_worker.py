@@ -1,0 +1,313 @@
+"""Write-behind embedding: the queue triggers, the worker (once, concurrent, failing, killed mid-batch) and
+retrieval's degrade mode while a backlog waits."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+from psycopg.types.json import Jsonb
+
+from spark_pg import queries
+from spark_pg.config import Settings
+from spark_pg.db import connect
+from spark_pg.embedding import Embedder, Vector, model_dir_for
+from spark_pg.errors import InputError
+from spark_pg.ingest import ingest
+from spark_pg.records import MemoryIn
+from spark_pg.worker import WorkerStats, backlog, run_worker
+from tests.conftest import temp_database
+
+Conn = psycopg.Connection[Any]
+TEXTS = [
+    "Verify JWT signatures on the server before trusting any claim.",
+    "Write an Alembic revision for every schema change.",
+    "Run pytest -x when the suite is slow.",
+    "Take a database backup before a destructive migration.",
+    "Pin Docker base images by digest.",
+]
+
+
+@pytest.fixture
+def wdb(server_url: str) -> Iterator[str]:
+    """A fresh database per test: workers commit, and queue state must not leak between tests."""
+    with temp_database(server_url, install=True) as url:
+        yield url
+
+
+def records(tenant: str, n: int, prefix: str = "m") -> list[MemoryIn]:
+    return [
+        MemoryIn(tenant=tenant, key=f"{prefix}{i}", text=f"{TEXTS[i % len(TEXTS)]} (note {i})")
+        for i in range(n)
+    ]
+
+
+def counts(url: str) -> tuple[int, int]:
+    """(queued, embedded) over the whole database."""
+    with connect(url) as c:
+        row = c.execute(
+            "SELECT (SELECT count(*) FROM spark.embed_queue), (SELECT count(*) FROM spark.embeddings)"
+        ).fetchone()
+    assert row is not None
+    return int(row[0]), int(row[1])
+
+
+def work(url: str, embedder: Embedder, **kwargs: Any) -> WorkerStats:
+    with connect(url, autocommit=True) as c:
+        return run_worker(c, embedder, once=True, **kwargs)
+
+
+def retrieve_why(
+    url: str, embedder: Embedder, tenant: str, query: str, **params: Any
+) -> list[dict[str, Any]]:
+    with connect(url) as c:
+        rows = c.execute(
+            "SELECT key, why FROM spark.retrieve(%s, %s, %s, 5, %s)",
+            (tenant, query, embedder.embed_query(query), Jsonb({"include_system": False, **params})),
+        ).fetchall()
+    return [{"key": k, **w} for k, w in rows]
+
+
+def test_a_deferred_write_is_keyword_findable_at_once_and_embedded_by_the_worker(
+    wdb: str, embedder: Embedder
+) -> None:
+    with connect(wdb) as c:
+        ingest(c, records("t", 5), None)
+        c.commit()
+        hits = c.execute("SELECT key FROM spark.retrieve('t', 'Alembic revision schema', NULL, 5)").fetchall()
+    assert ("m1",) in hits  # lexical, before any vector exists
+    assert counts(wdb) == (5, 0)
+    stats = work(wdb, embedder)
+    assert (stats.embedded, stats.failed) == (5, 0)
+    assert counts(wdb) == (0, 5)
+    why = retrieve_why(wdb, embedder, "t", "schema changes need migrations")
+    assert why and all(w["mode"] == "hybrid" for w in why)
+    assert work(wdb, embedder).embedded == 0  # nothing left: a second run is harmless
+
+
+def test_synchronous_ingest_leaves_nothing_queued_and_changed_content_is_queued_again(
+    wdb: str, embedder: Embedder
+) -> None:
+    with connect(wdb) as c:
+        ingest(c, records("t", 3), embedder)
+        c.commit()
+        assert counts(wdb) == (0, 3)
+        # an edit from any client (psql here): the stale vector goes, the memory is queued again
+        c.execute(
+            """UPDATE spark.memories SET text = 'Rotate refresh tokens on every use.',
+                      descriptor = 'Rotate refresh tokens on every use.',
+                      content_hash = sha256('Rotate refresh tokens on every use.'::bytea)
+               WHERE tenant = 't' AND key = 'm0'"""
+        )
+        c.execute("UPDATE spark.memories SET importance = 0.9 WHERE tenant = 't' AND key = 'm1'")
+        c.commit()
+    assert counts(wdb) == (1, 2)  # only the content change counts
+    assert work(wdb, embedder).embedded == 1
+    assert counts(wdb) == (0, 3)
+
+
+def test_the_store_guard_skips_a_memory_whose_content_changed_after_the_claim(
+    wdb: str, embedder: Embedder
+) -> None:
+    with connect(wdb) as c:
+        ingest(c, records("t", 1), None)
+        model = c.execute("SELECT spark.register_model('m-test', 384, 'mean', 256)").fetchone()
+        assert model is not None
+        stored = c.execute(
+            queries.STORE_CLAIMED,
+            {
+                "model_id": model[0],
+                "tenants": ["t"],
+                "ids": [c.execute("SELECT id FROM spark.memories").fetchone()[0]],  # type: ignore[index]
+                "hashes": [b"not the content's hash"],
+                "vectors": [embedder.embed_query("x")],
+            },
+        ).rowcount
+    assert stored == 0
+
+
+def test_two_workers_share_the_queue_without_embedding_anything_twice(wdb: str, embedder: Embedder) -> None:
+    with connect(wdb) as c:
+        ingest(c, records("t", 60), None)
+        c.commit()
+    calls: list[int] = []
+    lock = threading.Lock()
+
+    class Counting(Embedder):
+        def embed_documents(self, texts: Sequence[str], batch_size: int = 16) -> list[Vector]:
+            with lock:
+                calls.append(len(texts))
+            return embedder.embed_documents(texts, batch_size)
+
+    counting = Counting(embedder.spec, embedder._model)
+    results: list[WorkerStats] = []
+
+    def one() -> None:
+        results.append(work(wdb, counting, batch=4))
+
+    threads = [threading.Thread(target=one) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    assert sum(r.embedded for r in results) == 60
+    assert sum(calls) == 60  # every memory embedded exactly once across both workers
+    assert counts(wdb) == (0, 60)
+
+
+def test_a_failing_embedding_counts_attempts_and_gives_up_after_max_attempts(
+    wdb: str, embedder: Embedder
+) -> None:
+    with connect(wdb) as c:
+        ingest(c, records("t", 3), None)
+        c.commit()
+
+    class Broken(Embedder):
+        def embed_documents(self, texts: Sequence[str], batch_size: int = 16) -> list[Vector]:
+            raise RuntimeError("model file truncated")
+
+    broken = Broken(embedder.spec, embedder._model)
+    for attempt in (1, 2):
+        stats = work(wdb, broken, max_attempts=2)
+        assert (stats.embedded, stats.failed) == (0, 3), attempt
+        assert work(wdb, broken, max_attempts=2).failed == 0  # backing off: not claimed again at once
+        with connect(wdb) as c:  # the backoff has passed
+            c.execute("UPDATE spark.embed_queue SET enqueued_at = now() - interval '1 second'")
+            c.commit()
+    with connect(wdb) as c:
+        rows = c.execute("SELECT attempts, last_error FROM spark.embed_queue").fetchall()
+        assert rows == [(2, "RuntimeError: model file truncated")] * 3
+        assert backlog(c) == 3 and backlog(c, max_attempts=2) == 0
+    assert work(wdb, broken, max_attempts=2).failed == 0  # given up: not claimed again
+    assert work(wdb, embedder, max_attempts=3).embedded == 3  # a person raised the limit
+
+
+def test_one_bad_text_does_not_hold_back_its_batch(wdb: str, embedder: Embedder) -> None:
+    with connect(wdb) as c:
+        ingest(c, records("t", 5), None)
+        c.commit()
+
+    class Picky(Embedder):
+        def embed_documents(self, texts: Sequence[str], batch_size: int = 16) -> list[Vector]:
+            if any("(note 2)" in t for t in texts):
+                raise ValueError("cannot tokenise")
+            return embedder.embed_documents(texts, batch_size)
+
+    stats = work(wdb, Picky(embedder.spec, embedder._model))
+    assert (stats.embedded, stats.failed) == (4, 1)
+    with connect(wdb) as c:
+        row = c.execute(
+            """SELECT m.key, q.attempts, q.last_error
+               FROM spark.embed_queue q JOIN spark.memories m ON m.id = q.memory_id"""
+        ).fetchone()
+    assert row == ("m2", 1, "ValueError: cannot tokenise")
+
+
+def test_bad_worker_arguments_are_refused(wdb: str, embedder: Embedder) -> None:
+    with connect(wdb, autocommit=True) as c:
+        with pytest.raises(InputError, match="batch"):
+            run_worker(c, embedder, once=True, batch=0)
+        with pytest.raises(InputError, match="poll_s"):
+            run_worker(c, embedder, once=True, poll_s=0)
+    with connect(wdb) as c, pytest.raises(InputError, match="autocommit"):
+        run_worker(c, embedder, once=True)
+
+
+def test_a_listening_worker_wakes_on_notify_and_stops_on_request(wdb: str, embedder: Embedder) -> None:
+    stop = threading.Event()
+    result: list[WorkerStats] = []
+
+    def serve() -> None:
+        with connect(wdb, autocommit=True) as c:
+            result.append(run_worker(c, embedder, poll_s=60, stop=stop))
+
+    thread = threading.Thread(target=serve)
+    thread.start()
+    try:
+        time.sleep(1.0)  # listening, idle
+        with connect(wdb) as c:
+            ingest(c, records("t", 4), None)
+            c.commit()  # the trigger's NOTIFY is delivered at commit
+        deadline = time.monotonic() + 30
+        while counts(wdb) != (0, 4) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert counts(wdb) == (0, 4)  # long before the 60 s poll
+    finally:
+        stop.set()
+        thread.join(timeout=10)
+    assert not thread.is_alive() and result[0].embedded == 4
+
+
+def test_retrieval_degrades_to_lexical_above_the_backlog_watermark(wdb: str, embedder: Embedder) -> None:
+    with connect(wdb) as c:
+        ingest(c, records("t", 2), embedder)
+        ingest(c, records("t", 6, prefix="late"), None)
+        c.commit()
+    query = "database backup before migrating"
+    high = retrieve_why(wdb, embedder, "t", query, backlog_watermark=5)
+    assert high and all(w["mode"] == "lexical" for w in high)
+    assert "await embedding" in high[0]["query_embedding"]
+    assert all(w["mode"] == "hybrid" for w in retrieve_why(wdb, embedder, "t", query, backlog_watermark=6))
+    assert all(w["mode"] == "hybrid" for w in retrieve_why(wdb, embedder, "t", query, backlog_watermark=0))
+    assert all(
+        w["mode"] == "hybrid" for w in retrieve_why(wdb, embedder, "other", query, backlog_watermark=1)
+    )
+    with connect(wdb) as c, pytest.raises(psycopg.errors.InvalidParameterValue, match="backlog_watermark"):
+        c.execute("SELECT * FROM spark.retrieve('t', 'x', NULL, 5, '{\"backlog_watermark\": -1}')")
+
+
+def test_a_worker_killed_mid_batch_loses_nothing(
+    wdb: str, embedder: Embedder, model_settings: Settings, tmp_path: Path
+) -> None:
+    """SIGKILL while a batch is claimed and uncommitted: the rows return to the queue, and the next worker
+    embeds every memory exactly once."""
+    with connect(wdb) as c:
+        ingest(c, records("t", 400), None)
+        c.commit()
+    config = tmp_path / "config.yaml"
+    config.write_text(f"embedding:\n  model_dir: {model_dir_for(model_settings)}\n")
+    env = {**os.environ, "SPARK_PG_DATABASE_URL": wdb, "SPARK_PG_CONFIG": str(config)}
+    script = Path(sys.executable).parent / "spark-pg"
+    log = tmp_path / "worker.err"
+    with log.open("wb") as err:
+        command = [str(script), "worker", "--batch", "64", "--quiet"]
+        proc = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=err)
+    locked = 0
+    try:
+        deadline = time.monotonic() + 120
+        with connect(wdb, autocommit=True) as c:
+            while time.monotonic() < deadline and proc.poll() is None:
+                row = c.execute(
+                    """SELECT (SELECT count(*) FROM spark.embeddings),
+                              (SELECT count(*) FROM spark.embed_queue) - (SELECT count(*) FROM (
+                                  SELECT 1 FROM spark.embed_queue FOR UPDATE SKIP LOCKED) x)"""
+                ).fetchone()
+                assert row is not None
+                embedded, locked = int(row[0]), int(row[1])
+                if embedded > 0 and locked > 0:  # a batch committed, the next one is in flight
+                    proc.send_signal(signal.SIGKILL)
+                    break
+                time.sleep(0.02)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait(timeout=30)
+    assert locked > 0, log.read_text()
+    queued, embedded = counts(wdb)
+    assert 0 < embedded < 400 and queued == 400 - embedded  # the killed batch is back in the queue
+    assert work(wdb, embedder).embedded == queued
+    assert counts(wdb) == (0, 400)
+    with connect(wdb) as c:
+        per_memory = c.execute(
+            "SELECT count(*), count(DISTINCT (tenant, memory_id)) FROM spark.embeddings"
+        ).fetchone()
+    assert per_memory == (400, 400)
