@@ -72,18 +72,17 @@ def load_samples(conn: psycopg.Connection[Any], tenant: str) -> list[Sample]:
 
 
 def auc(scores: Sequence[float], labels: Sequence[float], weights: Sequence[float]) -> float | None:
-    """Weighted ROC AUC (ties count half); None without both classes."""
+    """Weighted ROC AUC (ties count half) in O(n log n); None without both classes."""
     s = np.asarray(scores, dtype=float)
     y = np.asarray(labels, dtype=float) > 0.5
     w = np.asarray(weights, dtype=float)
     if not y.any() or y.all():
         return None
-    pos_s, pos_w = s[y], w[y]
-    neg_s, neg_w = s[~y], w[~y]
-    greater = (pos_s[:, None] > neg_s[None, :]).astype(float)
-    ties = (pos_s[:, None] == neg_s[None, :]).astype(float)
-    pair_w = pos_w[:, None] * neg_w[None, :]
-    return float(((greater + 0.5 * ties) * pair_w).sum() / pair_w.sum())
+    groups, index = np.unique(s, return_inverse=True)  # ascending distinct scores
+    pos = np.bincount(index, weights=np.where(y, w, 0.0), minlength=len(groups))
+    neg = np.bincount(index, weights=np.where(y, 0.0, w), minlength=len(groups))
+    below = np.cumsum(neg) - neg  # negative weight strictly below each score
+    return float((pos * (below + 0.5 * neg)).sum() / (pos.sum() * neg.sum()))
 
 
 def _logistic(x: np.ndarray, y: np.ndarray, w: np.ndarray, l2: float, steps: int = 3000) -> np.ndarray:
@@ -137,7 +136,8 @@ def fit(
     if len(train) < min_samples:
         evaluation["decision"] = f"kept the defaults: {len(train)} training samples, fewer than {min_samples}"
         return FitResult(tenant, len(samples), weights, evaluation, False)
-    x = np.asarray([s.features for s in train], dtype=float)
+    # the fused score multiplies the weighted signals by (1 + priority): train on what is scored
+    x = np.asarray([np.asarray(s.features) * (1 + s.priority) for s in train], dtype=float)
     y = np.asarray([s.label for s in train], dtype=float)
     sw = np.asarray([s.weight for s in train], dtype=float)
     if y.min() == y.max():
@@ -158,7 +158,10 @@ def fit(
     fitted_auc = auc(_scores(held, list(weights.values())), labels, held_w)
     evaluation["default_auc"] = None if default_auc is None else round(default_auc, 4)
     evaluation["fitted_auc"] = None if fitted_auc is None else round(fitted_auc, 4)
-    if default_auc is None or fitted_auc is None:
+    if not held:
+        evaluation["decision"] = "kept the defaults: no calls left to hold out"
+        in_use = False
+    elif default_auc is None or fitted_auc is None:
         evaluation["decision"] = "kept the defaults: the held-out outcomes are all of one kind"
         in_use = False
     elif fitted_auc >= default_auc + min_gain:

@@ -174,7 +174,8 @@ FROM spark.outcomes o
 JOIN spark.retrieval_items i
   ON i.tenant = o.tenant AND i.retrieval_id = o.retrieval_id AND i.memory_id = o.memory_id
 WHERE o.tenant = %(tenant)s AND o.retrieval_id IS NOT NULL
-ORDER BY o.retrieval_id, o.memory_id, o.created_at DESC, o.id DESC
+-- a person's or an API's verdict beats a hook's inference; then the latest
+ORDER BY o.retrieval_id, o.memory_id, (o.source = 'hook'), o.created_at DESC, o.id DESC
 """
 
 PUT_FUSION_WEIGHTS = """

@@ -45,6 +45,20 @@ def test_auc_counts_pairs_and_ties() -> None:
     assert auc([0.3, 0.4], [1, 1], [1, 1]) is None  # one class only
 
 
+def test_auc_matches_the_pairwise_definition() -> None:
+    rng = random.Random(11)
+    scores = [round(rng.random(), 1) for _ in range(300)]  # many ties
+    labels = [float(rng.random() < 0.4) for _ in range(300)]
+    weights = [rng.choice((1.0, 0.25)) for _ in range(300)]
+    num = den = 0.0
+    for si, yi, wi in zip(scores, labels, weights, strict=True):
+        for sj, yj, wj in zip(scores, labels, weights, strict=True):
+            if yi > 0.5 and yj <= 0.5:
+                num += wi * wj * (1.0 if si > sj else 0.5 if si == sj else 0.0)
+                den += wi * wj
+    assert auc(scores, labels, weights) == pytest.approx(num / den)
+
+
 def test_a_fit_that_beats_the_defaults_is_put_in_use() -> None:
     result = fit(keyword_world(60), DEFAULTS, tenant="t")
     ev = result.evaluation
@@ -77,6 +91,9 @@ def test_too_few_or_uniform_samples_keep_the_defaults() -> None:
     uniform = fit(same, DEFAULTS, tenant="t")
     assert not uniform.in_use and "same" in uniform.evaluation["decision"]
     assert not fit([], DEFAULTS, tenant="t").in_use
+    one_call = [Sample(1, (0.5, kw, 0.1, 0.5, 0.0), 0.0, float(kw > 0.2), 1.0) for kw in (0.1, 0.3) * 30]
+    lone = fit(one_call, DEFAULTS, tenant="t")
+    assert not lone.in_use and "no calls left to hold out" in lone.evaluation["decision"]
     with pytest.raises(InputError, match="holdout_share"):
         fit(same, DEFAULTS, tenant="t", holdout_share=1.0)
 
@@ -159,6 +176,13 @@ def test_fitted_weights_are_stored_and_used_only_when_in_use(conn: Conn, tenant:
     assert "w_keyword" not in (why_weights(conn, tenant, {"w_keyword": 0.5}) or {})
     assert why_weights(conn, tenant, {"fitted_weights": False}) is None
     assert why_weights(conn, tenant, {"fusion": "rrf"}) is None  # weights of the weighted fusion only
+    # a row written by hand changes nothing but the weighted fusion's weights, within their range
+    conn.execute(
+        """UPDATE spark.fusion_weights SET weights = '{"fusion": "bogus", "min_fusion_score": 99,
+               "w_keyword": "x", "w_recency": 50, "w_similarity": 0.5}' WHERE tenant = %s""",
+        (tenant,),
+    )
+    assert why_weights(conn, tenant) == {"w_similarity": 0.5, "_samples": 240}
     # a fit that does not beat the defaults is stored for the record but not used
     conn.execute("UPDATE spark.fusion_weights SET in_use = false WHERE tenant = %s", (tenant,))
     assert why_weights(conn, tenant) is None

@@ -358,6 +358,12 @@ def test_an_edit_adds_the_identifiers_it_introduces_to_the_intent() -> None:
     assert extract_intent("Edit", many, "x").text.split(". ")[-1] == "helper_0 helper_1 helper_2"
     revision = {**edit, "new_string": 'revision = "b7d4e2a1c3f"\nop.add_column("orders", channel_column)'}
     assert extract_intent("Edit", revision, "x").text.endswith(". revision op.add_column channel_column")
+    boilerplate = {
+        "file_path": "/repo/src/cli.py",
+        "content": "from __future__ import annotations\nimport argparse\n# parse the arguments\n"
+        "def run_command(args):\n    self.session.commit()\n",
+    }
+    assert extract_intent("Write", boilerplate, "add a command").text.endswith(". run_command session.commit")
     unchanged = {**edit, "new_string": edit["old_string"]}
     assert extract_intent("Edit", unchanged, "Return 404 for unknown orders").text == (
         "edit orders router: Return 404 for unknown orders"

@@ -113,14 +113,22 @@ _KEYWORDS = frozenset({
 })  # fmt: skip
 
 
+# imports, includes and comment lines name what a file uses, not what an edit does
+_NOT_ACTION_LINE = re.compile(
+    r"^\s*(?:from\s+[\w.]+\s+import\b|import\b|#\s*include\b|use\s+[\w:]+|#|//|/\*|\*|--).*$"
+    r"|^\s*(?:const|let|var)\s+\w+\s*=\s*require\(.*$",
+    re.M,
+)
+
+
 def _added_identifiers(new_bodies: list[str], old_body: str, limit: int = 3) -> str:
     """The first few identifiers an edit introduces (in the new code, not in the replaced code), in order:
     ``HTTPException``, ``onMutate``, ``queryClient.setQueryData``. What an edit adds is what advice is
     about. Language keywords and plain short words do not count."""
-    old = set(_TOKEN.findall(old_body[:SCAN_LIMIT]))
+    old = {_bare(t) for t in _TOKEN.findall(old_body[:SCAN_LIMIT])}
     names: list[str] = []
     for body in new_bodies:
-        for name in _TOKEN.findall(body[:SCAN_LIMIT]):
+        for name in map(_bare, _TOKEN.findall(_NOT_ACTION_LINE.sub("", body[:SCAN_LIMIT]))):
             if name in old or name in _KEYWORDS or name in names or len(name) < 4:
                 continue
             if "." in name and len(name.split(".", 1)[0]) < 2:  # i.price: a loop variable's attribute
@@ -132,3 +140,11 @@ def _added_identifiers(new_bodies: list[str], old_body: str, limit: int = 3) -> 
                 if len(names) == limit:
                     return " ".join(names)
     return " ".join(names)
+
+
+def _bare(name: str) -> str:
+    """``self.session.commit`` -> ``session.commit``: the receiver says nothing."""
+    for prefix in ("self.", "this.", "cls."):
+        if name.startswith(prefix):
+            return name[len(prefix) :]
+    return name
