@@ -104,6 +104,8 @@ class Advisor:
         }
         if opts.domain_filter:
             params["domains"] = list(intent.domains)
+        if self.embedder is not None:  # a vector of another model than the active one is never compared
+            params["query_model"] = self.embedder.spec.name
         params.update(opts.params)
         return params
 

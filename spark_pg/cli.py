@@ -452,6 +452,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_worker_parser(sub)
 
+    from spark_pg.reembed_cli import add_parser as add_reembed_parser
+
+    add_reembed_parser(sub)
+
     p = sub.add_parser("config", help="show the effective tuneables")
     p.set_defaults(func=cmd_config)
     return parser

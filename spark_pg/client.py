@@ -124,10 +124,13 @@ class SparkClient:
 
     def _call(self, query: str, k: int | None, params: Mapping[str, Any] | None) -> dict[str, Any]:
         """The arguments search and explain share: query vector, k and params from the settings."""
+        merged = self.retrieve_params(params)
+        # the model that embedded the query: spark.retrieve ignores the vector if another model is active
+        merged.setdefault("query_model", self.embedder.spec.name)
         return {
             "embedding": self._embed_query(query),
             "k": self.settings.get_int("retrieval.k") if k is None else k,
-            "params": self.retrieve_params(params),
+            "params": merged,
         }
 
     def search(

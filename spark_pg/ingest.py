@@ -41,7 +41,8 @@ def ensure_model(conn: psycopg.Connection[Any], embedder: Embedder) -> int:
         if active is not None and active[1] != spec.name:
             raise ModelMismatch(
                 f"the stored vectors were made by {active[1]}, but embedding.model is {spec.name}; "
-                f"set embedding.model to {active[1]} (re-embedding into a new model is a separate step)"
+                f"set embedding.model to {active[1]}, or move every memory to {spec.name} with "
+                f"`spark-pg reembed --model {spec.name}`"
             )
         row = conn.execute(
             queries.REGISTER_MODEL,

@@ -93,6 +93,46 @@ COMMENT ON FUNCTION spark.register_model(text, integer, text, integer, text, tex
     'query_prefix/document_prefix: text prepended before embedding. The first model registered becomes '
     'active. Returns the model id. 22023 for bad values, 22000 if the name exists with another dim.';
 
+CREATE OR REPLACE FUNCTION spark.activate_model(name text)
+RETURNS TABLE (previous text, active text, queued bigint)
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, @vector_schema@, pg_temp
+AS $fn$
+#variable_conflict use_variable
+DECLARE
+    target spark.embedding_models;
+    old spark.embedding_models;
+BEGIN
+    IF name IS NULL OR name = '' THEN
+        RAISE EXCEPTION 'name must be a registered model name' USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    PERFORM pg_advisory_xact_lock(hashtext('spark.register_model'));
+    SELECT * INTO target FROM spark.embedding_models m WHERE m.name = activate_model.name;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'model % is not registered', quote_literal(name) USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    old := spark.active_model();
+    -- two statements: the one-active index is checked row by row
+    UPDATE spark.embedding_models m SET active = false WHERE m.active AND m.id <> target.id;
+    UPDATE spark.embedding_models m SET active = true WHERE m.id = target.id AND NOT m.active;
+    -- whatever lacks the new model's vector is queued for it (workers must now run that model)
+    DELETE FROM spark.embed_queue;
+    INSERT INTO spark.embed_queue (tenant, memory_id)
+    SELECT mm.tenant, mm.id FROM spark.memories mm
+    WHERE NOT EXISTS (SELECT 1 FROM spark.embeddings e
+                      WHERE e.tenant = mm.tenant AND e.memory_id = mm.id AND e.model_id = target.id);
+    GET DIAGNOSTICS queued = ROW_COUNT;
+    previous := old.name;
+    active := target.name;
+    RETURN NEXT;
+END
+$fn$;
+COMMENT ON FUNCTION spark.activate_model(text) IS
+    'Make a registered model the active one (the one retrieval compares against), in one transaction: the '
+    'previous model''s vectors stay (its index may be dropped after), and spark.embed_queue is rebuilt with '
+    'the memories that lack a vector of the new model. name: spark.embedding_models.name. Returns the '
+    'previous and new active model and how many memories were queued. 22023 for an unknown name.';
+
 CREATE OR REPLACE FUNCTION spark.active_model()
 RETURNS spark.embedding_models
 LANGUAGE sql STABLE

@@ -52,6 +52,8 @@ SELECT jsonb_build_object(
     'pack_yield', 100,             -- the pack's scores x 1 / (1 + own memories / pack_yield): it yields as a
                                    -- tenant's own knowledge grows (100 own memories halve it)
     'use_cache', true,             -- with query_embedding NULL, look the text up in spark.query_embeddings
+    'query_model', NULL,           -- the model that embedded query_embedding; another than the active one:
+                                   -- the embedding is ignored (lexical mode), never compared
     'backlog_watermark', 1000,     -- more of the tenant's memories than this awaiting a vector (spark.embed_queue):
                                    -- retrieval runs lexically, why.mode says so (0 = never degrade)
     'ef_search', 100,              -- hnsw.ef_search for the semantic pool
@@ -130,6 +132,11 @@ BEGIN
             IF item.value NOT IN ('"high_recall"', '"adaptive"', '"high_precision"') THEN
                 RAISE EXCEPTION 'params.precision_mode must be "high_recall", "adaptive" or "high_precision", got %',
                     item.value USING ERRCODE = 'invalid_parameter_value';
+            END IF;
+        ELSIF item.key = 'query_model' THEN
+            IF jsonb_typeof(item.value) NOT IN ('string', 'null') THEN
+                RAISE EXCEPTION 'params.query_model must be a model name or null, got %', item.value
+                    USING ERRCODE = 'invalid_parameter_value';
             END IF;
         ELSIF item.key = 'trigger_text' THEN
             IF jsonb_typeof(item.value) NOT IN ('string', 'null') THEN

@@ -511,6 +511,10 @@ BEGIN
     IF query_embedding IS NOT NULL THEN
         IF mdl.id IS NULL THEN
             qsource := 'ignored: no embedding model registered yet';
+        ELSIF p ->> 'query_model' IS NOT NULL AND p ->> 'query_model' <> mdl.name THEN
+            -- never compare vectors of two models (a client still on the old model during a switch)
+            qsource := format('ignored: the query was embedded by %s, the active model is %s: lexical mode',
+                              p ->> 'query_model', mdl.name);
         ELSIF vector_dims(query_embedding) <> mdl.dim THEN
             RAISE EXCEPTION 'query_embedding has % dimensions; the active model % makes % dimensions',
                 vector_dims(query_embedding), mdl.name, mdl.dim USING ERRCODE = 'data_exception';

@@ -1,0 +1,217 @@
+"""Model changes without outage: ``spark-pg reembed --model NAME``.
+
+1. **Register** the new model (inactive) with its own partial HNSW index; retrieval keeps using the active
+   model's vectors throughout.
+2. **Build** the new model's vectors beside the old ones, in batches of one transaction each (keyset order,
+   so a stopped run resumes where it was), then catch up with memories written meanwhile.
+3. **Canaries**: for a deterministic sample of memories, compare each one's nearest neighbours (within its
+   tenant, itself left out) under the old and the new model; the mean top-k overlap must reach
+   ``min_overlap`` (a broken model, wrong pooling or wrong dimensions scores near 0).
+4. **Switch** in one transaction (``spark.activate_model``): the new model becomes the one retrieval
+   compares against and the queue is rebuilt for it (workers must now run the new model; a worker still on
+   the old one refuses to start). A client still embedding queries with the old model is told so: its
+   vector is ignored (lexical mode), never compared with the new vectors.
+5. **Drop** the old model's HNSW indexes (``DROP INDEX CONCURRENTLY``: queries are not blocked) and, if
+   asked, its vectors; then refresh per-tenant statistics so large tenants get their own index again.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import psycopg
+from psycopg import sql
+from tqdm import tqdm
+
+from spark_pg import queries
+from spark_pg.embedding import Embedder
+from spark_pg.errors import InputError
+
+
+@dataclass
+class ReembedReport:
+    model: str
+    previous: str | None
+    embedded: int = 0
+    build_seconds: float = 0.0
+    canaries: int = 0
+    overlap: float | None = None  # mean top-k neighbour overlap, old vs new model
+    switched: bool = False
+    queued_after_switch: int = 0
+    dropped_indexes: list[str] = field(default_factory=list)
+    dropped_vectors: int = 0
+    decision: str = ""
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "model": self.model,
+            "previous": self.previous,
+            "embedded": self.embedded,
+            "build_seconds": round(self.build_seconds, 2),
+            "canaries": self.canaries,
+            "overlap": None if self.overlap is None else round(self.overlap, 4),
+            "switched": self.switched,
+            "queued_after_switch": self.queued_after_switch,
+            "dropped_indexes": self.dropped_indexes,
+            "dropped_vectors": self.dropped_vectors,
+            "decision": self.decision,
+        }
+
+
+def register(conn: psycopg.Connection[Any], embedder: Embedder) -> tuple[int, str | None]:
+    """Register ``embedder``'s model without activating it; returns (its id, the active model's name)."""
+    spec = embedder.spec
+    with conn.transaction():
+        active = conn.execute(queries.ACTIVE_MODEL).fetchone()
+        row = conn.execute(
+            queries.REGISTER_MODEL,
+            {
+                "name": spec.name,
+                "dim": spec.dim,
+                "pooling": spec.pooling,
+                "max_tokens": spec.max_tokens,
+                "query_prefix": spec.query_prefix,
+                "document_prefix": spec.document_prefix,
+            },
+        ).fetchone()
+    assert row is not None
+    return int(row[0]), (None if active is None else str(active[1]))
+
+
+def build(
+    conn: psycopg.Connection[Any], embedder: Embedder, model_id: int, *, batch: int, progress: bool
+) -> int:
+    """Embed every memory that lacks a vector of ``model_id``; returns how many were stored."""
+    total_row = conn.execute(queries.COUNT_MISSING_FOR_MODEL, {"model_id": model_id}).fetchone()
+    assert total_row is not None
+    stored = 0
+    after: tuple[str, int] = ("", 0)
+    desc = f"reembed {embedder.spec.name}"
+    with tqdm(total=int(total_row[0]), desc=desc, unit="mem", disable=not progress) as bar:
+        while True:
+            with conn.transaction():
+                rows = conn.execute(
+                    queries.MISSING_FOR_MODEL,
+                    {"model_id": model_id, "tenant": after[0], "id": after[1], "n": batch},
+                ).fetchall()
+                if not rows:
+                    return stored
+                vectors = embedder.embed_documents([r[2] for r in rows], batch_size=min(batch, 32))
+                stored += conn.execute(
+                    queries.STORE_CLAIMED,
+                    {
+                        "model_id": model_id,
+                        "tenants": [r[0] for r in rows],
+                        "ids": [r[1] for r in rows],
+                        "hashes": [r[3] for r in rows],
+                        "vectors": vectors,
+                    },
+                ).rowcount
+            after = (str(rows[-1][0]), int(rows[-1][1]))
+            bar.update(len(rows))
+
+
+def canary_overlap(
+    conn: psycopg.Connection[Any], old_id: int, new_id: int, *, canaries: int, k: int
+) -> tuple[int, float | None]:
+    """(canaries compared, mean overlap of the k nearest neighbours under both models)."""
+    rows = conn.execute(
+        queries.CANARY_OVERLAP, {"old": old_id, "new": new_id, "n": canaries, "k": k}
+    ).fetchall()
+    values = [float(r[0]) for r in rows if r[0] is not None]  # a memory alone in its tenant has no neighbours
+    if not values:
+        return 0, None
+    return len(values), sum(values) / len(values)
+
+
+def reembed(
+    conn: psycopg.Connection[Any],
+    embedder: Embedder,
+    *,
+    batch: int = 64,
+    canaries: int = 20,
+    k: int = 10,
+    min_overlap: float = 0.3,
+    switch: bool = True,
+    drop_old_vectors: bool = False,
+    progress: bool = False,
+) -> ReembedReport:
+    """Build ``embedder``'s vectors, check them on canaries, switch and drop the old index (see module).
+
+    ``conn`` must be in autocommit mode: each batch is its own transaction and indexes are dropped
+    concurrently."""
+    if not conn.autocommit:
+        raise InputError("reembed needs a connection in autocommit mode")
+    if not 1 <= batch <= 1000:
+        raise InputError(f"batch must be from 1 to 1000, got {batch}")
+    if not 0 <= min_overlap <= 1:
+        raise InputError(f"min_overlap must be from 0 to 1, got {min_overlap}")
+    if canaries < 0 or not 1 <= k <= 100:
+        raise InputError(f"canaries must be 0 or more and k from 1 to 100, got {canaries} and {k}")
+    model_id, previous = register(conn, embedder)
+    report = ReembedReport(model=embedder.spec.name, previous=previous)
+    started = time.perf_counter()
+    for _ in range(3):  # then catch up with what was written during the pass
+        added = build(conn, embedder, model_id, batch=batch, progress=progress)
+        report.embedded += added
+        if added == 0:
+            break
+    report.build_seconds = time.perf_counter() - started
+    if previous is None or previous == embedder.spec.name:
+        report.decision = "no other model was active: the vectors are built, nothing to switch"
+        if previous is None and switch:
+            _switch(conn, report)
+        return report
+    old_row = conn.execute(queries.MODEL_ID, {"name": previous}).fetchone()
+    assert old_row is not None
+    old_id = int(old_row[0])
+    report.canaries, report.overlap = canary_overlap(conn, old_id, model_id, canaries=canaries, k=k)
+    if report.overlap is not None and report.overlap < min_overlap:
+        report.decision = (
+            f"not switched: canary overlap {report.overlap:.2f} is under {min_overlap} "
+            "(the new vectors disagree with the old ones; check the model)"
+        )
+        return report
+    if not switch:
+        report.decision = "built and checked; not switched (--no-switch)"
+        return report
+    _switch(conn, report)
+    report.dropped_indexes = _drop_indexes(conn, old_id)
+    if drop_old_vectors:
+        report.dropped_vectors = _drop_vectors(conn, old_id)
+    conn.execute(queries.REFRESH_TENANT_STATS_ALL)
+    report.decision = f"switched from {previous} to {embedder.spec.name}"
+    return report
+
+
+def _switch(conn: psycopg.Connection[Any], report: ReembedReport) -> None:
+    with conn.transaction():
+        row = conn.execute(queries.ACTIVATE_MODEL, {"name": report.model}).fetchone()
+    assert row is not None
+    report.switched = True
+    report.queued_after_switch = int(row[2])
+
+
+def _drop_indexes(conn: psycopg.Connection[Any], old_id: int) -> list[str]:
+    """The old model's shared and per-tenant HNSW indexes, dropped without blocking queries."""
+    names = [f"embeddings_hnsw_m{old_id}"] + [
+        str(r[0]) for r in conn.execute(queries.MODEL_TENANT_INDEXES, {"model_id": old_id}).fetchall()
+    ]
+    dropped = []
+    for name in names:
+        conn.execute(sql.SQL("DROP INDEX CONCURRENTLY IF EXISTS spark.{}").format(sql.Identifier(name)))
+        dropped.append(name)
+    conn.execute(queries.FORGET_MODEL_TENANT_INDEXES, {"model_id": old_id})
+    return dropped
+
+
+def _drop_vectors(conn: psycopg.Connection[Any], old_id: int, chunk: int = 5000) -> int:
+    """Delete the old model's vectors in short transactions."""
+    total = 0
+    while True:
+        n = conn.execute(queries.DELETE_MODEL_VECTORS, {"model_id": old_id, "n": chunk}).rowcount
+        total += n
+        if n < chunk:
+            return total

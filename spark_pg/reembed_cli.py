@@ -1,0 +1,66 @@
+"""`spark-pg reembed --model NAME`: move every memory to another embedding model without an outage
+(spark_pg.reembed, imported only when the command runs)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+
+def cmd_reembed(args: argparse.Namespace) -> int:
+    from spark_pg.config import load_settings
+    from spark_pg.db import connect, database_url
+    from spark_pg.embedding import MODELS, load_embedder
+    from spark_pg.errors import InputError
+    from spark_pg.reembed import reembed
+    from spark_pg.schema import require_current
+
+    if args.model not in MODELS:
+        raise InputError(f"unknown model {args.model!r}; known: {', '.join(sorted(MODELS))}")
+    settings = load_settings()
+    if args.model != settings.get_str("embedding.model"):  # the configured model folder is the old model's
+        settings = load_settings({"embedding.model": args.model, "embedding.model_dir": None})
+    embedder = load_embedder(settings)
+    with connect(database_url(settings), autocommit=True) as conn:
+        require_current(conn)
+        report = reembed(
+            conn,
+            embedder,
+            batch=args.batch,
+            canaries=args.canaries,
+            k=args.k,
+            min_overlap=args.min_overlap,
+            switch=not args.no_switch,
+            drop_old_vectors=args.drop_old_vectors,
+            progress=not args.quiet,
+        )
+    out = report.as_json()
+    if args.json:
+        print(json.dumps(out))
+    else:
+        print(
+            f"{out['embedded']} vectors of {out['model']} built in {out['build_seconds']} s; canaries: "
+            f"{out['canaries']}, top-{args.k} overlap {out['overlap']}\n{out['decision']}"
+        )
+        if out["switched"]:
+            print(
+                f"set embedding.model to {out['model']} for every worker and client "
+                f"({out['queued_after_switch']} memories queued for the worker)"
+            )
+    return 1 if out["decision"].startswith("not switched") else 0
+
+
+def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = subparsers.add_parser(
+        "reembed", help="build another model's vectors beside the active ones, check them, switch (no outage)"
+    )
+    p.add_argument("--model", required=True, help="the new model (see `spark-pg model info`)")
+    p.add_argument("--batch", type=int, default=64, help="memories per transaction (default 64)")
+    p.add_argument("--canaries", type=int, default=20, help="memories whose neighbours are compared")
+    p.add_argument("--k", type=int, default=10, help="neighbours compared per canary")
+    p.add_argument("--min-overlap", type=float, default=0.3, help="mean overlap needed to switch (0-1)")
+    p.add_argument("--no-switch", action="store_true", help="build and check only")
+    p.add_argument("--drop-old-vectors", action="store_true", help="after the switch, delete the old vectors")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_reembed)

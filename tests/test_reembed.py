@@ -1,0 +1,175 @@
+"""Model changes without outage: build another model's vectors beside the active ones, check them on
+canaries, switch, drop the old index; retrieval answers all along and never compares two models' vectors.
+
+The second model: only one model's weights install offline here (all-MiniLM-L6-v2, int8), so the new model
+is those weights with CLS pooling instead of mean (a real fastembed configuration, registered under its own
+name): its vectors differ from the active model's, which is what a switch has to handle.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+
+import psycopg
+import pytest
+from psycopg.types.json import Jsonb
+
+from spark_pg.config import Settings
+from spark_pg.db import connect
+from spark_pg.embedding import Embedder, ModelSpec, model_dir_for
+from spark_pg.errors import InputError, ModelMismatch
+from spark_pg.ingest import ingest
+from spark_pg.records import MemoryIn
+from spark_pg.reembed import reembed
+from spark_pg.worker import run_worker
+from tests.conftest import temp_database
+
+NEW = "minilm-int8-cls"
+TOPICS = [
+    "Verify JWT signatures on the server before trusting a claim",
+    "Write an Alembic revision for every schema change",
+    "Take a database backup before a destructive migration",
+    "Pin Docker base images by digest for reproducible builds",
+    "Run pytest -x when the test suite is slow",
+    "Rotate refresh tokens on every use",
+]
+
+
+@pytest.fixture(scope="module")
+def cls_embedder(model_settings: Settings) -> Embedder:
+    from fastembed import TextEmbedding
+    from fastembed.common.model_description import ModelSource, PoolingType
+
+    name = "spark-pg-test/minilm-int8-cls"
+    if not any(d["model"] == name for d in TextEmbedding.list_supported_models()):
+        TextEmbedding.add_custom_model(
+            model=name,
+            pooling=PoolingType.CLS,
+            normalization=True,
+            sources=ModelSource(hf=name),
+            dim=384,
+            model_file="model.onnx",
+        )
+    folder = model_dir_for(model_settings)
+    model = TextEmbedding(
+        name, specific_model_path=str(folder), cache_dir=str(model_settings.home / "fastembed")
+    )
+    return Embedder(ModelSpec(NEW, name, 384, "cls", 256, offline_files=True), model)
+
+
+@pytest.fixture
+def rdb(server_url: str, embedder: Embedder) -> Iterator[str]:
+    with temp_database(server_url, install=True) as url:
+        with connect(url) as c:
+            rows = [
+                MemoryIn(tenant=t, key=f"{t}{i}", text=f"{TOPICS[i % len(TOPICS)]} (case {i})")
+                for t in ("a", "b")
+                for i in range(30)
+            ]
+            ingest(c, rows, embedder)
+            c.commit()
+        yield url
+
+
+def search(url: str, embedder: Embedder, query: str) -> tuple[int, str]:
+    with connect(url) as c:
+        rows = c.execute(
+            "SELECT why ->> 'mode' FROM spark.retrieve('a', %s, %s, 5, %s)",
+            (query, embedder.embed_query(query), Jsonb({"query_model": embedder.spec.name})),
+        ).fetchall()
+    return len(rows), (rows[0][0] if rows else "")
+
+
+def index_exists(url: str, name: str) -> bool:
+    with connect(url) as c:
+        row = c.execute("SELECT to_regclass(%s) IS NOT NULL", (f"spark.{name}",)).fetchone()
+    return bool(row and row[0])
+
+
+def test_a_switch_under_continuous_queries_always_answers(
+    rdb: str, embedder: Embedder, cls_embedder: Embedder
+) -> None:
+    answers: list[tuple[int, str]] = []
+    stop = threading.Event()
+
+    def query_all_along() -> None:
+        while not stop.is_set():
+            answers.append(search(rdb, embedder, "schema migration safety"))
+            time.sleep(0.01)
+
+    thread = threading.Thread(target=query_all_along)
+    thread.start()
+    try:
+        time.sleep(0.3)
+        with connect(rdb, autocommit=True) as c:
+            report = reembed(c, cls_embedder, batch=8, canaries=10, k=5, min_overlap=0.05)
+        time.sleep(0.3)
+    finally:
+        stop.set()
+        thread.join(timeout=30)
+    assert report.switched and report.previous == "all-MiniLM-L6-v2-int8", report.decision
+    assert report.embedded == 60 and report.canaries == 10 and report.overlap is not None
+    assert report.queued_after_switch == 0
+    assert len(answers) > 10 and all(n > 0 for n, _ in answers)  # never without an answer
+    modes = [m for _, m in answers]
+    assert modes[0] == "hybrid" and modes[-1] == "lexical"  # the old model's query vector is never compared
+    found, mode = search(rdb, cls_embedder, "schema migration safety")
+    assert found > 0 and mode == "hybrid"
+    assert not index_exists(rdb, "embeddings_hnsw_m1") and index_exists(rdb, "embeddings_hnsw_m2")
+    with connect(rdb) as c:
+        assert c.execute("SELECT name FROM spark.active_model()").fetchone() == (NEW,)
+        kept = c.execute("SELECT count(*) FROM spark.embeddings WHERE model_id = 1").fetchone()
+    assert kept == (60,)  # the old vectors stay unless asked (a way back)
+
+
+def test_the_configured_old_model_is_refused_after_the_switch(
+    rdb: str, embedder: Embedder, cls_embedder: Embedder
+) -> None:
+    with connect(rdb, autocommit=True) as c:
+        reembed(c, cls_embedder, canaries=0, drop_old_vectors=True)
+        assert c.execute("SELECT count(*) FROM spark.embeddings WHERE model_id = 1").fetchone() == (0,)
+        with pytest.raises(ModelMismatch, match=r"reembed|embedding\.model"):
+            run_worker(c, embedder, once=True)
+    with connect(rdb) as c, pytest.raises(ModelMismatch):
+        ingest(c, [MemoryIn(tenant="a", key="late", text="A late memory")], embedder)
+
+
+def test_canaries_that_disagree_stop_the_switch_and_a_rerun_catches_up(
+    rdb: str, embedder: Embedder, cls_embedder: Embedder
+) -> None:
+    with connect(rdb, autocommit=True) as c:
+        refused = reembed(c, cls_embedder, canaries=10, k=5, min_overlap=1.0)
+        assert not refused.switched and refused.decision.startswith("not switched")
+        assert c.execute("SELECT name FROM spark.active_model()").fetchone() == ("all-MiniLM-L6-v2-int8",)
+    with connect(rdb) as c:  # written with the active model while the new one waits
+        ingest(c, [MemoryIn(tenant="a", key="late", text="Never force-push to main")], embedder)
+        c.commit()
+    with connect(rdb, autocommit=True) as c:
+        done = reembed(c, cls_embedder, canaries=10, k=5, min_overlap=0.0)
+    assert done.switched and done.embedded == 1  # only what the first run had not built
+
+
+def test_activation_and_arguments_are_checked(rdb: str, embedder: Embedder, cls_embedder: Embedder) -> None:
+    with connect(rdb) as c:
+        for name in ("nope", None, ""):
+            with pytest.raises(psycopg.errors.InvalidParameterValue), c.transaction():
+                c.execute("SELECT * FROM spark.activate_model(%s)", (name,))
+        with pytest.raises(psycopg.errors.InvalidParameterValue, match="query_model"), c.transaction():
+            c.execute("SELECT * FROM spark.retrieve('a', 'x', NULL, 5, '{\"query_model\": 3}')")
+    with connect(rdb) as c, pytest.raises(InputError, match="autocommit"):
+        reembed(c, cls_embedder)
+    with connect(rdb, autocommit=True) as c:
+        for kwargs in ({"batch": 0}, {"min_overlap": 2.0}, {"k": 0}, {"canaries": -1}):
+            with pytest.raises(InputError):
+                reembed(c, cls_embedder, **kwargs)  # type: ignore[arg-type]
+        same = reembed(c, embedder)  # the active model itself: nothing to build or switch
+    assert (same.embedded, same.switched) == (0, False) and "nothing to switch" in same.decision
+
+
+def test_cli_refuses_an_unknown_model(cli_env: str, capsys: pytest.CaptureFixture[str]) -> None:
+    from spark_pg.cli import main
+
+    assert main(["reembed", "--model", "no-such-model"]) == 2
+    assert "unknown model" in capsys.readouterr().err
