@@ -1,8 +1,10 @@
 """`spark-pg bench --hooks`: hook latency as Claude Code sees it, from process start to answer.
 
-Loads the advisor scenarios' memory pool (233 memories of one developer) into a scratch tenant, uses the
-hook server answering on ``--socket`` (else on the default socket) or starts ``spark-pg serve`` on a
-private socket, then runs N real ``spark-pg hook pre-tool-use`` processes (P at once) on the scenarios'
+Loads the advisor scenarios' memory pool (233 memories of one developer) into a scratch tenant, starts its
+own ``spark-pg serve`` on a private socket (never the default one: a server already running there may
+serve another database, where the scratch tenant does not exist) or, with ``--socket``, uses the server
+answering there (the caller's choice: it must serve the same database as this process) or starts one
+there, then runs N real ``spark-pg hook pre-tool-use`` processes (P at once) on the scenarios'
 tool calls as PreToolUse events, each followed by its ``post-tool-use``, and times each process from spawn
 to exit. Reports p50/p95/p99, how many calls got advice, the server's RSS and a bare Python start-up for
 reference; deletes the tenant's rows afterwards.
@@ -92,14 +94,14 @@ def percentiles(values: list[float]) -> dict[str, float]:
 
 
 class _Server:
-    """The server to measure against: one that answers already, or one started here (and stopped)."""
+    """The server to measure against: one started here on a private socket in ``workdir`` (and stopped), or
+    with an explicit ``socket`` the one answering there (else one started there)."""
 
     def __init__(self, socket: Path | None, workdir: Path) -> None:
         self.proc: subprocess.Popen[bytes] | None = None
         self.ready_s: float | None = None
-        path = socket or Path(wire.default_socket_path())
-        if wire.ping(path) is not None:
-            self.path = path
+        if socket is not None and wire.ping(socket) is not None:
+            self.path = socket
             return
         self.path = socket or workdir / "hooks.sock"
         log = workdir / "serve.log"

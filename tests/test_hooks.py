@@ -19,6 +19,7 @@ from typing import Any
 import psycopg
 import pytest
 
+from spark_pg import bench_hooks
 from spark_pg.client import SparkClient
 from spark_pg.config import Settings
 from spark_pg.db import connect
@@ -26,7 +27,7 @@ from spark_pg.embedding import Embedder
 from spark_pg.hooks import client, wire
 from spark_pg.hooks.outcomes import Pending, advice_tokens, judge
 from spark_pg.hooks.protocol import POST, PRE, call_failed, parse_event, pre_output
-from spark_pg.hooks.server import HookServer, open_pool
+from spark_pg.hooks.server import HookServer, HookServerError, SocketClaim, open_pool
 from spark_pg.hooks.service import HookService
 from spark_pg.ingest import ingest
 from spark_pg.records import MemoryIn
@@ -403,3 +404,195 @@ def test_a_server_answers_several_agents_at_once(sock: str) -> None:
         th.join()
     assert len(results) == 6 and all(r["ok"] and r["output"] for r in results)
     assert wire.ask(sock, {"v": 99, "op": "ping"}, 5)["ok"] is False
+
+
+def failed_event(session: str, tool_input: dict[str, Any]) -> str:
+    """A PostToolUseFailure event, as Claude Code sends it for a call that failed."""
+    failure = {
+        k: v for k, v in json.loads(event(POST, session, "Bash", tool_input)).items() if k != "tool_response"
+    }
+    failure |= {"hook_event_name": "PostToolUseFailure", "error": "exit status 1", "is_interrupt": False}
+    return json.dumps(failure)
+
+
+def test_a_failing_retry_loop_marks_a_memory_ignored_once_per_session(
+    sock: str, hdb: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    s = "sess-retry-loop"
+    opts = ("--socket", sock, "--tenant", T)
+    call = {"command": "pytest tests/"}
+    for _ in range(4):  # the same failing call, retried: each retry resurfaces the advice and ignores it
+        hook(monkeypatch, capsys, event(PRE, s, "Bash", call), "pre-tool-use", *opts)
+        hook(monkeypatch, capsys, failed_event(s, call), "post-tool-use", *opts)
+    calls = retrievals(hdb, s)
+    assert len(calls) == 4 and all("pytest-x" in keys for _, keys in calls)
+    assert outcome_rows(hdb, s) == [(calls[0][0], "pytest-x", "ignored", "hook")]  # one, not three
+    # following it later still counts, on its latest surfacing
+    applied = {"command": "pytest -x tests/"}
+    hook(monkeypatch, capsys, event(PRE, s, "Bash", applied), "pre-tool-use", *opts)
+    hook(monkeypatch, capsys, event(POST, s, "Bash", applied), "post-tool-use", *opts)
+    assert outcome_rows(hdb, s) == [
+        (calls[0][0], "pytest-x", "ignored", "hook"),
+        (calls[-1][0], "pytest-x", "followed", "hook"),
+    ]
+
+
+def test_advice_without_a_distinctive_token_is_never_judged() -> None:
+    prose = Pending(10, 1, "Keep functions small and give them clear names.", "Bash pytest tests/")
+    assert advice_tokens(prose.text) == []
+    # it could never be judged followed, so a failed call that resurfaced it does not judge it ignored
+    assert judge([prose], "pytest tests/", failed=True, current=11, resurfaced=[1]) == []
+    tokened = Pending(9, 2, "Run pytest with -x when a suite is slow.", "Bash pytest tests/")
+    [ignored] = judge([prose, tokened], "pytest tests/", failed=True, current=11, resurfaced=[1, 2])
+    assert (ignored.memory_id, ignored.outcome) == (2, "ignored")
+    # a memory the session already judged ignored is not judged ignored again, but can still be followed
+    assert judge([tokened], "pytest tests/", failed=True, current=11, resurfaced=[2], ignored=[2]) == []
+    [followed] = judge([tokened], "pytest -x tests/", failed=True, current=11, resurfaced=[2], ignored=[2])
+    assert followed.outcome == "followed"
+
+
+def test_fail_and_break_describe_the_situation_and_do_not_drop_the_advice() -> None:
+    tokens = {t.text for t in advice_tokens("When pytest fails, re-run only the failed tests with --lf.")}
+    assert tokens == {"--lf"}
+    assert {t.text for t in advice_tokens("If the build breaks, run `make clean` first.")} == {"make clean"}
+    # real warning words still drop their clause
+    assert advice_tokens("`git push --force` is dangerous on a shared branch.") == []
+    assert advice_tokens("DROP TABLE is destructive; CREATE INDEX without CONCURRENTLY is risky.") == []
+
+
+def test_the_client_sends_its_remaining_budget_as_deadline_ms(monkeypatch: pytest.MonkeyPatch) -> None:
+    sent: list[tuple[dict[str, Any], float]] = []
+
+    def ask(path: str, request: dict[str, Any], timeout: float) -> dict[str, Any]:
+        sent.append((request, timeout))
+        return {"ok": True, "output": None}
+
+    monkeypatch.setattr(client.wire, "ask", ask)
+    args = client.build_parser().parse_args(["pre-tool-use", "--socket", "/nonexistent/s.sock"])
+    request = client.request_for(args, event(PRE, "s", "Bash", {"command": "make"}).encode())
+    assert "deadline_ms" not in request
+    client.answer(args, request, time.monotonic() + 10)
+    client.answer(args, request, time.monotonic() + 0.3)
+    (first, wait1), (second, wait2) = sent
+    assert (first["deadline_ms"], wait1) == (1000, client.SOCKET_TIMEOUT)  # the round trip's own limit
+    assert 200 < second["deadline_ms"] <= 300 and wait2 <= 0.3
+
+
+def test_advice_the_client_no_longer_waits_for_is_rolled_back_not_logged(
+    hdb: str, embedder: Embedder, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from spark_pg.advisor import Advisor
+
+    original = Advisor.advise
+
+    def slow_advise(self: Advisor, *args: Any, **kwargs: Any) -> Any:
+        advice = original(self, *args, **kwargs)  # spark.advise has logged the call, not yet committed
+        time.sleep(0.3)
+        return advice
+
+    monkeypatch.setattr(Advisor, "advise", slow_advise)
+    pool = open_pool(hdb, 1)
+    waits: list[float | None] = []
+
+    def connection(timeout: float | None = None) -> Any:
+        waits.append(timeout)
+        return pool.connection(timeout=timeout)
+
+    service = HookService(connection, lambda: embedder)
+
+    def request(session: str, **extra: Any) -> dict[str, Any]:
+        ev = parse_event(PRE, json.loads(event(PRE, session, "Bash", {"command": "alembic upgrade head"})))
+        return {"v": wire.VERSION, "op": "hook", "tenant": T, "event": ev.to_wire(), **extra}
+
+    try:
+        late = service.respond(request("sess-late", deadline_ms=200))
+        assert (late["ok"], late["output"], late["expired"]) == (True, None, True)
+        assert waits and waits[0] is not None and 0 < waits[0] <= 0.2  # the pool wait is bounded too
+        assert retrievals(hdb, "sess-late") == []  # rolled back: never logged, never judged
+        on_time = service.respond(request("sess-on-time", deadline_ms=10_000))
+        assert on_time["ok"] and on_time["output"] and "expired" not in on_time
+        assert len(retrievals(hdb, "sess-on-time")) == 1
+        waits.clear()
+        spent = service.respond(request("sess-spent", deadline_ms=0))  # nothing left: no connection at all
+        assert (spent["output"], spent["expired"], waits) == (None, True, [])
+        assert service.respond(request("sess-bad", deadline_ms="soon"))["ok"] is False
+        assert len(retrievals(hdb, "sess-no-deadline")) == 0
+        assert service.respond(request("sess-no-deadline"))["output"]  # old clients: no deadline
+        assert len(retrievals(hdb, "sess-no-deadline")) == 1
+    finally:
+        pool.close()
+
+
+def test_the_server_never_removes_what_is_not_a_socket(cli_env: str, tmp_path: Path) -> None:
+    notes = tmp_path / "notes.txt"
+    notes.write_text("my notes\n")
+    with pytest.raises(HookServerError, match="not a socket"):
+        SocketClaim(notes)
+    assert notes.read_text() == "my notes\n" and not (tmp_path / ".notes.txt.lock").exists()
+    link = tmp_path / "link.sock"
+    link.symlink_to(notes)
+    with pytest.raises(HookServerError, match="not a socket"):
+        SocketClaim(link)
+    assert link.is_symlink() and notes.read_text() == "my notes\n"
+    proc = subprocess.run(
+        [str(SPARK_PG), "serve", "--socket", str(notes)],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+    assert proc.returncode == 2 and "not a socket" in proc.stderr, proc.stderr
+    assert notes.read_text() == "my notes\n"
+
+
+def test_the_lock_file_is_neither_truncated_nor_followed(tmp_path: Path) -> None:
+    target = tmp_path / "precious"
+    target.write_text("keep me\n")
+    (tmp_path / ".a.sock.lock").symlink_to(target)
+    with pytest.raises(HookServerError, match="lock file"):
+        SocketClaim(tmp_path / "a.sock")
+    assert target.read_text() == "keep me\n"
+    lock = tmp_path / ".b.sock.lock"
+    lock.write_text("left by someone\n")
+    claim = SocketClaim(tmp_path / "b.sock")
+    try:
+        assert lock.read_text() == "left by someone\n"
+        with pytest.raises(HookServerError, match="holds"):
+            SocketClaim(tmp_path / "b.sock")  # the lock still excludes a second server
+    finally:
+        claim.release()
+    SocketClaim(tmp_path / "b.sock").release()
+
+
+def test_the_hook_bench_starts_its_own_server_unless_given_a_socket(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    other = tmp_path / "default.sock"  # a server of another database answers on the default socket
+    monkeypatch.setenv(wire.SOCKET_ENV, str(other))
+    started: list[str] = []
+
+    class FakeServe:
+        def __init__(self, args: list[str], **_: Any) -> None:
+            started.append(args[args.index("--socket") + 1])
+
+        def poll(self) -> None:
+            return None
+
+        def send_signal(self, signum: int) -> None:
+            pass
+
+        def wait(self, timeout: float | None = None) -> int:
+            return 0
+
+    def ping(path: str | os.PathLike[str], timeout: float = 1.0) -> dict[str, Any] | None:
+        return {"ok": True, "pid": 1} if Path(path) == other or str(path) in started else None
+
+    monkeypatch.setattr(bench_hooks.subprocess, "Popen", FakeServe)
+    monkeypatch.setattr(bench_hooks.wire, "ping", ping)
+    work = tmp_path / "work"  # the bench's temporary directory
+    work.mkdir()
+    private = bench_hooks._Server(None, work)
+    assert private.path == work / "hooks.sock" and private.proc is not None
+    assert started == [str(private.path)]
+    chosen = bench_hooks._Server(other, work)  # --socket: the user's choice, used as it is
+    assert chosen.path == other and chosen.proc is None and len(started) == 1

@@ -125,17 +125,24 @@ def request_for(args: argparse.Namespace, raw: bytes) -> dict[str, Any]:
     }
 
 
+def with_budget(request: dict[str, Any], seconds: float) -> dict[str, Any]:
+    """The request with ``deadline_ms``: how long this client still waits for the answer. The server
+    commits no advice it cannot deliver in time (a budget, not a clock reading: no shared clock needed)."""
+    return request | {"deadline_ms": max(0, int(seconds * 1000))}
+
+
 def answer(args: argparse.Namespace, request: dict[str, Any], deadline: float) -> dict[str, Any] | None:
     """What to print: the server's answer, else (no server) the in-process one."""
     path = args.socket or wire.default_socket_path()
+    wait = min(SOCKET_TIMEOUT, deadline - time.monotonic())
     try:
-        response = wire.ask(path, request, min(SOCKET_TIMEOUT, deadline - time.monotonic()))
+        response = wire.ask(path, with_budget(request, wait), wait)
     except wire.ServerUnavailable:
         if args.no_fallback:
             return None
         from spark_pg.hooks.service import run_local  # the heavy path: psycopg, the model
 
-        response = run_local(request)
+        response = run_local(with_budget(request, deadline - time.monotonic()))
     if not response.get("ok"):
         raise RuntimeError(str(response.get("error") or "the server refused the request"))
     output = response.get("output")

@@ -10,8 +10,10 @@ C's own, and records at most one verdict per surfaced item (source ``hook``):
   ``-x`` only together with another word of its sentence) appears in C's input and did not appear in the
   call the advice was surfaced for. Tokens the advice warns against (after never / don't / avoid /
   instead of / rather than ... in the same clause) do not count.
-* **ignored**: C failed, the advisor surfaced the same memory again for C (it was still relevant), and C
-  did not apply it.
+* **ignored**: C failed, the advisor surfaced the same memory again for C (it was still relevant), the
+  advice has at least one distinctive token (so that C *could* have been seen to apply it) and C did not
+  apply it; at most once per memory per session, so that a failing retry loop costs a memory one
+  ``ignored``, not one per retry.
 * helpful and unhelpful are never inferred here: a successful call says nothing about the advice.
 
 Only the latest unjudged surfacing of a memory is judged; a verdict also settles the memory's earlier
@@ -44,6 +46,11 @@ WHERE r.tenant = %(tenant)s AND r.session_id = %(session)s AND r.tool_name = %(t
 SURFACED = """
 SELECT i.memory_id FROM spark.retrieval_items i WHERE i.tenant = %(tenant)s AND i.retrieval_id = %(id)s
 """
+# the memories this session already judged ignored (by any source): one ignored per memory per session
+IGNORED = """
+SELECT DISTINCT o.memory_id FROM spark.outcomes o
+WHERE o.tenant = %(tenant)s AND o.session_id = %(session)s AND o.outcome = 'ignored'
+"""
 # the session's recent surfaced items that no hook verdict covers yet (one on this call or a later one)
 PENDING = """
 SELECT r.id, i.memory_id, m.text, coalesce(r.trigger_text, '')
@@ -66,10 +73,12 @@ _NEGATION = re.compile(
     r"cannot|shouldn'?t|mustn'?t|isn'?t|aren'?t|forbid\w*|prohibit\w*|over)\b",
     re.IGNORECASE,
 )
-# a clause that warns about something names it anywhere ("DROP TABLE is dangerous"): none of it counts
+# a clause that warns about something names it anywhere ("DROP TABLE is dangerous"): none of it counts.
+# Not fail* or break*: they mostly describe the situation the advice is for ("when pytest fails, re-run
+# only the failed tests with --lf", "if the build breaks, ..."), and would drop the recommendation itself.
 _WARNING = re.compile(
     r"\b(?:danger\w*|unsafe|risk\w*|bad|careful|beware|warn\w*|destructive|harmful|deprecated|"
-    r"break\w*|broken|fail\w*|error-prone|leak\w*|mistake\w*|wrong)\b",
+    r"broken|error-prone|leak\w*|mistake\w*|wrong)\b",
     re.IGNORECASE,
 )
 _SPAN = re.compile(r"`([^`\n]{3,120})`")
@@ -203,11 +212,19 @@ def call_text(tool_input: Mapping[str, Any] | str | None) -> str:
 
 
 def judge(
-    pending: Iterable[Pending], call: str, *, failed: bool, current: int | None, resurfaced: Iterable[int]
+    pending: Iterable[Pending],
+    call: str,
+    *,
+    failed: bool,
+    current: int | None,
+    resurfaced: Iterable[int],
+    ignored: Iterable[int] = (),
 ) -> list[Verdict]:
     """The verdicts a call (its input text ``call``, whether it ``failed``, the retrieval logged for it and
-    the memories that retrieval surfaced again) allows on the session's pending items, newest first."""
+    the memories that retrieval surfaced again) allows on the session's pending items, newest first.
+    ``ignored``: the memories the session already judged ignored, which are not judged ignored again."""
     again = set(resurfaced)
+    already_ignored = set(ignored)
     judged: set[int] = set()
     verdicts: list[Verdict] = []
     for item in pending:
@@ -216,10 +233,13 @@ def judge(
         if item.memory_id in judged:
             continue  # only the latest surfacing of a memory is judged
         judged.add(item.memory_id)
-        token = next((t for t in advice_tokens(item.text) if applied(t, call, item.call_text)), None)
+        tokens = advice_tokens(item.text)
+        if not tokens:
+            continue  # nothing could show it followed, so nothing may show it ignored either
+        token = next((t for t in tokens if applied(t, call, item.call_text)), None)
         if token is not None:
             verdicts.append(Verdict(item.retrieval_id, item.memory_id, "followed", token.text))
-        elif failed and item.memory_id in again:
+        elif failed and item.memory_id in again and item.memory_id not in already_ignored:
             why = "surfaced again for a call that failed"
             verdicts.append(Verdict(item.retrieval_id, item.memory_id, "ignored", why))
     return verdicts
@@ -247,8 +267,16 @@ def record(conn: psycopg.Connection[Any], tenant: str, event: HookEvent) -> list
         if current is not None:
             again = [int(r[0]) for r in conn.execute(SURFACED, {"tenant": tenant, "id": current})]
         pending = [Pending(int(r[0]), int(r[1]), str(r[2]), str(r[3])) for r in conn.execute(PENDING, args)]
+        ignored: Sequence[int] = []
+        if event.failed and again:
+            ignored = [int(r[0]) for r in conn.execute(IGNORED, args)]
         verdicts = judge(
-            pending, call_text(event.tool_input), failed=event.failed, current=current, resurfaced=again
+            pending,
+            call_text(event.tool_input),
+            failed=event.failed,
+            current=current,
+            resurfaced=again,
+            ignored=ignored,
         )
         for v in verdicts:
             conn.execute(

@@ -3,7 +3,8 @@
 One thread per connection (``socketserver.ThreadingMixIn``), one request per connection (:mod:`.wire`).
 The socket is created with mode 0600 in a 0700 directory: whoever can connect can write outcomes. On
 start the server takes an exclusive lock next to the socket, refuses to start when another server holds
-it or answers on the socket, and removes a stale socket file; SIGTERM and SIGINT stop it cleanly (the
+it or answers on the socket, and removes a stale socket file (only a socket: anything else at the path is
+left alone and the server refuses to start); SIGTERM and SIGINT stop it cleanly (the
 socket file is removed, the pool closed).
 """
 
@@ -13,13 +14,14 @@ import fcntl
 import os
 import signal
 import socketserver
+import stat
 import sys
 import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
 from types import FrameType
-from typing import IO, Any
+from typing import Any
 
 import psutil
 from psycopg_pool import ConnectionPool
@@ -46,18 +48,19 @@ class _Handler(socketserver.StreamRequestHandler):
 
     def handle(self) -> None:
         started = time.perf_counter()
+        received = time.monotonic()  # the request's deadline_ms counts from here
         line = self.rfile.readline(wire.MAX_MESSAGE + 1)
         try:
-            response = self.server.service.respond(wire.decode(line))
+            response = self.server.service.respond(wire.decode(line), received)
         except wire.WireError as exc:
             response = {"ok": False, "error": str(exc)}
         self.wfile.write(wire.encode(response))
         self.server.count()
+        spent = (time.perf_counter() - started) * 1000
         if not response.get("ok"):
-            self.server.log(
-                f"request failed after {(time.perf_counter() - started) * 1000:.0f} ms: "
-                f"{response.get('error')}"
-            )
+            self.server.log(f"request failed after {spent:.0f} ms: {response.get('error')}")
+        elif response.get("expired"):
+            self.server.log(f"no advice after {spent:.0f} ms: the client's deadline passed (rolled back)")
 
 
 class HookServer(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
@@ -81,6 +84,18 @@ class HookServer(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
             self.served += 1
 
 
+def is_socket(path: Path) -> bool:
+    """Whether ``path`` itself (not what a symlink points to) is a Unix socket."""
+    try:
+        return stat.S_ISSOCK(os.lstat(path).st_mode)
+    except FileNotFoundError:
+        return False
+
+
+def _not_a_socket(path: Path) -> HookServerError:
+    return HookServerError(f"{path} exists and is not a socket: pass another --socket (it is left alone)")
+
+
 class SocketClaim:
     """The right to serve on a socket path: an exclusive lock, held until :meth:`release`."""
 
@@ -89,13 +104,19 @@ class SocketClaim:
         if len(os.fsencode(path)) > wire.MAX_SOCKET_PATH:
             limit = wire.MAX_SOCKET_PATH
             raise HookServerError(f"socket path {path} is longer than {limit} bytes: pass a shorter --socket")
+        if os.path.lexists(path) and not is_socket(path):  # before creating the lock file beside it
+            raise _not_a_socket(path)
         path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         self.path = path
-        self._lock: IO[bytes] = open(path.parent / f".{path.name}.lock", "wb")  # noqa: SIM115 - held open
+        lock = path.parent / f".{path.name}.lock"
+        try:  # neither truncates nor follows a symlink: the lock file may be someone else's file
+            self._lock = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+        except OSError as exc:
+            raise HookServerError(f"cannot open the lock file {lock}: {exc.strerror}") from None
         try:
             fcntl.flock(self._lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            self._lock.close()
+            self._close()
             answer = wire.ping(path)
             who = f" (pid {answer.get('pid')})" if answer else ""
             raise HookServerError(f"another spark-pg serve{who} holds {path}") from None
@@ -103,13 +124,21 @@ class SocketClaim:
         if answer is not None:  # a server that does not lock (another version) still owns it
             self.release()
             raise HookServerError(f"a server (pid {answer.get('pid')}) already answers on {path}")
-        if path.exists() or path.is_symlink():
+        if is_socket(path):
             path.unlink()  # stale: nothing answers on it
+        elif os.path.lexists(path):
+            self.release()
+            raise _not_a_socket(path)
+
+    def _close(self) -> None:
+        if self._lock >= 0:
+            os.close(self._lock)
+            self._lock = -1
 
     def release(self) -> None:
-        if not self._lock.closed:
+        if self._lock >= 0:
             fcntl.flock(self._lock, fcntl.LOCK_UN)
-            self._lock.close()
+            self._close()
 
 
 def open_pool(url: str, size: int) -> ConnectionPool[Conn]:
@@ -196,7 +225,7 @@ def serve(
             server.server_close()
             log(f"stopped after {server.served} requests")
     finally:
-        if path.exists():
+        if is_socket(path):  # ours (bound above); never anything else
             path.unlink()
         if pool is not None:
             pool.close()

@@ -1,12 +1,20 @@
-"""The work behind a hook request, shared by ``spark-pg serve`` and the client's in-process fallback."""
+"""The work behind a hook request, shared by ``spark-pg serve`` and the client's in-process fallback.
+
+A hook request may carry ``deadline_ms``: how many milliseconds the client will still wait for the answer
+(a budget, not a clock reading, so that the two processes need not share a clock). The service counts it
+from when the request arrived; it waits for a pooled connection only that long, and rolls back the advise
+call (its log in spark.retrievals) instead of committing it when the deadline has passed before the
+commit, answering "no advice": advice the agent never saw must not be logged, or judged later.
+"""
 
 from __future__ import annotations
 
+import math
 import os
 import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager
-from typing import Any
+from typing import Any, Protocol
 
 import psycopg
 from psycopg.conninfo import make_conninfo
@@ -23,6 +31,31 @@ from spark_pg.intent import extract_intent
 Conn = psycopg.Connection[Any]
 HOOK_STATEMENT_TIMEOUT_MS = 2000  # a hook that waits longer has lost its point
 CONNECT_TIMEOUT_S = 2  # libpq's minimum
+# the answer must still travel back (and the request's own transit is not counted): advice is committed
+# only while at least this much of the client's budget is left
+DEADLINE_MARGIN_S = 0.05
+
+
+class ConnectionSource(Protocol):
+    """``ConnectionPool.connection``: a connection for a ``with`` block, waiting at most ``timeout`` seconds
+    for one (None: the source's default)."""
+
+    def __call__(self, timeout: float | None = None) -> AbstractContextManager[Conn]: ...
+
+
+class DeadlinePassed(Exception):
+    """The client has stopped waiting: roll back and answer no advice."""
+
+
+def request_deadline(request: Mapping[str, Any], received: float) -> float | None:
+    """The ``time.monotonic()`` by which a request's answer must be sent (its ``deadline_ms`` counted from
+    ``received``), or None when it has no deadline."""
+    budget = request.get("deadline_ms")
+    if budget is None:
+        return None
+    if isinstance(budget, bool) or not isinstance(budget, int | float) or not math.isfinite(budget):
+        raise InputError(f"deadline_ms must be a number of milliseconds, got {budget!r}")
+    return received + max(float(budget), 0.0) / 1000 - DEADLINE_MARGIN_S
 
 
 class HookService:
@@ -30,7 +63,7 @@ class HookService:
 
     def __init__(
         self,
-        connection: Callable[[], AbstractContextManager[Conn]],
+        connection: ConnectionSource,
         embedder: Callable[[], Embedder],
         *,
         params: Mapping[str, Any] | None = None,
@@ -41,18 +74,19 @@ class HookService:
         self.params = dict(params or {})  # spark.retrieve params from the settings, as `spark-pg search`
         self.info = info
 
-    def respond(self, request: Mapping[str, Any]) -> dict[str, Any]:
+    def respond(self, request: Mapping[str, Any], received: float | None = None) -> dict[str, Any]:
         """The answer to one request (with ``ms``, the time spent here); errors become ``{"ok": false,
-        "error": ...}``."""
+        "error": ...}``. ``received``: the ``time.monotonic()`` at which the request started to arrive (the
+        request's ``deadline_ms`` counts from it; default now)."""
         started = time.perf_counter()
         try:
-            answer = {"ok": True, **self.handle(request)}
+            answer = {"ok": True, **self.handle(request, time.monotonic() if received is None else received)}
         except Exception as exc:  # the client prints no advice and one stderr line
             answer = {"ok": False, "error": f"{type(exc).__name__}: {' '.join(str(exc).split())[:500]}"}
         answer["ms"] = round((time.perf_counter() - started) * 1000, 2)
         return answer
 
-    def handle(self, request: Mapping[str, Any]) -> dict[str, Any]:
+    def handle(self, request: Mapping[str, Any], received: float | None = None) -> dict[str, Any]:
         if request.get("v") != wire.VERSION:
             raise InputError(f"protocol version must be {wire.VERSION}, got {request.get('v')!r}")
         op = request.get("op")
@@ -66,14 +100,30 @@ class HookService:
             raise InputError("a hook request needs tenant (a string) and event (an object)")
         event = HookEvent.from_wire(event_data)
         if event.kind == PRE:
-            return {"output": self.pre(tenant, event, interrupts=request.get("interrupts") is True)}
+            deadline = request_deadline(request, time.monotonic() if received is None else received)
+            interrupts = request.get("interrupts") is True
+            try:
+                return {"output": self.pre(tenant, event, interrupts=interrupts, deadline=deadline)}
+            except DeadlinePassed:
+                return {"output": None, "expired": True}
         verdicts = self.post(tenant, event)
         return {"output": None, "recorded": [v._asdict() for v in verdicts]}
 
-    def pre(self, tenant: str, event: HookEvent, *, interrupts: bool) -> dict[str, Any] | None:
+    def pre(
+        self, tenant: str, event: HookEvent, *, interrupts: bool, deadline: float | None = None
+    ) -> dict[str, Any] | None:
+        """The PreToolUse answer; DeadlinePassed (nothing committed) when ``deadline`` (a monotonic time)
+        passes before the advise call could be committed."""
         if extract_intent(event.tool_name, event.tool_input).trivial:
             return None  # no connection, no model for a read-only call (the advisor would skip it too)
-        with self.connection() as conn:
+        wait: float | None = None
+        if deadline is not None:
+            wait = deadline - time.monotonic()
+            if wait <= 0:
+                raise DeadlinePassed
+        expired = False
+        with self.connection(timeout=wait) as conn, conn.transaction() as tx:
+            # the advisor's own transaction is a savepoint inside this one, which is committed only in time
             advisor = Advisor(
                 conn,
                 self.embedder(),
@@ -82,6 +132,11 @@ class HookService:
                 options=AdvisorOptions(interrupts=interrupts, params=self.params),
             )
             advice = advisor.advise(event.tool_name, event.tool_input)
+            if deadline is not None and time.monotonic() >= deadline:
+                expired = True
+                raise psycopg.Rollback(tx)  # leaves the block quietly, the log rolled back
+        if expired:
+            raise DeadlinePassed
         return pre_output([{"text": a.text, "priority": a.priority, "blocking": a.blocking} for a in advice])
 
     def post(self, tenant: str, event: HookEvent) -> list[outcomes.Verdict]:
@@ -115,8 +170,8 @@ def run_local(request: Mapping[str, Any]) -> dict[str, Any]:
     url = database_url(settings, start=False)
 
     @contextmanager
-    def connection() -> Iterator[Conn]:
-        conn = connect(hook_conninfo(url))
+    def connection(timeout: float | None = None) -> Iterator[Conn]:
+        conn = connect(hook_conninfo(url))  # no pool to wait for: libpq's connect timeout applies
         try:
             yield conn
         finally:
