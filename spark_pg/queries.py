@@ -159,7 +159,7 @@ FROM spark.revalue_sample(tenant => %(tenant)s, n => %(n)s::integer,
 """
 
 REVALUE_APPLY = """
-SELECT id, key, old_importance, new_importance, changed, tier
+SELECT id, key, old_importance, new_importance, changed, tier, status
 FROM spark.revalue_apply(tenant => %(tenant)s, decisions => %(decisions)s::jsonb,
                          decided_by => %(decided_by)s)
 """

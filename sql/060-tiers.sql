@@ -17,8 +17,9 @@ BEGIN
                    -- earned a pin: validated many times and almost always right
                    WHEN m.helpful_count + m.followed_count >= 15 AND m.reliability >= 0.9
                        THEN 'pinned:validated 15+ times with reliability 0.9+'
-                   -- a pin the user set stays (only pins this function made can be taken back)
-                   WHEN m.tier = 'pinned' AND NOT coalesce((m.metadata ->> 'tier_by_rule')::boolean, false)
+                   -- a pin the user set stays (only pins this function made can be taken back; metadata
+                   -- is free-form at ingest, so only a JSON true marks one of them)
+                   WHEN m.tier = 'pinned' AND m.metadata -> 'tier_by_rule' IS DISTINCT FROM 'true'::jsonb
                        THEN 'pinned:pinned by the user'
                    -- judged and found wanting
                    WHEN m.helpful_count + m.followed_count + m.unhelpful_count + m.ignored_count >= 4

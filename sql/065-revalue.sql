@@ -1,5 +1,5 @@
 -- Importance revaluation: a random sample of low-importance memories for a second look, and the decisions
--- applied with their log (table and sample index: migration 0007; the deciders: spark_pg/revalue.py).
+-- applied with their log (table and sample index: migration 0007; the deciders: spark_pg/revalue/).
 
 CREATE OR REPLACE FUNCTION spark.revalue_sample(
     tenant text,
@@ -92,8 +92,21 @@ COMMENT ON FUNCTION spark.revalue_sample(text, integer, real, interval, interval
     'n, max_importance, min_age or cooldown; 22023 empty or over-long tenant, negative n, max_importance '
     'outside 0..1, negative min_age or cooldown.';
 
+-- The result gained a status column, and CREATE OR REPLACE cannot change a result type: drop a version
+-- without it (a current one is replaced in place and keeps its grants).
+DO $do$
+BEGIN
+    IF EXISTS (SELECT 1 FROM pg_catalog.pg_proc p
+               WHERE p.oid = pg_catalog.to_regprocedure('spark.revalue_apply(text, jsonb, text)')
+                 AND NOT 'status' = ANY (p.proargnames)) THEN
+        DROP FUNCTION spark.revalue_apply(text, jsonb, text);
+    END IF;
+END
+$do$;
+
 CREATE OR REPLACE FUNCTION spark.revalue_apply(tenant text, decisions jsonb, decided_by text DEFAULT 'api')
-RETURNS TABLE (id bigint, key text, old_importance real, new_importance real, changed boolean, tier text)
+RETURNS TABLE (id bigint, key text, old_importance real, new_importance real, changed boolean, tier text,
+               status text)
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, @vector_schema@, pg_temp
 AS $fn$
@@ -102,7 +115,9 @@ DECLARE
     entries jsonb[];
     ids bigint[];
     imps real[];
+    exps real[];
     whys text[];
+    states text[];
     bad text;
 BEGIN
     PERFORM spark._check_tenant(tenant);
@@ -118,21 +133,27 @@ BEGIN
     IF decided_by = '' OR length(decided_by) > 64 THEN
         RAISE EXCEPTION 'decided_by must be 1 to 64 characters' USING ERRCODE = 'invalid_parameter_value';
     END IF;
-    -- each entry's id, importance and reason, NULL where absent or of the wrong type (reported below)
+    -- each entry's id, importance, expected importance and reason, NULL where absent or of the wrong type
+    -- (reported below). A number in 0..1 becomes the nearest real, so the exact value a sample returned
+    -- compares equal to the stored one (rounded to 40 places first: a tinier number is 0, not an underflow).
     SELECT coalesce(array_agg(e.v ORDER BY e.ord), '{}'),
            coalesce(array_agg(CASE WHEN jsonb_typeof(e.v -> 'id') = 'number'
                                         AND e.v ->> 'id' ~ '^-?[0-9]{1,18}$'
                                    THEN (e.v ->> 'id')::bigint END ORDER BY e.ord), '{}'),
            coalesce(array_agg(CASE WHEN jsonb_typeof(e.v -> 'importance') = 'number' THEN
                                    CASE WHEN (e.v ->> 'importance')::numeric BETWEEN 0 AND 1
-                                        THEN round((e.v ->> 'importance')::numeric, 6)::real END END
+                                        THEN round((e.v ->> 'importance')::numeric, 40)::real END END
+                              ORDER BY e.ord), '{}'),
+           coalesce(array_agg(CASE WHEN jsonb_typeof(e.v -> 'expected') = 'number' THEN
+                                   CASE WHEN (e.v ->> 'expected')::numeric BETWEEN 0 AND 1
+                                        THEN round((e.v ->> 'expected')::numeric, 40)::real END END
                               ORDER BY e.ord), '{}'),
            coalesce(array_agg(CASE WHEN jsonb_typeof(e.v -> 'reason') = 'string' THEN e.v ->> 'reason' END
                               ORDER BY e.ord), '{}')
-    INTO entries, ids, imps, whys
+    INTO entries, ids, imps, exps, whys
     FROM jsonb_array_elements(decisions) WITH ORDINALITY e(v, ord);
     -- the memories decided on stay as read until commit (locked in id order: concurrent batches cannot
-    -- deadlock)
+    -- deadlock); every statement below reads them as last committed, after any writer that held them
     PERFORM 1 FROM spark.memories m
     WHERE m.tenant = revalue_apply.tenant AND m.id = ANY(ids)
     ORDER BY m.id FOR UPDATE;
@@ -150,12 +171,15 @@ BEGIN
                    WHEN d.imp IS NULL
                        THEN format('importance must be a number from 0 to 1, got %s',
                                    left((d.entry -> 'importance')::text, 40))
+                   WHEN d.exp IS NULL AND jsonb_typeof(d.entry -> 'expected') <> 'null'
+                       THEN format('expected must be a number from 0 to 1 or null, got %s',
+                                   left((d.entry -> 'expected')::text, 40))
                    WHEN jsonb_typeof(d.entry -> 'reason') NOT IN ('string', 'null')
                        THEN format('reason must be a string, got %s', jsonb_typeof(d.entry -> 'reason'))
                    WHEN length(d.why) > 1000
                        THEN format('reason is %s characters; the limit is 1000', length(d.why))
                    WHEN x.extra IS NOT NULL
-                       THEN format('unknown field %s (allowed: id, importance, reason, key)',
+                       THEN format('unknown field %s (allowed: id, importance, expected, reason, key)',
                                    quote_literal(x.extra))
                    WHEN m.id IS NULL
                        THEN format('id %s is not a memory of tenant %s', d.mid,
@@ -167,30 +191,44 @@ BEGIN
                        THEN format('id %s was already decided at decisions[%s]', d.mid, d.first_ord - 1)
                END AS problem
         FROM (SELECT u.*, min(u.ord) OVER (PARTITION BY u.mid) AS first_ord
-              FROM unnest(entries, ids, imps, whys) WITH ORDINALITY u(entry, mid, imp, why, ord)) d
+              FROM unnest(entries, ids, imps, exps, whys) WITH ORDINALITY u(entry, mid, imp, exp, why, ord)) d
         LEFT JOIN spark.memories m ON m.tenant = revalue_apply.tenant AND m.id = d.mid
         LEFT JOIN LATERAL (SELECT min(k.k) AS extra FROM jsonb_object_keys(
                                CASE jsonb_typeof(d.entry) WHEN 'object' THEN d.entry ELSE '{}' END) k(k)
-                           WHERE k.k NOT IN ('id', 'importance', 'reason', 'key')) x ON true) p
+                           WHERE k.k NOT IN ('id', 'importance', 'expected', 'reason', 'key')) x ON true) p
     WHERE p.problem IS NOT NULL
     ORDER BY p.ord LIMIT 1;
     IF bad IS NOT NULL THEN
         RAISE EXCEPTION '%', bad USING ERRCODE = 'invalid_parameter_value';
     END IF;
+    -- what each decision does, against the importance as it is now (the rows are locked): a decision made
+    -- on an importance that has changed since (expected differs) is skipped, not applied over the change;
+    -- a decision equal to the importance is kept (logged, nothing written)
+    SELECT coalesce(array_agg(CASE WHEN d.exp <> m.importance THEN 'skipped: changed since sampled'
+                                   WHEN d.imp = m.importance THEN 'kept'
+                                   WHEN d.imp > m.importance THEN 'raised'
+                                   ELSE 'lowered' END ORDER BY d.ord), '{}')
+    INTO states
+    FROM unnest(ids, imps, exps) WITH ORDINALITY d(mid, imp, exp, ord)
+    JOIN spark.memories m ON m.tenant = revalue_apply.tenant AND m.id = d.mid;
     INSERT INTO spark.revaluations (tenant, memory_id, old_importance, new_importance, reason, decided_by)
     SELECT revalue_apply.tenant, m.id, m.importance, d.imp, d.why, revalue_apply.decided_by
-    FROM unnest(ids, imps, whys) WITH ORDINALITY d(mid, imp, why, ord)
+    FROM unnest(ids, imps, whys, states) WITH ORDINALITY d(mid, imp, why, state, ord)
     JOIN spark.memories m ON m.tenant = revalue_apply.tenant AND m.id = d.mid
+    WHERE d.state IN ('kept', 'raised', 'lowered')
     ORDER BY d.ord;
     RETURN QUERY
     WITH cur AS MATERIALIZED (
-        SELECT d.ord, m.id, m.key, m.importance AS old, d.imp AS new, m.tier,
+        SELECT d.ord, m.id, m.key, m.importance AS old, d.imp AS new, m.tier, d.state,
+               d.state IN ('raised', 'lowered') AS written,
                -- an archive spark.assign_tiers gave for low importance alone (sql/060) ends when importance
-               -- reaches 0.3; a lowered importance archives at its next run, like any other rule's
-               (m.tier = 'archive' AND coalesce((m.metadata ->> 'tier_by_rule')::boolean, false)
+               -- reaches 0.3; a lowered importance archives at its next run, like any other rule's. Only a
+               -- JSON true is true: metadata is free-form at ingest.
+               (d.state IN ('raised', 'lowered') AND m.tier = 'archive'
+                AND m.metadata -> 'tier_by_rule' = 'true'::jsonb
                 AND m.metadata ->> 'tier_reason' = 'a year unused, importance under 0.3'
                 AND d.imp >= 0.3) AS lift
-        FROM unnest(ids, imps) WITH ORDINALITY d(mid, imp, ord)
+        FROM unnest(ids, imps, states) WITH ORDINALITY d(mid, imp, state, ord)
         JOIN spark.memories m ON m.tenant = revalue_apply.tenant AND m.id = d.mid),
     moved AS (
         UPDATE spark.memories m
@@ -200,23 +238,27 @@ BEGIN
                             THEN m.metadata || jsonb_build_object('tier_by_rule', false, 'tier_reason', NULL)
                             ELSE m.metadata END
         FROM cur c
-        WHERE m.tenant = revalue_apply.tenant AND m.id = c.id AND (m.importance <> c.new OR c.lift)
+        WHERE m.tenant = revalue_apply.tenant AND m.id = c.id AND c.written
         RETURNING m.id, m.tier)
-    SELECT c.id, c.key, c.old, c.new, c.old <> c.new, coalesce(mv.tier, c.tier)
+    SELECT c.id, c.key, c.old, c.new, c.written, coalesce(mv.tier, c.tier), c.state
     FROM cur c LEFT JOIN moved mv ON mv.id = c.id
     ORDER BY c.ord;
 END
 $fn$;
 COMMENT ON FUNCTION spark.revalue_apply(text, jsonb, text) IS
-    'Apply a batch of importance decisions for tenant''s memories, all or nothing. decisions: a JSON array '
-    'of {"id": memory id, "importance": 0..1, "reason": optional text up to 1,000 characters, "key": '
-    'optional, checked against the id}; a decision equal to the current importance records a kept '
-    'importance. decided_by: who decided (auto, interactive, file; default api). Every entry is checked '
-    'before anything is written. Updates spark.memories.importance, logs every decision to '
-    'spark.revaluations (so the memory leaves spark.revalue_sample for its cooldown), and returns each '
-    'decision in order with the old and new importance, whether it changed and the tier. A memory archived '
-    'by spark.assign_tiers for low importance alone returns to active when raised to 0.3 or more. Errors: '
+    'Apply a batch of importance decisions for tenant''s memories. decisions: a JSON array of {"id": memory '
+    'id, "importance": 0..1, "expected": optional, the importance the decision was made on (as sampled), '
+    '"reason": optional text up to 1,000 characters, "key": optional, checked against the id}. decided_by: '
+    'who decided (auto, interactive, file; default api). Every entry is checked before anything is written '
+    '(a bad one fails the whole batch); then, with the memories locked, an entry whose expected differs '
+    'from the current importance is skipped (neither written nor logged: the memory changed since it was '
+    'sampled and stays eligible for the next sample), one equal to the current importance is kept (logged, '
+    'the memory untouched), the others raise or lower it. Every decision not skipped is logged to '
+    'spark.revaluations (so the memory leaves spark.revalue_sample for its cooldown). Returns each decision '
+    'in order: the current (old) importance, the decided (new) one, whether it was written, the tier and '
+    'the status (raised, lowered, kept, or skipped: changed since sampled). A memory archived by '
+    'spark.assign_tiers for low importance alone returns to active when raised to 0.3 or more. Errors: '
     '22004 NULL tenant, decisions or decided_by; 22023 decisions not an array, an entry that is not an '
-    'object, lacks id or importance, has an unknown field, an importance outside 0..1, a reason over 1,000 '
-    'characters, an id that is not the tenant''s memory or repeats, a key that does not match (the message '
-    'names decisions[i], 0-based), a bad decided_by.';
+    'object, lacks id or importance, has an unknown field, an importance or expected outside 0..1, a reason '
+    'over 1,000 characters, an id that is not the tenant''s memory or repeats, a key that does not match '
+    '(the message names decisions[i], 0-based), a bad decided_by.';

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Iterator
+import time
+from collections.abc import Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -19,9 +21,11 @@ from spark_pg import schema
 from spark_pg.cli import main
 from spark_pg.errors import InputError
 from spark_pg.revalue import (
+    SKIPPED,
     Decision,
     Sampled,
     apply,
+    decide_auto,
     decide_interactive,
     propose,
     read_decisions,
@@ -221,10 +225,10 @@ def test_apply_updates_logs_and_reports_each_decision(conn: Conn, tenant: str) -
             {"id": down, "importance": 0, "reason": None},
         ],
     )
-    assert [(r[1], round(r[2], 3), round(r[3], 3), r[4], r[5]) for r in rows] == [
-        ("up", 0.2, 0.6, True, "active"),
-        ("same", 0.2, 0.2, False, "active"),
-        ("down", 0.2, 0.0, True, "active"),
+    assert [(r[1], round(r[2], 3), round(r[3], 3), r[4], r[5], r[6]) for r in rows] == [
+        ("up", 0.2, 0.6, True, "active", "raised"),
+        ("same", 0.2, 0.2, False, "active", "kept"),
+        ("down", 0.2, 0.0, True, "active", "lowered"),
     ]
     assert importances(conn, tenant) == {"up": 0.6, "same": 0.2, "down": 0.0}
     log = conn.execute(
@@ -266,6 +270,142 @@ def test_apply_keeps_tiers_consistent_with_assign_tiers(conn: Conn, tenant: str)
     assert moved == [("quiet", "archive")]
 
 
+def test_apply_skips_a_decision_made_on_an_importance_that_has_changed(conn: Conn, tenant: str) -> None:
+    """Review item 1: a decision carries the importance it was made on; a memory changed since is skipped,
+    neither written nor logged, while the rest of the batch applies."""
+    old = datetime(2020, 1, 1, tzinfo=UTC)
+    ids = {
+        key: add(conn, tenant, key, 0.1, updated_at=old) for key in ("raced", "up", "same", "free", "tiny")
+    }
+    # a reviewer sets "raced" to 0.8 after a sweep sampled it at 0.1
+    conn.execute("UPDATE spark.memories SET importance = 0.8 WHERE id = %s", (ids["raced"],))
+    row_version = "SELECT ctid, updated_at FROM spark.memories WHERE id = %s"
+    before = conn.execute(row_version, (ids["same"],)).fetchone()
+    rows = revalue(
+        conn,
+        tenant,
+        [
+            {"id": ids["raced"], "importance": 0.1, "expected": 0.1, "reason": "kept: looked fine"},
+            {"id": ids["up"], "importance": 0.6, "expected": 0.1},
+            {"id": ids["same"], "importance": 0.1, "expected": 0.1, "reason": "kept"},
+            {"id": ids["free"], "importance": 0.3, "expected": None},  # hand-written: no check
+            {"id": ids["tiny"], "importance": 1e-50},  # a number too small for a real is 0
+        ],
+    )
+    assert [(r[1], round(r[2], 3), round(r[3], 3), r[4], r[6]) for r in rows] == [
+        ("raced", 0.8, 0.1, False, SKIPPED),
+        ("up", 0.1, 0.6, True, "raised"),
+        ("same", 0.1, 0.1, False, "kept"),
+        ("free", 0.1, 0.3, True, "raised"),
+        ("tiny", 0.1, 0.0, True, "lowered"),
+    ]
+    assert SKIPPED == "skipped: changed since sampled"
+    assert importances(conn, tenant) == {"raced": 0.8, "up": 0.6, "same": 0.1, "free": 0.3, "tiny": 0.0}
+    # kept: logged, the row not written (same tuple, same updated_at)
+    assert conn.execute(row_version, (ids["same"],)).fetchone() == before
+    assert before is not None and before[1] == old
+    log = conn.execute(
+        "SELECT memory_id FROM spark.revaluations WHERE tenant = %s ORDER BY id", (tenant,)
+    ).fetchall()
+    assert [r[0] for r in log] == [ids["up"], ids["same"], ids["free"], ids["tiny"]]
+    # the skipped memory was not logged: it stays in the samples for the next sweep
+    assert sample_keys(conn, tenant, max_importance=1.0) == ["raced"]
+    # decided again on what it is now, it applies
+    [row] = revalue(conn, tenant, [{"id": ids["raced"], "importance": 0.5, "expected": 0.8}])
+    assert (row[4], row[6]) == (True, "lowered")
+
+
+def test_apply_compares_exact_importances(conn: Conn, tenant: str) -> None:
+    """Review items 1 and 2: the value a sample returned matches the stored real exactly, and a decision
+    equal to it is kept (digits past the sixth place included)."""
+    ids = [add(conn, tenant, f"m{i}", value) for i, value in enumerate((0.125, 0.12345679, 0.3))]
+    memories = {m.id: m for m in sample(conn, tenant, 10)}
+    assert [memories[i].importance for i in ids] == [0.125, 0.12345679, 0.3]
+    decisions = [Decision(i, memories[i].importance, "kept", expected=memories[i].importance) for i in ids]
+    results = apply(conn, tenant, decisions)
+    assert [(r.changed, r.status, r.new_importance) for r in results] == [
+        (False, "kept", 0.125),
+        (False, "kept", pytest.approx(0.12345679)),
+        (False, "kept", pytest.approx(0.3)),
+    ]
+    stored = conn.execute(
+        "SELECT importance::text FROM spark.memories WHERE tenant = %s ORDER BY id", (tenant,)
+    ).fetchall()
+    assert [r[0] for r in stored] == ["0.125", "0.12345679", "0.3"]
+
+
+def test_apply_waits_for_a_concurrent_writer_then_skips_what_it_changed(rv_db: str, tenant: str) -> None:
+    """Review item 1, the race itself: a reviewer's update holds the row while a sweep applies; the sweep
+    waits for the lock, then compares with the committed value and skips instead of writing back."""
+    with psycopg.connect(rv_db) as setup:
+        raced, calm = add(setup, tenant, "raced", 0.1), add(setup, tenant, "calm", 0.1)
+    try:
+        decisions = [Decision(raced, 0.1, "kept", expected=0.1), Decision(calm, 0.4, "raised", expected=0.1)]
+        # closed in reverse: on a failure the writer lets go of the row before the pool waits for the sweep
+        with (
+            psycopg.connect(rv_db) as sweep,
+            ThreadPoolExecutor(1) as pool,
+            psycopg.connect(rv_db) as writer,
+            psycopg.connect(rv_db, autocommit=True) as watch,
+        ):
+            writer.execute("UPDATE spark.memories SET importance = 0.8 WHERE id = %s", (raced,))
+            running = pool.submit(apply, sweep, tenant, decisions, decided_by="auto")
+            blocked = "SELECT cardinality(pg_blocking_pids(%s)) > 0"
+            deadline = time.monotonic() + 20
+            while watch.execute(blocked, (sweep.info.backend_pid,)).fetchone() != (True,):
+                assert time.monotonic() < deadline and not running.done(), "the sweep did not wait"
+                time.sleep(0.02)
+            writer.commit()
+            results = running.result(timeout=20)
+        assert [(r.key, r.old_importance, r.changed, r.status) for r in results] == [
+            ("raced", pytest.approx(0.8), False, SKIPPED),
+            ("calm", pytest.approx(0.1), True, "raised"),
+        ]
+        with psycopg.connect(rv_db) as check:
+            assert importances(check, tenant) == {"raced": 0.8, "calm": 0.4} and logged(check, tenant) == 1
+    finally:
+        with psycopg.connect(rv_db) as cleanup:
+            cleanup.execute("DELETE FROM spark.memories WHERE tenant = %s", (tenant,))
+
+
+def test_tier_by_rule_counts_only_as_a_json_true(conn: Conn, tenant: str) -> None:
+    """Review item 3: metadata is free-form at ingest; a tier_by_rule that is not a JSON boolean neither
+    aborts assign_tiers nor revalue_apply (22P02 before), and only a JSON true marks a rule's tier."""
+    rule = "a year unused, importance under 0.3"
+    archived = {"tier": "archive", "age": timedelta(days=800)}
+    ids = {
+        "pin-maybe": add(conn, tenant, "pin-maybe", 0.5, tier="pinned", metadata='{"tier_by_rule": "maybe"}'),
+        "pin-text": add(conn, tenant, "pin-text", 0.5, tier="pinned", metadata='{"tier_by_rule": "true"}'),
+        "pin-rule": add(conn, tenant, "pin-rule", 0.5, tier="pinned", metadata='{"tier_by_rule": true}'),
+        "arch-maybe": add(
+            conn,
+            tenant,
+            "arch-maybe",
+            **archived,
+            metadata=json.dumps({"tier_by_rule": "maybe", "tier_reason": rule}),
+        ),
+        "arch-rule": add(
+            conn,
+            tenant,
+            "arch-rule",
+            **archived,
+            metadata=json.dumps({"tier_by_rule": True, "tier_reason": rule}),
+        ),
+    }
+    # only the pin the rules made (a JSON true) is taken back; the others count as the user's
+    moved = conn.execute("SELECT key, new_tier FROM spark.assign_tiers(%s)", (tenant,)).fetchall()
+    assert moved == [("pin-rule", "active")]
+    rows = revalue(
+        conn,
+        tenant,
+        [{"id": ids["arch-maybe"], "importance": 0.5}, {"id": ids["arch-rule"], "importance": 0.5}],
+    )
+    assert [(r[1], r[5], r[6]) for r in rows] == [
+        ("arch-maybe", "archive", "raised"),
+        ("arch-rule", "active", "raised"),
+    ]
+
+
 GOOD = {"id": "good", "importance": 0.9}  # first in some batches: it must not be written either
 BAD_BATCHES: list[tuple[str, Any, str, str]] = [
     ("unknown id", [GOOD, {"id": -1, "importance": 0.5}], "22023",
@@ -282,6 +422,10 @@ BAD_BATCHES: list[tuple[str, Any, str, str]] = [
     ("string id", [{"id": "'a'", "importance": 0.5}], "22023", "id must be an integer"),
     ("not an object", [GOOD, 7], "22023", r"decisions\[1\]: must be an object, got number"),
     ("unknown field", [{"id": "a", "importance": 0.5, "why": "x"}], "22023", "unknown field 'why'"),
+    ("expected a word", [{"id": "a", "importance": 0.5, "expected": "0.2"}], "22023",
+     r'decisions\[0\]: expected must be a number from 0 to 1 or null, got "0\.2"'),
+    ("expected over 1", [GOOD, {"id": "a", "importance": 0.5, "expected": 2}], "22023",
+     r"decisions\[1\]: expected must be a number from 0 to 1 or null, got 2"),
     ("twice", [{"id": "a", "importance": 0.5}, {"id": "a", "importance": 0.4}], "22023",
      r"decisions\[1\]: id \d+ was already decided at decisions\[0\]"),
     ("wrong key", [{"id": "a", "importance": 0.5, "key": "b"}], "22023",
@@ -405,15 +549,47 @@ def test_interactive_decider_keeps_accepts_sets_skips_and_quits(capsys: pytest.C
     assert decide_interactive(memories, eof, sys.stdout) == []
 
 
+def test_kept_is_the_stored_importance_exactly(tmp_path: Path) -> None:
+    """Review item 2: keeping an importance keeps it as stored (0.125 stayed 0.12 before: a change, reported
+    lowered); only newly decided values are rounded. Every decision carries the sampled importance."""
+    plain = memory("The user ran the tests and they passed.", 0.125)
+    kept = propose(plain)
+    assert (kept.importance, kept.expected) == (0.125, 0.125)
+    assert kept.reason is not None and kept.reason.startswith("kept")
+    noise = propose(memory("2024-05-01 12:00:01 ERROR connection refused", 0.055))
+    assert (noise.importance, noise.expected) == (0.055, 0.055)  # under the ceiling: kept as it is
+    raised = propose(memory("Nothing happening today; chose not to force it.", 0.125))
+    assert (raised.importance, raised.expected) == (0.5, 0.125)
+    lowered = propose(memory("2024-05-01 12:00:01 ERROR connection refused", 0.2345))
+    assert (lowered.importance, lowered.expected) == (0.1, 0.2345)
+    advice = memory("Always run alembic upgrade head on staging before deploying to prod.", 0.123)
+    assert propose(advice).importance == 0.59  # a new value: rounded
+
+    answers = iter(["", "0.4567 rounded"])
+    decisions = decide_interactive([plain, replace(plain, id=2)], lambda prompt: next(answers), sys.stdout)
+    assert [(d.importance, d.expected) for d in decisions] == [(0.125, 0.125), (0.46, 0.125)]
+
+    path = tmp_path / "sample.jsonl"
+    write_sample(path, "acme", [plain])
+    [row] = [json.loads(line) for line in path.read_text().splitlines()]
+    assert (row["importance"], row["expected"]) == (0.125, 0.125)
+    assert read_decisions(path) == [Decision(1, 0.125, None, "k", expected=0.125)]
+    assert Decision(1, 0.125, expected=0.125).as_json()["expected"] == 0.125
+    assert "expected" not in Decision(1, 0.125).as_json()  # a hand-written decision: no check
+
+
 def test_decisions_file_round_trip_and_errors(tmp_path: Path) -> None:
     memories = [memory("Chose not to force it."), memory("Looked at the logs.")]
     memories[1] = replace(memories[1], id=2, key="k2")
     for suffix in ("jsonl", "yaml"):
         path = tmp_path / f"sample.{suffix}"
         write_sample(path, "acme", memories)
-        assert read_decisions(path, "acme") == [Decision(1, 0.3, None, "k"), Decision(2, 0.3, None, "k2")]
+        assert read_decisions(path, "acme") == [
+            Decision(1, 0.3, None, "k", expected=0.3),
+            Decision(2, 0.3, None, "k2", expected=0.3),
+        ]
         write_sample(path, "acme", memories, [propose(memories[0])])
-        assert read_decisions(path)[0] == Decision(1, 0.5, 'foundational ("chose not to")', "k")
+        assert read_decisions(path)[0] == Decision(1, 0.5, 'foundational ("chose not to")', "k", 0.3)
     bad = {
         '{"id": 1, "importance": 0.5}\n{"id": 1, "importance": 0.2}\n': "line 2: id 1 was already decided",
         '{"id": true, "importance": 0.5}\n': "line 1: id must be an integer",
@@ -421,6 +597,8 @@ def test_decisions_file_round_trip_and_errors(tmp_path: Path) -> None:
         '{"id": 1}\n': "importance must be a number from 0 to 1, got None",
         '{"id": 1, "importance": 0.5, "tenant": "other"}\n': "tenant 'other' is not 'acme'",
         '{"id": 1, "importance": 0.5, "reason": 7}\n': "reason must be a string",
+        '{"id": 1, "importance": 0.5, "expected": "0.3"}\n': "expected must be a number from 0 to 1 or null",
+        '{"id": 1, "importance": 0.5, "expected": 1.5}\n': "expected must be a number from 0 to 1 or null",
         "[1, 2]\n": "each decision must be an object",
         "{oops\n": "line 1: not valid JSON",
     }
@@ -440,7 +618,12 @@ def test_decisions_file_round_trip_and_errors(tmp_path: Path) -> None:
 def test_python_apply_dry_run_writes_nothing_and_errors_are_input_errors(conn: Conn, tenant: str) -> None:
     mid = add(conn, tenant, "a")
     [result] = apply(conn, tenant, [Decision(mid, 0.7, "x")], decided_by="auto", dry_run=True)
-    assert (result.key, result.new_importance, result.changed) == ("a", pytest.approx(0.7), True)
+    assert (result.key, result.new_importance, result.changed, result.status) == (
+        "a",
+        pytest.approx(0.7),
+        True,
+        "raised",
+    )
     assert importances(conn, tenant) == {"a": 0.2} and logged(conn, tenant) == 0
     with pytest.raises(InputError, match=r"decisions\[0\]: id -5 is not a memory"):
         apply(conn, tenant, [Decision(-5, 0.7)])
@@ -521,7 +704,7 @@ def test_cli_export_edit_and_apply_from_file(
     assert code == 0 and "wrote 3 memories (current importance)" in out
     rows = [json.loads(line) for line in exported.read_text().splitlines()]
     assert {r["key"] for r in rows} == {"quiet", "advice", "noise"}
-    assert all(r["importance"] == 0.3 and r["tenant"] == tenant and r["text"] for r in rows)
+    assert all(r["importance"] == r["expected"] == 0.3 and r["tenant"] == tenant and r["text"] for r in rows)
     # a decider elsewhere changes one, keeps one and leaves one undecided
     rows[0] |= {"importance": 0.9, "reason": "an LLM thought so"}
     exported.write_text("".join(json.dumps(r) + "\n" for r in rows[:2]))
@@ -555,6 +738,52 @@ def test_cli_interactive(
             "SELECT decided_by, reason FROM spark.revaluations WHERE tenant = %s", (tenant,)
         ).fetchall()
     assert row == [("interactive", "worth seeing again")]
+
+
+def test_cli_skips_what_changed_between_sample_and_apply(
+    cli: str,
+    tenant: str,
+    stored: dict[str, int],
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Review item 1 as found: an auto run sampled 0.1, a reviewer then set 0.8, and the run's "kept"
+    wrote 0.1 back. Now what changed while the run decided is skipped and left for the next sweep."""
+    with psycopg.connect(cli) as conn:
+        plain = add(conn, tenant, "plain", 0.1, OLD, "The user ran the tests and they passed.")
+
+    def decide_then_a_reviewer_steps_in(memories: Sequence[Sampled], **kwargs: Any) -> list[Decision]:
+        decisions = decide_auto(memories, **kwargs)
+        with psycopg.connect(cli) as reviewer:
+            for key, value in (("plain", 0.8), ("noise", 0.25)):
+                reviewer.execute(
+                    "UPDATE spark.memories SET importance = %s WHERE tenant = %s AND key = %s",
+                    (value, tenant, key),
+                )
+        return decisions
+
+    monkeypatch.setattr("spark_pg.revalue.cli.decide_auto", decide_then_a_reviewer_steps_in)
+    code, out, _ = run(capsys, "revalue", "--tenant", tenant, "--quiet")
+    assert code == 0
+    assert (
+        f"applied 2 decisions for tenant {tenant}: 2 raised, 0 lowered, 0 kept; 2 skipped: changed since "
+        "sampled (left for the next sweep)"
+    ) in out
+    assert f"{plain:>10}  plain" in out and "0.80 !! 0.10  skipped: changed since sampled, not applied" in out
+    with psycopg.connect(cli) as conn:
+        assert importances(conn, tenant) == {
+            "quiet": 0.5,
+            "advice": 0.59,
+            "noise": 0.25,
+            "plain": 0.8,
+            "young": 0.3,
+        }
+        assert logged(conn, tenant) == 2
+    monkeypatch.setattr("spark_pg.revalue.cli.decide_auto", decide_auto)
+    code, out, _ = run(capsys, "revalue", "--tenant", tenant, "--dry-run", "--json", "--quiet")
+    result = json.loads(out)
+    assert (result["skipped"], result["lowered"], result["kept"]) == (0, 1, 0)  # noise, decided anew
+    assert [(d["key"], d["status"]) for d in result["decisions"]] == [("noise", "lowered")]
 
 
 def test_cli_errors(

@@ -3,9 +3,10 @@
 Importance is given once, when a memory is written, and the writer rewards drama: "created new
 architecture" is recorded high, "chose not to force it" at the floor, where retrieval rarely finds it (seeds:
 v4 retriever, change 4). A sweep samples the tenant's low-importance memories (``spark.revalue_sample``), a
-decider proposes a new importance for each, with a reason, and ``spark.revalue_apply`` applies the batch
-atomically and logs every decision to ``spark.revaluations`` (a revalued memory leaves the samples for the
-cooldown). Three deciders:
+decider proposes a new importance for each, with a reason, and ``spark.revalue_apply`` applies the batch in
+one transaction and logs every decision to ``spark.revaluations`` (a revalued memory leaves the samples for
+the cooldown). Each decision carries the importance it was made on (``expected``): one whose memory changed
+since the sample is skipped, not applied over the change. Three deciders:
 
 * **auto** (the default): :func:`propose` re-scores a memory from the project's own signals: its outcomes
   (helpful / followed counts, reliability), the noise detectors and the actionability score of
@@ -33,6 +34,7 @@ from spark_pg.revalue.records import (
     DEFAULT_MIN_AGE_DAYS,
     DEFAULT_SAMPLE,
     MAX_REASON,
+    SKIPPED,
     Applied,
     Decision,
     Sampled,
@@ -49,6 +51,7 @@ __all__ = [
     "MAX_REASON",
     "NOISE_CEILING",
     "PROMPT",
+    "SKIPPED",
     "Applied",
     "Decision",
     "Sampled",

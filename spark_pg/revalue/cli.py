@@ -48,10 +48,12 @@ _days = _bounded(float, 0.0, 36_500.0, "a number", " days")
 
 
 def counts(results: Sequence[Applied]) -> dict[str, int]:
-    """How many decisions raised, lowered and kept the importance."""
-    raised = sum(r.new_importance > r.old_importance for r in results)
-    lowered = sum(r.new_importance < r.old_importance for r in results)
-    return {"raised": raised, "lowered": lowered, "kept": len(results) - raised - lowered}
+    """How many decisions raised, lowered and kept the importance, and how many were skipped because the
+    memory's importance changed since it was sampled."""
+    tally = {"raised": 0, "lowered": 0, "kept": 0, "skipped": 0}
+    for r in results:
+        tally["skipped" if r.skipped else r.status] += 1
+    return tally
 
 
 def _print_results(
@@ -60,18 +62,22 @@ def _print_results(
     if results:
         print(f"{'id':>10}  {'key':<28} {'old':>5}    {'new':<5} reason", file=out)
     for r in results:
-        arrow = "->" if r.changed else "=="
+        arrow = "!!" if r.skipped else "->" if r.changed else "=="
         key = r.key if len(r.key) <= 28 else r.key[:27] + "…"
+        why = f"{r.status}, not applied" if r.skipped else reasons.get(r.id) or ""
         print(
-            f"{r.id:>10}  {key:<28} {r.old_importance:5.2f} {arrow} {r.new_importance:<5.2f} "
-            f"{reasons.get(r.id) or ''}",
-            file=out,
+            f"{r.id:>10}  {key:<28} {r.old_importance:5.2f} {arrow} {r.new_importance:<5.2f} {why}", file=out
         )
     verb = "dry run, nothing written: would apply" if dry_run else "applied"
     tally = counts(results)
+    skipped = (
+        f"; {tally['skipped']} skipped: changed since sampled (left for the next sweep)"
+        if tally["skipped"]
+        else ""
+    )
     print(
-        f"{verb} {len(results)} decisions for tenant {tenant}: {tally['raised']} raised, "
-        f"{tally['lowered']} lowered, {tally['kept']} kept",
+        f"{verb} {len(results) - tally['skipped']} decisions for tenant {tenant}: {tally['raised']} raised, "
+        f"{tally['lowered']} lowered, {tally['kept']} kept{skipped}",
         file=out,
     )
 

@@ -40,8 +40,11 @@ def propose(memory: Sampled) -> Decision:
 
     Soft observations (first person, session narration, a quote, a question) are not lowered: that is how
     the contemplative memories the seed rescued read.
+
+    A kept importance is the stored one exactly (only a new one is rounded to two places); every decision
+    carries the sampled importance as ``expected``, so spark.revalue_apply skips it if that has changed.
     """
-    current = round(memory.importance, 2)
+    current = memory.importance
     successes, judged = memory.successes, memory.outcomes
     if judged >= 4 and memory.reliability < 0.3:
         return _decision(
@@ -74,7 +77,10 @@ def propose(memory: Sampled) -> Decision:
 
 
 def _decision(memory: Sampled, importance: float, reason: str) -> Decision:
-    return Decision(memory.id, clamp(importance), reason[:MAX_REASON], memory.key)
+    """The decision, rounded when new; the current importance kept exactly (rounded, 0.125 would become
+    0.12: a change)."""
+    value = memory.importance if importance == memory.importance else clamp(importance)
+    return Decision(memory.id, value, reason[:MAX_REASON], memory.key, expected=memory.importance)
 
 
 def decide_auto(memories: Sequence[Sampled], *, progress: bool = False) -> list[Decision]:

@@ -11,7 +11,7 @@ from typing import Any
 import yaml
 
 from spark_pg.errors import InputError
-from spark_pg.revalue.records import MAX_REASON, Decision, Sampled, clamp
+from spark_pg.revalue.records import MAX_REASON, Decision, Sampled
 
 
 def _rows(path: Path) -> list[tuple[int, Any]]:
@@ -48,9 +48,12 @@ def _rows(path: Path) -> list[tuple[int, Any]]:
 
 def read_decisions(path: Path, tenant: str | None = None) -> list[Decision]:
     """Decisions from a .jsonl or .yaml file: one object per line / item with ``id`` (integer) and
-    ``importance`` (0..1), optionally ``reason`` and ``key``; other fields (the ones :func:`write_sample`
-    adds for the reader) are ignored, except a ``tenant`` that is not ``tenant``. The whole file is checked
-    before anything is applied; the first bad row raises :class:`InputError` naming the line."""
+    ``importance`` (0..1), optionally ``reason``, ``key`` and ``expected`` (the importance the decision was
+    made on, 0..1: :func:`write_sample` writes the sampled one, and spark.revalue_apply skips the row if the
+    memory's importance has changed since; absent or null, no check); other fields (the ones
+    :func:`write_sample` adds for the reader) are ignored, except a ``tenant`` that is not ``tenant``. The
+    whole file is checked before anything is applied; the first bad row raises :class:`InputError` naming
+    the line."""
     decisions: list[Decision] = []
     seen: dict[int, int] = {}
     for line, row in _rows(path):
@@ -58,6 +61,7 @@ def read_decisions(path: Path, tenant: str | None = None) -> list[Decision]:
         if not isinstance(row, dict):
             raise InputError(f"{where}: each decision must be an object, not {type(row).__name__}")
         ident, value, reason, key = row.get("id"), row.get("importance"), row.get("reason"), row.get("key")
+        expected = row.get("expected")
         if isinstance(ident, bool) or not isinstance(ident, int):
             raise InputError(f"{where}: id must be an integer memory id, got {ident!r}")
         if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value <= 1:
@@ -66,20 +70,28 @@ def read_decisions(path: Path, tenant: str | None = None) -> list[Decision]:
             raise InputError(f"{where}: reason must be a string of at most {MAX_REASON} characters")
         if key is not None and not isinstance(key, str):
             raise InputError(f"{where}: key must be a string, got {key!r}")
+        if expected is not None and (
+            isinstance(expected, bool) or not isinstance(expected, int | float) or not 0 <= expected <= 1
+        ):
+            raise InputError(f"{where}: expected must be a number from 0 to 1 or null, got {expected!r}")
         if tenant is not None and row.get("tenant") not in (None, tenant):
             raise InputError(f"{where}: tenant {row['tenant']!r} is not {tenant!r}")
         if ident in seen:
             raise InputError(f"{where}: id {ident} was already decided on line {seen[ident]}")
         seen[ident] = line
-        decisions.append(Decision(ident, float(value), reason, key))
+        decisions.append(
+            Decision(ident, float(value), reason, key, None if expected is None else float(expected))
+        )
     return decisions
 
 
 def sample_rows(
     tenant: str, memories: Sequence[Sampled], decisions: Sequence[Decision] | None = None
 ) -> list[dict[str, Any]]:
-    """The export rows: a decision each (``importance`` and ``reason``: the current importance and none, or
-    the given decisions') followed by what a reader needs to decide. Read back by :func:`read_decisions`."""
+    """The export rows: a decision each (``importance`` and ``reason``: the current importance, exactly as
+    stored, and none, or the given decisions'; ``expected``: the importance as sampled, so that applying the
+    file skips a memory changed since) followed by what a reader needs to decide. Read back by
+    :func:`read_decisions`."""
     by_id = {d.id: d for d in decisions or ()}
     now = datetime.now(UTC)
     rows = []
@@ -90,9 +102,9 @@ def sample_rows(
                 "tenant": tenant,
                 "id": m.id,
                 "key": m.key,
-                "importance": decided.importance if decided else clamp(m.importance),
+                "importance": decided.importance if decided else m.importance,
                 "reason": decided.reason if decided else None,
-                "current_importance": clamp(m.importance),
+                "expected": m.importance,
                 "text": m.text,
                 "kind": m.kind,
                 "category": m.category,
@@ -115,7 +127,8 @@ def write_sample(
     path: Path, tenant: str, memories: Sequence[Sampled], decisions: Sequence[Decision] | None = None
 ) -> None:
     """Write the sample as .jsonl (one object a line) or .yaml for a decider elsewhere; edit ``importance``
-    and ``reason``, delete the rows left undecided, then ``spark-pg revalue --from-file``."""
+    and ``reason`` (leave ``expected`` as written), delete the rows left undecided, then ``spark-pg revalue
+    --from-file``."""
     rows = sample_rows(tenant, memories, decisions)
     suffix = path.suffix.lower()
     if suffix in (".jsonl", ".ndjson"):

@@ -63,8 +63,10 @@ def decide_interactive(
             except EOFError:
                 return decisions
             word = answer.lower()
-            if word in ("", "k", "keep"):
-                decisions.append(Decision(memory.id, clamp(memory.importance), "kept on review", memory.key))
+            if word in ("", "k", "keep"):  # the stored importance exactly, not rounded (a change)
+                decisions.append(
+                    Decision(memory.id, memory.importance, "kept on review", memory.key, memory.importance)
+                )
             elif word in ("a", "accept"):
                 decisions.append(hint)
             elif word in ("s", "skip"):
@@ -80,9 +82,8 @@ def decide_interactive(
                 if not 0 <= value <= 1:
                     print(f"  {answer!r}: type k, a, s, q or a number from 0 to 1", file=out)
                     continue
-                decisions.append(
-                    Decision(memory.id, clamp(value), why.strip()[:MAX_REASON] or "set on review", memory.key)
-                )
+                reason = why.strip()[:MAX_REASON] or "set on review"
+                decisions.append(Decision(memory.id, clamp(value), reason, memory.key, memory.importance))
             break
     return decisions
 

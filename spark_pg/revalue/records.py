@@ -14,7 +14,7 @@ MAX_REASON = 1000  # characters, as spark.revaluations allows
 
 
 def clamp(value: float) -> float:
-    """An importance within 0..1, rounded to two places."""
+    """A newly decided importance within 0..1, rounded to two places (a kept one stays exactly as stored)."""
     return round(min(1.0, max(0.0, value)), 2)
 
 
@@ -60,17 +60,28 @@ class Decision:
     importance: float
     reason: str | None = None
     key: str | None = None  # optional; spark.revalue_apply checks it against the id
+    # the importance the decision was made on, as sampled; spark.revalue_apply skips the decision when the
+    # memory's importance is no longer this (None: no check, the decision applies over any change)
+    expected: float | None = None
 
     def as_json(self) -> dict[str, Any]:
         data: dict[str, Any] = {"id": self.id, "importance": self.importance, "reason": self.reason}
         if self.key is not None:
             data["key"] = self.key
+        if self.expected is not None:
+            data["expected"] = self.expected
         return data
+
+
+SKIPPED = "skipped: changed since sampled"  # spark.revalue_apply's status for a decision it did not apply
 
 
 @dataclass(frozen=True)
 class Applied:
-    """What spark.revalue_apply did with one decision."""
+    """What spark.revalue_apply did with one decision: ``old_importance`` is the memory's importance when
+    applied, ``new_importance`` the decision's; ``changed`` whether it was written; ``status`` one of raised,
+    lowered, kept (logged, nothing written) or :data:`SKIPPED` (the importance changed since the sample:
+    neither written nor logged)."""
 
     id: int
     key: str
@@ -78,3 +89,8 @@ class Applied:
     new_importance: float
     changed: bool
     tier: str
+    status: str
+
+    @property
+    def skipped(self) -> bool:
+        return self.status.startswith("skipped")

@@ -59,9 +59,11 @@ def apply(
     decided_by: str = "api",
     dry_run: bool = False,
 ) -> list[Applied]:
-    """spark.revalue_apply in one round trip: all decisions or none. Committed when ``conn`` has no
-    transaction open (else part of the caller's); ``dry_run`` checks and reports everything, then rolls
-    back. A decision the database refuses (an id that is not the tenant's, ...) raises InputError."""
+    """spark.revalue_apply in one round trip. Committed when ``conn`` has no transaction open (else part of
+    the caller's); ``dry_run`` checks and reports everything, then rolls back. A decision the database
+    refuses (an id that is not the tenant's, ...) raises InputError and nothing is applied; a decision whose
+    ``expected`` importance is no longer the memory's comes back with status "skipped: changed since
+    sampled", the others applied."""
     payload = json.dumps([d.as_json() for d in decisions])
     with _input_errors(), conn.transaction(force_rollback=dry_run):
         rows = conn.execute(
