@@ -302,32 +302,14 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 
 def cmd_stats(args: argparse.Namespace) -> int:
-    """The north-star metric: share of sessions where a surfaced insight was later marked helpful."""
+    """Health of the store (memories, backlog, lags, latency, hit rate, model drift) and the north star."""
     import json
 
-    from spark_pg import queries
+    from spark_pg.health import collect, format_report
 
     with _client(args) as client:
-        rows = client.conn.execute(
-            queries.NORTH_STAR, {"tenant": args.tenant, "since": args.since}
-        ).fetchall()
-        client.conn.rollback()
-    names = ("tenant", "sessions", "helped", "share", "calls", "surfaced", "helpful", "unhelpful", "followed")
-    if args.json:
-        print(json.dumps([dict(zip((*names, "ignored"), row, strict=True)) for row in rows], default=str))
-        return 0
-    if not rows:
-        print("no advise calls logged yet")
-        return 0
-    print(
-        f"{'tenant':<24} {'sessions':>8} {'helped':>7} {'share':>6} {'calls':>6} {'surfaced':>8} "
-        f"{'helpful':>7} {'unhelpful':>9} {'followed':>8} {'ignored':>7}"
-    )
-    for t, sess, helped, share, calls, surf, hp, uh, fo, ig in rows:
-        shown = "-" if share is None else f"{share:.2f}"
-        print(
-            f"{t:<24} {sess:>8} {helped:>7} {shown:>6} {calls:>6} {surf:>8} {hp:>7} {uh:>9} {fo:>8} {ig:>7}"
-        )
+        report = collect(client.conn, args.tenant, args.since, client.settings.get_str("embedding.model"))
+    print(json.dumps(report, default=str) if args.json else format_report(report))
     return 0
 
 
@@ -434,10 +416,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_eval_parser(sub)
 
-    p = sub.add_parser("stats", help="the north-star metric: sessions where surfaced advice later helped")
+    p = sub.add_parser("stats", help="health: memories, embedding backlog and lag, latency, north star")
     p.add_argument("--tenant", help="one tenant (default: every tenant)")
     p.add_argument("--since", metavar="TIME", help="only calls and outcomes from this ISO 8601 time on")
-    p.add_argument("--json", action="store_true", help="print a JSON list")
+    p.add_argument("--json", action="store_true", help="print the report as one JSON object")
     p.set_defaults(func=cmd_stats)
 
     from spark_pg.revalue import add_parser as add_revalue_parser

@@ -197,7 +197,7 @@ CLAIM_QUEUE = """
 SELECT q.tenant, q.memory_id, m.descriptor, m.content_hash
 FROM spark.embed_queue q
 JOIN spark.memories m ON m.tenant = q.tenant AND m.id = q.memory_id
-WHERE q.attempts < %(max_attempts)s AND q.enqueued_at <= now()
+WHERE q.attempts < %(max_attempts)s AND q.not_before <= now()
 ORDER BY q.enqueued_at, q.tenant, q.memory_id
 LIMIT %(n)s
 FOR UPDATE OF q SKIP LOCKED
@@ -205,20 +205,22 @@ FOR UPDATE OF q SKIP LOCKED
 
 # only where the memory still has the content that was embedded (the trigger dequeues what lands)
 STORE_CLAIMED = """
-INSERT INTO spark.embeddings AS e (tenant, memory_id, model_id, created_at, embedding)
-SELECT m.tenant, m.id, %(model_id)s, m.created_at, v.embedding
+INSERT INTO spark.embeddings AS e (tenant, memory_id, model_id, created_at, embedding, queued_at)
+SELECT m.tenant, m.id, %(model_id)s, m.created_at, v.embedding, q.enqueued_at
 FROM unnest(%(tenants)s::text[], %(ids)s::bigint[], %(hashes)s::bytea[], %(vectors)s::vector[])
      AS v(tenant, id, content_hash, embedding)
 JOIN spark.memories m ON m.tenant = v.tenant AND m.id = v.id AND m.content_hash = v.content_hash
+LEFT JOIN spark.embed_queue q ON q.tenant = v.tenant AND q.memory_id = v.id
 ON CONFLICT (tenant, memory_id, model_id) DO UPDATE SET
-    embedding = EXCLUDED.embedding, created_at = EXCLUDED.created_at, embedded_at = now()
+    embedding = EXCLUDED.embedding, created_at = EXCLUDED.created_at, embedded_at = now(),
+    queued_at = EXCLUDED.queued_at
 """
 
 # a failed row waits a minute per attempt before it is claimed again
 QUEUE_ATTEMPT_FAILED = """
 UPDATE spark.embed_queue q
 SET attempts = q.attempts + 1, last_error = left(%(error)s, 2000),
-    enqueued_at = now() + make_interval(mins => q.attempts + 1)
+    not_before = now() + make_interval(mins => q.attempts + 1)
 WHERE q.tenant = %(tenant)s AND q.memory_id = %(id)s
 """
 
@@ -277,3 +279,45 @@ WHERE e.tenant = d.tenant AND e.memory_id = d.memory_id AND e.model_id = %(model
 """
 
 REFRESH_TENANT_STATS_ALL = "SELECT spark.refresh_tenant_stats(NULL)"
+
+# spark-pg stats (spark_pg/health.py); tenant NULL = every tenant, since NULL = all time
+HEALTH_MEMORIES = """
+SELECT kind, tier, count(*) AS n FROM spark.memories
+WHERE %(tenant)s::text IS NULL OR tenant = %(tenant)s::text
+GROUP BY kind, tier
+"""
+
+HEALTH_QUEUE = """
+SELECT count(*) AS queued, count(*) FILTER (WHERE attempts >= %(max_attempts)s) AS given_up,
+       extract(epoch FROM now() - min(enqueued_at)) AS oldest_s
+FROM spark.embed_queue
+WHERE %(tenant)s::text IS NULL OR tenant = %(tenant)s::text
+"""
+
+HEALTH_EMBED_LAG = """
+SELECT count(*) AS n,
+       percentile_cont(0.5) WITHIN GROUP (ORDER BY lag.ms) AS lag_p50,
+       percentile_cont(0.95) WITHIN GROUP (ORDER BY lag.ms) AS lag_p95
+FROM spark.embeddings e
+JOIN spark.embedding_models m ON m.id = e.model_id AND m.active,
+LATERAL (SELECT extract(epoch FROM e.embedded_at - e.queued_at) * 1000 AS ms) lag
+WHERE e.queued_at IS NOT NULL
+  AND (%(tenant)s::text IS NULL OR e.tenant = %(tenant)s::text)
+  AND (%(since)s::timestamptz IS NULL OR e.embedded_at >= %(since)s::timestamptz)
+"""
+
+HEALTH_ADVISE = """
+SELECT count(*) AS calls,
+       count(*) FILTER (WHERE EXISTS (SELECT 1 FROM spark.retrieval_items i
+                                      WHERE i.tenant = r.tenant AND i.retrieval_id = r.id)) AS hits,
+       percentile_cont(0.5) WITHIN GROUP (ORDER BY r.latency_ms) AS lat_p50,
+       percentile_cont(0.95) WITHIN GROUP (ORDER BY r.latency_ms) AS lat_p95
+FROM spark.retrievals r
+WHERE (%(tenant)s::text IS NULL OR r.tenant = %(tenant)s::text)
+  AND (%(since)s::timestamptz IS NULL OR r.created_at >= %(since)s::timestamptz)
+"""
+
+HEALTH_MODELS = """
+SELECT m.name, m.active, (SELECT count(*) FROM spark.embeddings e WHERE e.model_id = m.id) AS vectors
+FROM spark.embedding_models m ORDER BY m.id
+"""

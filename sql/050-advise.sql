@@ -20,6 +20,7 @@ AS $fn$
 DECLARE
     rid bigint;
     ttext text;
+    started timestamptz := clock_timestamp();
 BEGIN
     IF session_id IS NOT NULL AND (session_id = '' OR length(session_id) > 256) THEN
         RAISE EXCEPTION 'session_id must be 1 to 256 characters' USING ERRCODE = 'invalid_parameter_value';
@@ -61,6 +62,8 @@ BEGIN
     WHERE r.tenant = advise.tenant AND r.shadow
       AND ttext ~* r.pattern AND (r.context_pattern IS NULL OR ttext ~* r.context_pattern)
     ON CONFLICT DO NOTHING;
+    UPDATE spark.retrievals l SET latency_ms = extract(epoch FROM clock_timestamp() - started) * 1000
+    WHERE l.tenant = advise.tenant AND l.id = rid;
     RETURN;
 END
 $fn$;

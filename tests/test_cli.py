@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import psycopg
 import pytest
 
 from spark_pg.cli import main
@@ -111,8 +112,27 @@ def test_seed_and_model_info(cli_env: str, capsys: pytest.CaptureFixture[str]) -
     assert code == 0 and "all-MiniLM-L6-v2-int8 (384 dims" in out and "installed" in out
 
 
-def test_stats_prints_the_north_star(cli_env: str, tenant: str, capsys: pytest.CaptureFixture[str]) -> None:
+def test_stats_reports_health_and_the_north_star(
+    cli_env: str, tenant: str, capsys: pytest.CaptureFixture[str]
+) -> None:
     code, out, _ = run(capsys, "stats", "--tenant", tenant)
-    assert (code, out.strip()) == (0, "no advise calls logged yet")
+    assert code == 0 and "north star    no advise calls logged yet" in out and "memories      0" in out
+    rule = "Pin base images by digest."
+    run(capsys, "add", "--tenant", tenant, "--defer-embedding", "--kind", "rule", rule)
+    run(capsys, "add", "--tenant", tenant, "--kind", "failure", "The deploy failed: a missing env variable.")
     code, out, _ = run(capsys, "stats", "--tenant", tenant, "--json")
-    assert (code, json.loads(out)) == (0, [])
+    report = json.loads(out)
+    assert code == 0 and report["tenant"] == tenant
+    assert report["memories"] == {"total": 2, "by_kind": {"rule": 1, "failure": 1}, "by_tier": {"active": 2}}
+    assert report["backlog"]["queued"] == 1 and report["backlog"]["given_up"] == 0
+    assert report["drift"]["active_model"] == report["drift"]["configured_model"] == "all-MiniLM-L6-v2-int8"
+    assert report["drift"]["mismatch"] is False
+    assert report["advise"] == {"calls": 0, "latency_ms": {"p50": None, "p95": None}, "hit_rate": None}
+    assert report["north_star"] == []
+    code, out, _ = run(capsys, "stats", "--tenant", tenant)
+    assert "backlog       1 awaiting a vector" in out
+    with psycopg.connect(cli_env) as conn:  # one advise call that finds the rule by keyword
+        conn.execute("SELECT * FROM spark.advise(%s, 'pin base images', NULL, 5)", (tenant,)).fetchall()
+    report = json.loads(run(capsys, "stats", "--tenant", tenant, "--json")[1])
+    assert report["advise"]["calls"] == 1 and report["advise"]["hit_rate"] == 1.0
+    assert report["advise"]["latency_ms"]["p50"] > 0

@@ -181,7 +181,7 @@ def test_a_failing_embedding_counts_attempts_and_gives_up_after_max_attempts(
         assert (stats.embedded, stats.failed) == (0, 3), attempt
         assert work(wdb, broken, max_attempts=2).failed == 0  # backing off: not claimed again at once
         with connect(wdb) as c:  # the backoff has passed
-            c.execute("UPDATE spark.embed_queue SET enqueued_at = now() - interval '1 second'")
+            c.execute("UPDATE spark.embed_queue SET not_before = now() - interval '1 second'")
             c.commit()
     with connect(wdb) as c:
         rows = c.execute("SELECT attempts, last_error FROM spark.embed_queue").fetchall()
