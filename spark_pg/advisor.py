@@ -4,6 +4,12 @@ One call of :meth:`Advisor.advise` is: skip trivial read-only calls; extract the
 it as a query; one database round trip to ``spark.advise`` (spark.retrieve with the intent's action domains,
 the actionability gate and the trigger rules, plus the log). Python never ranks: it maps rows to advice and
 decides which advice may block the call (interrupts, opt-in).
+
+**Past failures** (on by default, ``AdvisorOptions.warnings``): the same round trip goes to
+``spark.advise_with_warnings`` (sql/070), which runs spark.advise and then ``spark.reflect`` on the same
+query vector; a trace of the tenant whose outcome was failure and whose reflection score reaches
+``warning_min_score`` comes back first, as :class:`Advice` with ``warning=True`` and priority high.
+:meth:`Advisor.reflect` asks the reflection question on its own: "have I faced this before?".
 """
 
 from __future__ import annotations
@@ -21,6 +27,12 @@ from spark_pg import queries
 from spark_pg.embedding import Embedder
 from spark_pg.intent import ACTIONABILITY_GATE, Intent, extract_intent
 from spark_pg.records import PRIORITIES
+from spark_pg.traces.reflect import Reflection, query_text, reflect
+
+# past-failure warnings and reflection (config: reflection.warning_min_score, reflection.top_k)
+WARNING_MIN_SCORE = 0.45
+WARNING_K = 2
+REFLECT_K = 5
 
 TRIGGER_FIELDS = ("command", "file_path", "path", "pattern", "query", "url", "description", "prompt")
 MAX_TRIGGER_TEXT = 1000
@@ -40,6 +52,7 @@ class Advice:
     why: dict[str, Any]
     retrieval_id: int
     blocking: bool = False  # an interrupt: the caller should stop the tool call and show this first
+    warning: bool = False  # a past failure on a similar task (spark.reflect), not a retrieved memory
 
     @property
     def trigger(self) -> dict[str, Any] | None:
@@ -60,6 +73,13 @@ class AdvisorOptions:
     interrupts: bool = False
     interrupt_min_confidence: float = 0.9
     params: Mapping[str, Any] = field(default_factory=dict)  # any other spark.retrieve params
+    # past failures: traces with outcome failure whose spark.reflect score reaches warning_min_score come
+    # back first, as warnings (at most warning_k), in the same round trip
+    warnings: bool = True
+    warning_min_score: float = WARNING_MIN_SCORE
+    warning_k: int = WARNING_K
+    reflect_k: int = REFLECT_K  # Advisor.reflect's default k
+    reflect_params: Mapping[str, Any] = field(default_factory=dict)  # spark.reflect params
 
 
 def trigger_text(tool_name: str, tool_input: Mapping[str, Any] | str | None, task_context: str = "") -> str:
@@ -118,23 +138,48 @@ class Advisor:
         if intent.trivial or not intent.text.strip():
             return []
         embedding = self.embedder.embed_query(intent.text) if self.embedder else None
+        opts = self.options
         args = {
             "tenant": self.tenant,
             "query": intent.text,
             "embedding": embedding,
-            "k": self.options.k,
+            "k": opts.k,
             "params": Jsonb(self.params(intent, trigger_text(tool_name, tool_input, task_context))),
             "session": self.session_id,
             "tool": tool_name,
             "family": intent.family,
             "cache": True,
+            "warning_min_score": opts.warning_min_score,
+            "warning_k": opts.warning_k if opts.warnings else 0,
+            "reflect_params": Jsonb(dict(opts.reflect_params)),
         }
+        sql = queries.ADVISE_WITH_WARNINGS if opts.warnings and opts.warning_k > 0 else queries.ADVISE
         with self.conn.transaction(), self.conn.cursor(row_factory=dict_row) as cur:
-            rows = cur.execute(queries.ADVISE, args).fetchall()
-        return [self._advice(row) for row in rows]
+            rows = cur.execute(sql, args).fetchall()
+        advice = [self._advice(row) for row in rows]
+        # warnings first; a warned trace is not repeated as advice (traces score 0 on actionability anyway)
+        warnings = [a for a in advice if a.warning]
+        warned = {a.memory_id for a in warnings}
+        return warnings + [a for a in advice if not a.warning and a.memory_id not in warned]
+
+    def reflect(
+        self, intent_or_text: Intent | str, *, k: int | None = None, params: Mapping[str, Any] | None = None
+    ) -> list[Reflection]:
+        """Have I faced this before? The tenant's most similar past traces (with their outcome) and learnings,
+        each trace followed by the learnings linked to it (spark.reflect: one round trip after the query
+        embedding; without an embedder, the lexical fallback). Empty for an empty query."""
+        text = intent_or_text.text if isinstance(intent_or_text, Intent) else query_text(str(intent_or_text))
+        if not text.strip():
+            return []
+        embedding = self.embedder.embed_query(text) if self.embedder else None
+        merged = {**self.options.reflect_params, **(params or {})}
+        k = self.options.reflect_k if k is None else k
+        return reflect(self.conn, self.tenant, text, embedding, k=k, params=merged)
 
     def _advice(self, row: Mapping[str, Any]) -> Advice:
         why = row["why"] if isinstance(row["why"], dict) else json.loads(row["why"])
+        if row.get("warning"):
+            return self._warning(row, why)
         trig = why.get("trigger") or {}
         # a matching trigger can raise the memory's priority, never lower it (both labels are checked values)
         label = str(row["priority_label"])
@@ -157,6 +202,26 @@ class Advisor:
             why=why,
             retrieval_id=int(row["retrieval_id"]),
             blocking=blocking,
+        )
+
+    def _warning(self, row: Mapping[str, Any], why: dict[str, Any]) -> Advice:
+        """A past failure: the trace's descriptor behind a warning, and what was learned from it."""
+        links = (why.get("warning") or {}).get("learnings") or []
+        learned = [str(x["text"]) for x in links if isinstance(x, dict) and x.get("text")]
+        text = f"Past failure on a similar task: {row['text']}"
+        if learned:
+            text += " Learned: " + " ".join(learned)
+        return Advice(
+            memory_id=int(row["memory_id"]),
+            key=str(row["key"]),
+            text=text,
+            score=float(row["score"]),
+            priority=str(row["priority_label"]),
+            source=str(row["source"]),
+            category=str(row["category"]),
+            why=why,
+            retrieval_id=int(row["retrieval_id"]),
+            warning=True,
         )
 
     def record_outcome(

@@ -438,6 +438,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_reembed_parser(sub)
 
+    from spark_pg.traces.cli import add_parser as add_trace_parser
+
+    add_trace_parser(sub)
+
     p = sub.add_parser("config", help="show the effective tuneables")
     p.set_defaults(func=cmd_config)
     return parser

@@ -5,6 +5,8 @@
 >>> client.init()                     # migrate + apply sql/ (idempotent)
 >>> client.add("alice", "Prefer pytest fixtures over setUp methods", kind="preference")
 >>> client.search("alice", "writing tests")   # spark.retrieve, one round trip
+>>> client.add_trace("alice", "Fix auth token refresh", "failure", issue="refresh token reused")
+>>> client.reflect("alice", "Repair login session expiry")   # spark.reflect: have I faced this before?
 """
 
 from __future__ import annotations
@@ -18,13 +20,16 @@ from typing import Any
 import psycopg
 
 from spark_pg import schema
-from spark_pg.config import RETRIEVE_PARAM_KEYS, Settings, load_settings
+from spark_pg.advisor import Advisor, AdvisorOptions
+from spark_pg.config import REFLECT_PARAM_KEYS, RETRIEVE_PARAM_KEYS, Settings, load_settings
 from spark_pg.db import connect, database_url
 from spark_pg.embedding import Embedder, Vector, load_embedder
 from spark_pg.errors import InputError
 from spark_pg.ingest import IngestResult, ingest
 from spark_pg.records import MemoryIn, read_file, validate_row
 from spark_pg.retrieve import Candidate, Retrieved, explain, retrieve
+from spark_pg.traces.reflect import Reflection
+from spark_pg.traces.store import Stored, add_learning, add_trace
 from spark_pg.triggers import load_rules, sync_rules
 
 SYSTEM_TENANT = "_system"
@@ -150,3 +155,40 @@ class SparkClient:
     ) -> list[Candidate]:
         """Every candidate of the same call, with why each was surfaced or dropped."""
         return explain(self.conn, tenant, query, **self._call(query, k, params))
+
+    # traces, learnings and reflection (spark_pg/traces, docs/traces.md)
+    def add_trace(
+        self, tenant: str, intent: str, outcome: str, *, defer: bool = False, **fields: Any
+    ) -> Stored:
+        """Record a task attempt (fields: files, issue, tags, source, importance, created_at); scrubbed,
+        keyed by its descriptor's hash, embedded once (``defer``: by `spark-pg worker`)."""
+        batch = self.settings.get_int("embedding.batch_size")
+        embedder = None if defer else self.embedder
+        return add_trace(self.conn, embedder, tenant, intent, outcome, batch_size=batch, **fields)
+
+    def add_learning(self, tenant: str, handle: str, *, defer: bool = False, **fields: Any) -> Stored:
+        """Record a learning's semantic handle (fields: from_trace, category, source, importance,
+        created_at); ``defer``: embedded by `spark-pg worker`."""
+        batch = self.settings.get_int("embedding.batch_size")
+        embedder = None if defer else self.embedder
+        return add_learning(self.conn, embedder, tenant, handle, batch_size=batch, **fields)
+
+    def reflection_options(self, **overrides: Any) -> AdvisorOptions:
+        """AdvisorOptions with the configured reflection.* keys (and ``overrides``)."""
+        fields: dict[str, Any] = {
+            "warning_min_score": self.settings.get_float("reflection.warning_min_score"),
+            "reflect_k": self.settings.get_int("reflection.top_k"),
+            "reflect_params": {p: self.settings.raw(name) for name, p in REFLECT_PARAM_KEYS.items()},
+        }
+        return AdvisorOptions(**(fields | overrides))
+
+    def advisor(self, tenant: str, *, session_id: str | None = None, **options: Any) -> Advisor:
+        """An Advisor on this client's connection and model, with the configured reflection settings."""
+        opts = self.reflection_options(**options)
+        return Advisor(self.conn, self.embedder, tenant, session_id=session_id, options=opts)
+
+    def reflect(
+        self, tenant: str, text: str, k: int | None = None, params: Mapping[str, Any] | None = None
+    ) -> list[Reflection]:
+        """Have I faced this before? Similar past traces and learnings (spark.reflect, one round trip)."""
+        return self.advisor(tenant).reflect(text, k=k, params=params)

@@ -176,9 +176,49 @@ KEYS: tuple[Key, ...] = (
         True,
         "Store each query's vector in spark.query_embeddings so psql can replay it by text.",
     ),
+    Key(
+        "reflection.top_k",
+        int,
+        5,
+        "How many similar past traces and learnings `spark-pg reflect` and SparkClient.reflect return "
+        "(spark.reflect's k; linked learnings come on top).",
+        lo=1,
+        hi=100,
+    ),
+    Key(
+        "reflection.min_score",
+        float,
+        0.25,
+        "spark.reflect gate: a past trace or learning comes back when similarity x recency factor reaches "
+        "this (MiniLM: related tasks score 0.27-0.65 against a trace descriptor, unrelated ones under 0.2).",
+        lo=0.0,
+        hi=1.0,
+    ),
+    Key(
+        "reflection.recency_half_life_days",
+        float,
+        90.0,
+        "spark.reflect recency halves every this many days; a score is similarity x (0.5 + 0.5 x recency).",
+        lo=0.001,
+        hi=36500.0,
+    ),
+    Key(
+        "reflection.warning_min_score",
+        float,
+        0.45,
+        "The advisor warns of a past failure (a trace with outcome failure) whose reflection score reaches "
+        "this; used by SparkClient.advisor and `spark-pg reflect`.",
+        lo=0.0,
+        hi=1.0,
+    ),
 )
 # config keys passed to spark.retrieve as params of the same name (their defaults must match the SQL's)
 RETRIEVE_PARAM_KEYS = ("min_similarity", "min_fusion_score", "precision_mode", "fusion")
+# config keys passed to spark.reflect as params (their defaults must match spark.reflect_defaults())
+REFLECT_PARAM_KEYS = {
+    "reflection.min_score": "min_score",
+    "reflection.recency_half_life_days": "half_life_days",
+}
 KEY_BY_NAME: dict[str, Key] = {k.name: k for k in KEYS}
 
 

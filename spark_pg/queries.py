@@ -280,6 +280,33 @@ WHERE e.tenant = d.tenant AND e.memory_id = d.memory_id AND e.model_id = %(model
 
 REFRESH_TENANT_STATS_ALL = "SELECT spark.refresh_tenant_stats(NULL)"
 
+# traces and learnings (spark_pg/traces): the stored row of a key, locked; its metadata replaced (a repeat
+# bumps its counters this way: nothing is embedded again, the content hash is unchanged)
+MEMORY_FOR_UPDATE = """
+SELECT kind, content_hash, metadata FROM spark.memories WHERE tenant = %(tenant)s AND key = %(key)s FOR UPDATE
+"""
+
+SET_MEMORY_METADATA = """
+UPDATE spark.memories SET metadata = %(metadata)s WHERE tenant = %(tenant)s AND key = %(key)s
+"""
+
+# reflection (sql/070): similar past traces (with their outcome) and learnings; read only, nothing cached
+REFLECT = """
+SELECT rank, memory_id, key, kind, text, category, outcome, score, similarity, keyword_score, recency,
+       age_days, created_at, linked_to, metadata, why
+FROM spark.reflect(tenant => %(tenant)s, query_text => %(query)s, query_embedding => %(embedding)s,
+                   k => %(k)s, params => %(params)s)
+ORDER BY rank
+"""
+
+# the advisor's call with past-failure warnings: spark.advise and spark.reflect in one round trip (sql/070)
+ADVISE_WITH_WARNINGS = f"""{_CACHE_QUERY_VECTOR}
+SELECT * FROM spark.advise_with_warnings({_RETRIEVE_ARGS}, session_id => %(session)s, tool_name => %(tool)s,
+                                         intent_family => %(family)s,
+                                         warning_min_score => %(warning_min_score)s,
+                                         warning_k => %(warning_k)s, reflect_params => %(reflect_params)s)
+"""
+
 # spark-pg stats (spark_pg/health.py); tenant NULL = every tenant, since NULL = all time
 HEALTH_MEMORIES = """
 SELECT kind, tier, count(*) AS n FROM spark.memories

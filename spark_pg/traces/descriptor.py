@@ -1,0 +1,221 @@
+"""Deterministic descriptors: a task attempt (trace) and a learning's semantic handle, normalised, scrubbed.
+
+A trace's descriptor is what gets stored as its text and embedded::
+
+    Intent: Fix auth token refresh | Files: src/auth/refresh.py, src/auth/session.py | Outcome: failure
+    | Key issue: refresh token reused after rotation | Tags: auth, tokens
+
+(one line). Fields come in that order; an empty optional field (Files, Key issue, Tags) is left out, never
+written as "none", so that two traces are not made similar by their missing parts. Every field is scrubbed
+(:mod:`spark_pg.traces.scrub`) before anything else, then normalised:
+
+* whitespace squashed to single spaces, control characters dropped, ``|`` (the separator) written as ``/``;
+* intent at most 200 characters, key issue 300 (cut at a word boundary, never inside a placeholder);
+* files: ``\\`` as ``/``, a leading ``./`` and a home folder (``/home/<user>/``, ``/Users/<user>/``,
+  ``C:/Users/<user>/``) as ``~/``, duplicates dropped, sorted, at most 10 of 200 characters each (then
+  ``(+N more)``);
+* tags: lower case, spaces as ``-``, a leading ``#`` dropped, duplicates dropped, sorted, at most 12 of 40
+  characters each;
+* outcome: ``success`` or ``failure`` (any case).
+
+The same attempt therefore always yields the same descriptor, and its SHA-256 is the trace's identity: the
+key is ``trace:`` and the first 24 hex digits. A learning's handle (at most 500 characters) is normalised
+like a field; its key is ``learning:`` and the first 24 hex digits of the handle's SHA-256. Pure: no I/O.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from spark_pg.errors import InputError
+from spark_pg.traces.scrub import scrub
+
+DESCRIPTOR_VERSION = 1
+HANDLE_VERSION = 1
+OUTCOMES = ("success", "failure")
+MAX_RAW = 20_000  # characters of any one field looked at (scrubbed, then cut to the field's limit)
+MAX_INTENT = 200
+MAX_ISSUE = 300
+MAX_FILE = 200
+MAX_FILES = 10
+MAX_TAG = 40
+MAX_TAGS = 12
+MAX_HANDLE = 500
+MAX_CATEGORY = 64
+
+_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
+_HOME = re.compile(r"^(?:/home/|/Users/|[A-Za-z]:/Users/)[^/]{1,100}/")
+
+
+def _cut(text: str, limit: int) -> str:
+    """At most ``limit`` characters, cut at a word boundary when one is near, never inside a placeholder."""
+    if len(text) <= limit:
+        return text
+    cut = text[:limit]
+    space = cut.rfind(" ")
+    if space >= limit * 0.6:
+        cut = cut[:space]
+    if cut.rfind("[") > cut.rfind("]"):  # an unclosed [REDACTED:...] / [EMAIL]
+        cut = cut[: cut.rfind("[")]
+    return cut.rstrip(" ,;:/-")
+
+
+def clean(value: object, field: str, limit: int, *, required: bool = False) -> str:
+    """One free-text field: scrubbed, whitespace squashed, ``|`` as ``/``, at most ``limit`` characters.
+    Empty is allowed unless ``required`` (InputError naming the field)."""
+    if value is None:
+        value = ""
+    if not isinstance(value, str):
+        raise InputError(f"{field} must be a string, not {type(value).__name__}")
+    text = scrub(_CONTROL.sub(" ", value[:MAX_RAW]))
+    text = " ".join(text.replace("|", "/").split())
+    text = _cut(text, limit)
+    if required and not text:
+        raise InputError(f"{field} must not be empty")
+    return text
+
+
+_PLACEHOLDER = re.compile(r"\[(?:REDACTED(?::[a-z_]{1,40})?|EMAIL|PHONE|IP)\]")
+
+
+def _lower(text: str) -> str:
+    """Lower case, except the scrubber's placeholders (scrubbing comes first: AKIA... must still match)."""
+    out, pos = [], 0
+    for m in _PLACEHOLDER.finditer(text):
+        out += [text[pos : m.start()].lower(), m.group(0)]
+        pos = m.end()
+    return "".join([*out, text[pos:].lower()])
+
+
+def _items(value: str | Iterable[str] | None, field: str) -> list[str]:
+    """A list from a comma-separated string or any iterable of strings."""
+    if value is None:
+        return []
+    if isinstance(value, str):
+        return value.split(",")
+    items = list(value)
+    if not all(isinstance(v, str) for v in items):
+        raise InputError(f"{field} must be strings")
+    return [piece for item in items for piece in item.split(",")]
+
+
+def clean_files(value: str | Iterable[str] | None) -> tuple[tuple[str, ...], int]:
+    """Normalised file paths, sorted and deduplicated; returns (the first MAX_FILES, how many more)."""
+    paths = set()
+    for raw in _items(value, "files")[:1000]:
+        path = clean(raw.replace("\\", "/"), "files", MAX_FILE)
+        while path.startswith("./"):
+            path = path[2:]
+        path = _HOME.sub("~/", re.sub(r"/{2,}", "/", path))
+        if path:
+            paths.add(path)
+    ordered = sorted(paths)
+    return tuple(ordered[:MAX_FILES]), max(0, len(ordered) - MAX_FILES)
+
+
+def clean_tags(value: str | Iterable[str] | None) -> tuple[str, ...]:
+    """Normalised tags: lower case, ``-`` for spaces, sorted, deduplicated, at most MAX_TAGS."""
+    tags = set()
+    for raw in _items(value, "tags")[:1000]:
+        tag = _lower(clean(raw, "tags", MAX_TAG)).lstrip("#").strip()
+        tag = "-".join(tag.split())
+        if tag:
+            tags.add(tag)
+    return tuple(sorted(tags)[:MAX_TAGS])
+
+
+def _hash(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+@dataclass(frozen=True)
+class Trace:
+    """One task attempt, normalised and scrubbed. ``descriptor`` is its text; ``key`` its identity."""
+
+    intent: str
+    outcome: str
+    files: tuple[str, ...] = ()
+    more_files: int = 0
+    issue: str = ""
+    tags: tuple[str, ...] = ()
+
+    @property
+    def descriptor(self) -> str:
+        parts = [f"Intent: {self.intent}"]
+        if self.files:
+            more = f" (+{self.more_files} more)" if self.more_files else ""
+            parts.append(f"Files: {', '.join(self.files)}{more}")
+        parts.append(f"Outcome: {self.outcome}")
+        if self.issue:
+            parts.append(f"Key issue: {self.issue}")
+        if self.tags:
+            parts.append(f"Tags: {', '.join(self.tags)}")
+        return " | ".join(parts)
+
+    @property
+    def descriptor_hash(self) -> str:
+        return _hash(self.descriptor)
+
+    @property
+    def key(self) -> str:
+        return "trace:" + self.descriptor_hash[:24]
+
+    def metadata(self) -> dict[str, object]:
+        """The structured fields, as stored in the memory's metadata (next to the counters)."""
+        return {
+            "intent": self.intent,
+            "files": list(self.files),
+            "more_files": self.more_files,
+            "outcome": self.outcome,
+            "issue": self.issue or None,
+            "tags": list(self.tags),
+            "descriptor_version": DESCRIPTOR_VERSION,
+            "descriptor_hash": self.descriptor_hash,
+        }
+
+
+def make_trace(
+    intent: str,
+    outcome: str,
+    *,
+    files: str | Sequence[str] | None = None,
+    issue: str | None = None,
+    tags: str | Sequence[str] | None = None,
+) -> Trace:
+    """Normalise and scrub a task attempt (InputError naming a bad field)."""
+    if not isinstance(outcome, str) or outcome.strip().lower() not in OUTCOMES:
+        raise InputError(f"outcome must be one of {', '.join(OUTCOMES)}, got {outcome!r}")
+    paths, more = clean_files(files)
+    return Trace(
+        intent=clean(intent, "intent", MAX_INTENT, required=True),
+        outcome=outcome.strip().lower(),
+        files=paths,
+        more_files=more,
+        issue=clean(issue, "issue", MAX_ISSUE),
+        tags=clean_tags(tags),
+    )
+
+
+@dataclass(frozen=True)
+class Learning:
+    """A learning's semantic handle ("When working with X, do Y so that Z"), normalised and scrubbed."""
+
+    handle: str
+    category: str = "general"
+
+    @property
+    def handle_hash(self) -> str:
+        return _hash(self.handle)
+
+    @property
+    def key(self) -> str:
+        return "learning:" + self.handle_hash[:24]
+
+
+def make_learning(handle: str, category: str | None = None) -> Learning:
+    """Normalise and scrub a learning (InputError naming a bad field)."""
+    cat = clean(category, "category", MAX_CATEGORY) if category is not None else "general"
+    return Learning(handle=clean(handle, "handle", MAX_HANDLE, required=True), category=cat or "general")

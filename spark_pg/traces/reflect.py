@@ -1,0 +1,121 @@
+"""Reflection in Python: one call of ``spark.reflect`` (sql/070-reflect.sql) and its rows, typed.
+
+The SQL does the work (candidates, similarity on the active model's vectors, the lexical fallback, the
+recency half-life, the gate, the linked learnings); this module only maps rows. The advisor's entry point is
+:meth:`spark_pg.advisor.Advisor.reflect`, which embeds the query first.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import psycopg
+from psycopg.rows import dict_row
+from psycopg.types.json import Jsonb
+
+from spark_pg import queries
+
+MAX_QUERY = 1000  # characters of a plain-text reflection query
+
+
+@dataclass(frozen=True)
+class Reflection:
+    """One past trace or learning that resembles the task at hand, and why it came back."""
+
+    rank: int
+    memory_id: int
+    key: str
+    kind: str  # trace | learning
+    text: str  # a trace's descriptor, a learning's handle
+    category: str
+    outcome: str | None  # success | failure for a trace (from its metadata), None for a learning
+    score: float  # relevance x recency factor
+    similarity: float | None  # cosine similarity on the active model's vectors; None in the lexical fallback
+    keyword_score: float  # share of the query's words the text holds
+    recency: float
+    age_days: float
+    created_at: datetime
+    linked_to: str | None  # a learning: the returned trace it is linked to
+    metadata: dict[str, Any]
+    why: dict[str, Any]
+
+    @property
+    def failure(self) -> bool:
+        return self.kind == "trace" and self.outcome == "failure"
+
+    @property
+    def match(self) -> str:
+        """semantic, lexical or linked."""
+        return str(self.why.get("match", ""))
+
+    @property
+    def reason(self) -> str:
+        """One readable line: how it matched, how old it is, what the gate said."""
+        if self.match == "linked":
+            how = f"learned from trace {self.linked_to}"
+        elif self.similarity is not None:
+            how = f"similarity {self.similarity:.2f}"
+        else:
+            how = f"{self.keyword_score:.0%} of the query's words (lexical)"
+        seen = self.metadata.get("occurrences")
+        times = f", seen {seen} times" if isinstance(seen, int) and seen > 1 else ""
+        return (
+            f"{how}; {self.age_days:.0f} days old (recency {self.recency:.2f}){times}; score {self.score:.2f}"
+        )
+
+
+def _json(value: Any) -> dict[str, Any]:
+    data = value if isinstance(value, dict) else json.loads(value) if value else {}
+    return dict(data)
+
+
+def from_row(row: Mapping[str, Any]) -> Reflection:
+    return Reflection(
+        rank=int(row["rank"]),
+        memory_id=int(row["memory_id"]),
+        key=str(row["key"]),
+        kind=str(row["kind"]),
+        text=str(row["text"]),
+        category=str(row["category"]),
+        outcome=row["outcome"],
+        score=float(row["score"]),
+        similarity=None if row["similarity"] is None else float(row["similarity"]),
+        keyword_score=float(row["keyword_score"] or 0.0),
+        recency=float(row["recency"]),
+        age_days=float(row["age_days"]),
+        created_at=row["created_at"],
+        linked_to=row["linked_to"],
+        metadata=_json(row["metadata"]),
+        why=_json(row["why"]),
+    )
+
+
+def query_text(text: str) -> str:
+    """A plain reflection query: whitespace squashed, at most MAX_QUERY characters."""
+    return " ".join(text.split())[:MAX_QUERY]
+
+
+def reflect(
+    conn: psycopg.Connection[Any],
+    tenant: str,
+    text: str,
+    embedding: Any,
+    *,
+    k: int = 5,
+    params: Mapping[str, Any] | None = None,
+) -> list[Reflection]:
+    """One round trip to spark.reflect. ``embedding`` None: the lexical fallback."""
+    args = {
+        "tenant": tenant,
+        "query": text,
+        "embedding": embedding,
+        "k": k,
+        "params": Jsonb(dict(params or {})),
+    }
+    with conn.transaction(), conn.cursor(row_factory=dict_row) as cur:
+        rows = cur.execute(queries.REFLECT, args).fetchall()
+    return [from_row(r) for r in rows]

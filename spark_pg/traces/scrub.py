@@ -1,0 +1,467 @@
+"""Remove secrets and personal data from text before it is stored or embedded. Pure: no I/O, no state.
+
+:func:`scrub` replaces each finding with a typed placeholder and keeps the text around it readable::
+
+    >>> scrub("psql postgres://shop:hunter2@db.internal:5432/shop as alice@example.com")
+    'psql postgres://[REDACTED]@db.internal:5432/shop as [EMAIL]'
+
+Secrets become ``[REDACTED:<type>]``; a URL's credentials become ``[REDACTED]`` (scheme, host, port and path
+stay); personal data becomes ``[EMAIL]``, ``[PHONE]`` or ``[IP]``. A named assignment keeps its name
+(``DB_PASSWORD=[REDACTED:password]``). The rules run in the order of :data:`RULES`, most specific first, so
+a token inside a URL or after ``Bearer`` is named by its vendor when it has one.
+
+What is left alone on purpose (each a test case): git SHAs and other hex digests, UUIDs, file paths, version
+strings (``v2.31.0``, ``react@18.2.0``), ordinary words after a key name in prose (``the password: field``),
+``max_tokens=512``, ``git@github.com:org/repo.git`` (an SSH remote, not a person), private, loopback and
+link-local IP addresses, and Stripe **publishable** keys (``pk_live_...``: public by design, shipped in
+every checkout page). Not detected: credit-card numbers (test cards such as 4242... are common in code),
+IPv6 addresses, secrets with no recognisable shape and no key name in front of them.
+
+Performance: every pattern is a flat sequence of bounded character-class repetitions (no nested
+quantifiers, no backreferences), and the few heuristics that need more than a regex (the shape of an AWS
+secret key, a bearer token, a phone number) run in Python on the bounded match. Input longer than
+:data:`MAX_INPUT` characters is refused: callers cut their fields first.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+MAX_INPUT = 100_000  # characters; scrub() refuses more (callers bound their fields well below this)
+
+# an unquoted value after a key name: up to whitespace, a quote, or a list / query-string separator
+_VALUE = r"[^\s\"'`,;&]{1,400}"
+# a quoted one: up to the closing quote (on the same line)
+_QUOTED = r"\"[^\"\r\n]{1,400}\"|'[^'\r\n]{1,400}'"
+# key names whose value is a secret; matched as the last part of a name (DB_PASSWORD, x-api-key, aws.token)
+_SECRET_NAMES = (
+    r"api[_-]?key|apikey|api[_-]?secret|api[_-]?token|access[_-]?key(?:[_-]?id)?|secret[_-]?access[_-]?key"
+    r"|secret[_-]?key|client[_-]?secret|private[_-]?key|secret|token|access[_-]?token|refresh[_-]?token"
+    r"|auth[_-]?token|id[_-]?token|session[_-]?token|bearer[_-]?token|credentials?|passwd|password"
+    r"|passphrase|pwd|pass"
+)
+_PASSWORD_NAMES = frozenset({"passwd", "password", "passphrase", "pwd", "pass"})
+# values after a key name that are references or empties, not secrets
+_NOT_SECRET = re.compile(
+    r"(?i)^(?:none|null|nil|true|false|undefined|redacted|\*+|x+|\.\.\.|<.*|\$.*|%.*|\{\{.*)$"
+)
+
+
+@dataclass(frozen=True)
+class Rule:
+    """One detector: a compiled pattern and what replaces a match (None from ``replace``: keep the match)."""
+
+    name: str  # the placeholder type, e.g. aws_access_key
+    pattern: re.Pattern[str]
+    replace: Callable[[re.Match[str]], str | None]
+    doc: str = ""
+
+
+@dataclass(frozen=True)
+class Scrubbed:
+    """A scrubbed text and how many findings of each type were replaced."""
+
+    text: str
+    found: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def clean(self) -> bool:
+        return not self.found
+
+
+def _fixed(placeholder: str) -> Callable[[re.Match[str]], str | None]:
+    return lambda m: placeholder
+
+
+def _mixed(value: str, *, digits: int = 1) -> bool:
+    """Looks random: upper and lower case letters and at least ``digits`` digits (words and hex do not)."""
+    return (
+        any(c.isupper() for c in value)
+        and any(c.islower() for c in value)
+        and sum(c.isdigit() for c in value) >= digits
+    )
+
+
+def _token_like(value: str) -> bool:
+    """A credential-shaped string: long enough and not a word (has a digit, or both cases)."""
+    letters = [c for c in value if c.isalpha()]
+    upper = any(c.isupper() for c in letters)
+    lower = any(c.islower() for c in letters)
+    return len(value) >= 16 and (any(c.isdigit() for c in value) or (upper and lower and len(letters) > 1))
+
+
+def _vendor(
+    prefix_check: Callable[[str], bool] | None, placeholder: str
+) -> Callable[[re.Match[str]], str | None]:
+    def replace(m: re.Match[str]) -> str | None:
+        if prefix_check is not None and not prefix_check(m.group(0)):
+            return None
+        return placeholder
+
+    return replace
+
+
+def _url_credentials(m: re.Match[str]) -> str | None:
+    return f"{m.group('scheme')}[REDACTED]@"
+
+
+def _bearer(m: re.Match[str]) -> str | None:
+    value = m.group("value")
+    if value.startswith("[") or not _token_like(value):
+        return None
+    return f"{m.group('scheme')}{m.group('sp')}[REDACTED:bearer_token]"
+
+
+def _basic(m: re.Match[str]) -> str | None:
+    import base64
+    import binascii
+
+    try:
+        decoded = base64.b64decode(m.group("value"), validate=True)
+    except (binascii.Error, ValueError):
+        return None
+    if b":" not in decoded:
+        return None
+    return f"{m.group('scheme')}{m.group('sp')}[REDACTED:basic_auth]"
+
+
+def _reference(value: str) -> bool:
+    """Code reading a secret, not the secret: ``os.environ["K"]``, ``settings.API_KEY``, ``get_token()``."""
+    cut = min((i for i in (value.find("("), value.find("[")) if i >= 0), default=-1)
+    head = value[:cut] if cut >= 0 else value
+    parts = head.split(".")
+    names = all(p.isidentifier() and not any(c.isdigit() for c in p) for p in parts)  # not Pa55.w0rd
+    return names and (len(parts) > 1 or cut > 0)
+
+
+def _assignment(m: re.Match[str]) -> str | None:
+    """``name = value``: a secret after = (or in quotes); after a bare colon only when it does not read like
+    prose: ``password: field`` and ``token: 512`` stay, ``PASSWORD: letmein`` and ``password: s3cret!`` go."""
+    name, sep, quoted = m.group("name"), m.group("sep"), m.group("quoted")
+    leaf = re.split(r"[_.-]", name.lower().strip("-"))[-1]
+    kind = "password" if leaf in _PASSWORD_NAMES else "secret"
+    if quoted:
+        value = quoted[1:-1].strip()
+        if not value or value.startswith("[REDACTED") or _NOT_SECRET.match(value):
+            return None
+        return f"{name}{sep}{quoted[0]}[REDACTED:{kind}]{quoted[0]}"
+    value, trail = m.group("value"), ""
+    while value and value[-1] in ".:)":  # end-of-sentence punctuation is not part of the secret
+        trail = value[-1] + trail
+        value = value[:-1]
+    if not value or value.startswith("[") or _NOT_SECRET.match(value) or _reference(value):
+        return None
+    if leaf == "pwd" and value[:1] in "/~.":
+        return None  # PWD=/home/...: the working directory, not a password
+    if ":" in sep and "=" not in sep and not name.isupper():
+        # a bare colon in prose ("the password: field"); an ENV_STYLE name is always an assignment
+        if value.isalpha() and (value.islower() or value[1:].islower()):
+            return None
+        if value.isdigit() and len(value) < 8:
+            return None
+    return f"{name}{sep}[REDACTED:{kind}]{trail}"
+
+
+def _cli_flag(m: re.Match[str]) -> str | None:
+    value = m.group("value")
+    if value.startswith("[REDACTED") or _NOT_SECRET.match(value):
+        return None
+    kind = "password" if "pass" in m.group("flag").lower() else "secret"
+    return f"{m.group('flag')}{m.group('sp')}[REDACTED:{kind}]"
+
+
+def _email(m: re.Match[str]) -> str | None:
+    return None if m.group("local").lower() == "git" else "[EMAIL]"  # git@host:org/repo is an SSH remote
+
+
+def _phone(m: re.Match[str]) -> str | None:
+    digits = sum(c.isdigit() for c in m.group(0))
+    return "[PHONE]" if 8 <= digits <= 15 else None
+
+
+def _ip(m: re.Match[str]) -> str | None:
+    try:
+        address = ipaddress.IPv4Address(m.group(0))
+    except ValueError:
+        return None
+    return "[IP]" if address.is_global else None  # private, loopback, link-local, reserved: infrastructure
+
+
+def _b(pattern: str, flags: int = 0) -> re.Pattern[str]:
+    return re.compile(pattern, flags)
+
+
+_AWS_KEY_ID = (
+    r"(?<![A-Z0-9])(?:AKIA|ASIA|ABIA|ACCA|AGPA|AIDA|AIPA|ANPA|ANVA|APKA|AROA|ASCA)[A-Z0-9]{16}(?![A-Z0-9])"
+)
+
+RULES: tuple[Rule, ...] = (
+    Rule(
+        "credentials",
+        _b(
+            r"(?P<scheme>(?<![A-Za-z0-9+.-])[A-Za-z][A-Za-z0-9+.-]{1,30}://)[^\s/@:\[\]]{0,256}:[^\s/@]{1,512}@"
+        ),
+        _url_credentials,
+        "user:password@ in any URL (postgres, mysql, mongodb+srv, redis, amqp, https, ...); scheme and host "
+        "stay",
+    ),
+    Rule(
+        "slack_webhook",
+        _b(r"https://hooks\.slack\.com/services/[A-Za-z0-9]{6,16}/[A-Za-z0-9]{6,16}/[A-Za-z0-9]{16,40}"),
+        _fixed("https://hooks.slack.com/services/[REDACTED:slack_webhook]"),
+        "Slack incoming-webhook URL",
+    ),
+    Rule(
+        "discord_webhook",
+        _b(r"https://(?:ptb\.|canary\.)?discord(?:app)?\.com/api/webhooks/[0-9]{5,25}/[A-Za-z0-9_-]{30,100}"),
+        _fixed("https://discord.com/api/webhooks/[REDACTED:discord_webhook]"),
+        "Discord webhook URL",
+    ),
+    Rule(
+        "jwt",
+        _b(r"(?<![A-Za-z0-9_-])eyJ[A-Za-z0-9_-]{8,4000}\.eyJ[A-Za-z0-9_-]{8,8000}\.[A-Za-z0-9_-]{0,4000}"),
+        _fixed("[REDACTED:jwt]"),
+        "JSON Web Token: eyJ<header>.eyJ<payload>.<signature>",
+    ),
+    Rule(
+        "anthropic_key",
+        _b(r"(?<![A-Za-z0-9_-])sk-ant-[A-Za-z0-9_-]{20,300}"),
+        _fixed("[REDACTED:anthropic_key]"),
+        "Anthropic API / admin key: sk-ant-...",
+    ),
+    Rule(
+        "openai_key",
+        _b(r"(?<![A-Za-z0-9_-])sk-(?:proj-|svcacct-|admin-|None-)?[A-Za-z0-9_-]{20,300}"),
+        _vendor(lambda s: _mixed(s), "[REDACTED:openai_key]"),
+        "OpenAI key: sk-..., sk-proj-... (random-looking: both cases and a digit)",
+    ),
+    Rule(
+        "github_token",
+        _b(
+            r"(?<![A-Za-z0-9_])(?:(?:ghp|gho|ghu|ghs|ghr)_[A-Za-z0-9]{36,251}|github_pat_[A-Za-z0-9_]{22,255})"
+        ),
+        _fixed("[REDACTED:github_token]"),
+        "GitHub tokens: ghp_, gho_, ghu_, ghs_, ghr_, github_pat_",
+    ),
+    Rule(
+        "gitlab_token",
+        _b(r"(?<![A-Za-z0-9_-])gl(?:pat|dt|rt|ptt|cbt|oas)-[A-Za-z0-9_-]{20,64}"),
+        _fixed("[REDACTED:gitlab_token]"),
+        "GitLab tokens: glpat-, gldt-, glrt-, glptt-, glcbt-, gloas-",
+    ),
+    Rule(
+        "slack_token",
+        _b(r"(?<![A-Za-z0-9_-])(?:xox[abposre]-[A-Za-z0-9-]{10,250}|xapp-[0-9]-[A-Za-z0-9-]{10,250})"),
+        _fixed("[REDACTED:slack_token]"),
+        "Slack tokens: xoxb-, xoxp-, xoxa-, xoxo-, xoxs-, xoxr-, xoxe-, xapp-",
+    ),
+    Rule(
+        "stripe_key",
+        _b(r"(?<![A-Za-z0-9_])(?:(?:sk|rk)_(?:live|test)_[A-Za-z0-9]{10,247}|whsec_[A-Za-z0-9]{24,128})"),
+        _fixed("[REDACTED:stripe_key]"),
+        "Stripe secret and restricted keys (sk_live_, sk_test_, rk_live_, rk_test_) and webhook secrets "
+        "(whsec_); publishable keys (pk_) stay",
+    ),
+    Rule(
+        "google_api_key",
+        _b(r"(?<![A-Za-z0-9_-])(?:AIza[0-9A-Za-z_-]{35}|GOCSPX-[A-Za-z0-9_-]{28})(?![A-Za-z0-9_-])"),
+        _fixed("[REDACTED:google_api_key]"),
+        "Google API key (AIza...) and OAuth client secret (GOCSPX-...)",
+    ),
+    Rule(
+        "aws_access_key",
+        _b(_AWS_KEY_ID),
+        _fixed("[REDACTED:aws_access_key]"),
+        "AWS access key id: AKIA/ASIA/AROA/... + 16 upper-case letters or digits",
+    ),
+    Rule(
+        "npm_token",
+        _b(r"(?<![A-Za-z0-9_])npm_[A-Za-z0-9]{36}(?![A-Za-z0-9])"),
+        _fixed("[REDACTED:npm_token]"),
+        "npm access token: npm_ + 36",
+    ),
+    Rule(
+        "pypi_token",
+        _b(r"(?<![A-Za-z0-9_-])pypi-AgE[A-Za-z0-9_-]{50,400}"),
+        _fixed("[REDACTED:pypi_token]"),
+        "PyPI API token: pypi-AgE...",
+    ),
+    Rule(
+        "huggingface_token",
+        _b(r"(?<![A-Za-z0-9_])hf_[A-Za-z0-9]{30,40}(?![A-Za-z0-9])"),
+        _vendor(lambda s: _mixed(s[3:], digits=0), "[REDACTED:huggingface_token]"),
+        "Hugging Face token: hf_ + 30-40 letters (both cases)",
+    ),
+    Rule(
+        "sendgrid_key",
+        _b(r"(?<![A-Za-z0-9_-])SG\.[A-Za-z0-9_-]{22}\.[A-Za-z0-9_-]{43}(?![A-Za-z0-9_-])"),
+        _fixed("[REDACTED:sendgrid_key]"),
+        "SendGrid API key: SG.<22>.<43>",
+    ),
+    Rule(
+        "bearer_token",
+        _b(r"(?i)(?<![A-Za-z0-9])(?P<scheme>bearer)(?P<sp>\s{1,5})(?P<value>[A-Za-z0-9._~+/-]{16,4096}=*)"),
+        _bearer,
+        "Authorization: Bearer <token> (the token must look random: at least 16 characters with a digit, or "
+        "both cases)",
+    ),
+    Rule(
+        "basic_auth",
+        _b(r"(?i)(?<![A-Za-z0-9])(?P<scheme>basic)(?P<sp>\s{1,5})(?P<value>[A-Za-z0-9+/]{8,1000}={0,2})"),
+        _basic,
+        "Authorization: Basic <base64 of user:password>",
+    ),
+    Rule(
+        "assignment",
+        _b(
+            r"(?i)(?P<name>(?<![A-Za-z0-9_.-])[A-Za-z0-9_.-]{0,60}?(?<![A-Za-z0-9])(?:"
+            + _SECRET_NAMES
+            + r")(?![A-Za-z0-9]))(?P<sep>[\"']?[ \t]{0,5}(?::=|=>|[:=])[ \t]{0,5})(?:(?P<quoted>"
+            + _QUOTED
+            + r")|(?P<value>"
+            + _VALUE
+            + r"))"
+        ),
+        _assignment,
+        'a secret-named key and its value: api_key=..., DB_PASSWORD=..., token: ..., "secret": "..." '
+        "(placeholder password for password-like names, else secret)",
+    ),
+    Rule(
+        "cli_flag",
+        _b(
+            r"(?i)(?<![A-Za-z0-9_-])(?P<flag>--?(?:password|passwd|pass|token|api-key|apikey|secret"
+            r"|client-secret|access-token|auth-token))(?P<sp>[ \t]{1,5})(?P<value>[^\s\"'-][^\s\"']{0,399})"
+        ),
+        _cli_flag,
+        "a command-line flag and its value: --password hunter2, --token abc",
+    ),
+    Rule(
+        "email",
+        _b(
+            r"(?<![A-Za-z0-9._%+-])(?<!//)(?P<local>[A-Za-z0-9._%+-]{1,64})@[A-Za-z0-9.-]{1,253}\.[A-Za-z]{2,24}"
+            r"(?![A-Za-z0-9-])"
+        ),
+        _email,
+        "e-mail addresses (not git@host, an SSH remote, nor a URL's user name: scheme://user@host)",
+    ),
+    Rule(
+        "phone",
+        _b(
+            r"(?<![A-Za-z0-9+])\+[0-9][0-9 ().-]{6,18}[0-9](?![A-Za-z0-9])"
+            r"|(?<![A-Za-z0-9.-])(?:\([0-9]{3}\)[ ]?|[0-9]{3}[.-])[0-9]{3}[.-][0-9]{4}(?![A-Za-z0-9.-])"
+        ),
+        _phone,
+        "phone numbers: international (+ and 8-15 digits) and North American (415-555-0132, (415) 555-0132)",
+    ),
+    Rule(
+        "ip",
+        _b(r"(?<![A-Za-z0-9.])[0-9]{1,3}\.[0-9]{1,3}\.[0-9]{1,3}\.[0-9]{1,3}(?![A-Za-z0-9])(?!\.[0-9])"),
+        _ip,
+        "public IPv4 addresses (private, loopback, link-local and reserved ranges stay)",
+    ),
+)
+
+_PRIVATE_KEY_BEGIN = re.compile(r"-----BEGIN [A-Z0-9 ]{0,40}PRIVATE KEY(?: BLOCK)?-----")
+_PRIVATE_KEY_END = re.compile(r"-----END [A-Z0-9 ]{0,40}PRIVATE KEY(?: BLOCK)?-----")
+_AWS_CONTEXT = re.compile(r"(?i)aws|amazon|" + _AWS_KEY_ID)
+_AWS_SECRET = re.compile(r"(?<![A-Za-z0-9/+=])[A-Za-z0-9/+]{40}(?![A-Za-z0-9/+=])")
+
+
+def _private_keys(text: str, found: Counter[str]) -> str:
+    """PEM / OpenSSH / PGP private key blocks, BEGIN to END (or to the end of a truncated text)."""
+    out: list[str] = []
+    pos = 0
+    while True:
+        begin = _PRIVATE_KEY_BEGIN.search(text, pos)
+        if begin is None:
+            break
+        end = _PRIVATE_KEY_END.search(text, begin.end())
+        out.append(text[pos : begin.start()])
+        out.append("[REDACTED:private_key]")
+        found["private_key"] += 1
+        if end is None:
+            pos = len(text)
+            break
+        pos = end.end()
+    out.append(text[pos:])
+    return "".join(out)
+
+
+def _aws_secrets(text: str, found: Counter[str]) -> str:
+    """A standalone 40-character AWS secret access key, looked for only in a text that mentions AWS (or
+    holds an access key id): without that context a 40-character string is too often something else."""
+    if not _AWS_CONTEXT.search(text):
+        return text
+
+    def replace(m: re.Match[str]) -> str:
+        value = m.group(0)
+        if not _mixed(value, digits=1) or value.count("/") > 3:
+            return value
+        found["aws_secret_key"] += 1
+        return "[REDACTED:aws_secret_key]"
+
+    return _AWS_SECRET.sub(replace, text)
+
+
+def _apply(rule: Rule, text: str, found: Counter[str]) -> str:
+    def replace(m: re.Match[str]) -> str:
+        new = rule.replace(m)
+        if new is None:
+            return m.group(0)
+        found[rule.name] += 1
+        return new
+
+    return rule.pattern.sub(replace, text)
+
+
+def scrub_report(text: str) -> Scrubbed:
+    """Scrub ``text`` and say what was found (placeholder type -> count)."""
+    if len(text) > MAX_INPUT:
+        raise ValueError(f"scrub takes at most {MAX_INPUT} characters, got {len(text)}; cut the text first")
+    found: Counter[str] = Counter()
+    out = _private_keys(text, found)
+    for rule in RULES:
+        out = _apply(rule, out, found)
+        if rule.name == "sendgrid_key":
+            # after the vendor keys, before the generic rules: a bare AWS secret access key
+            out = _aws_secrets(out, found)
+    return Scrubbed(out, dict(found))
+
+
+def scrub(text: str) -> str:
+    """``text`` with secrets and personal data replaced by typed placeholders."""
+    return scrub_report(text).text
+
+
+# every placeholder scrub() writes (a URL keeps its scheme and host around [REDACTED])
+PLACEHOLDERS: tuple[str, ...] = (
+    "[REDACTED:private_key]",
+    "[REDACTED]",
+    "https://hooks.slack.com/services/[REDACTED:slack_webhook]",
+    "https://discord.com/api/webhooks/[REDACTED:discord_webhook]",
+    "[REDACTED:jwt]",
+    "[REDACTED:anthropic_key]",
+    "[REDACTED:openai_key]",
+    "[REDACTED:github_token]",
+    "[REDACTED:gitlab_token]",
+    "[REDACTED:slack_token]",
+    "[REDACTED:stripe_key]",
+    "[REDACTED:google_api_key]",
+    "[REDACTED:aws_access_key]",
+    "[REDACTED:npm_token]",
+    "[REDACTED:pypi_token]",
+    "[REDACTED:huggingface_token]",
+    "[REDACTED:sendgrid_key]",
+    "[REDACTED:aws_secret_key]",
+    "[REDACTED:bearer_token]",
+    "[REDACTED:basic_auth]",
+    "[REDACTED:password]",
+    "[REDACTED:secret]",
+    "[EMAIL]",
+    "[PHONE]",
+    "[IP]",
+)

@@ -1,0 +1,452 @@
+-- Reflection: "have I faced this before?" Similar past traces (with their outcome) and learnings among one
+-- tenant's memories of kind trace and learning (written by spark_pg.traces), and the advisor's call with
+-- past-failure warnings. See docs/traces.md.
+
+CREATE OR REPLACE FUNCTION spark.reflect_defaults()
+RETURNS jsonb
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+SET search_path = pg_catalog, @vector_schema@, pg_temp
+AS $fn$
+SELECT jsonb_build_object(
+    'min_score', 0.25,             -- the gate: score = relevance x recency factor must reach this
+    'half_life_days', 90,          -- recency halves every N days (age: as_of - created_at) ...
+    'recency_floor', 0.5,          -- ... and the score is relevance x (floor + (1 - floor) x recency)
+    'kinds', jsonb_build_array('trace', 'learning'),  -- kinds matched by similarity (linked learnings follow anyway)
+    'outcome', NULL,               -- success | failure: only traces with this outcome (learnings unaffected)
+    'linked_per_trace', 3,         -- learnings linked to a returned trace (its metadata.learning_keys) that follow it
+    'pool', 50,                    -- nearest vectors, and best lexical matches, considered before the gate
+    'exact_scan_max', 7000,        -- tenants with up to this many vectors are scanned exactly, larger ones by HNSW
+    'as_of', NULL                  -- evaluate as if now were this time (ISO 8601); NULL = now()
+)
+$fn$;
+COMMENT ON FUNCTION spark.reflect_defaults() IS
+    'Default params of spark.reflect, one key per tuneable; any key may be overridden in its params argument.';
+
+CREATE OR REPLACE FUNCTION spark._reflect_params(params jsonb)
+RETURNS jsonb
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, @vector_schema@, pg_temp
+AS $fn$
+DECLARE
+    defaults jsonb := spark.reflect_defaults();
+    item record;
+    num numeric;
+    rng jsonb;
+    ranges constant jsonb := '{
+        "min_score": [0, 1, 0], "half_life_days": [0.001, 36500, 0], "recency_floor": [0, 1, 0],
+        "linked_per_trace": [0, 20, 1], "pool": [1, 1000, 1], "exact_scan_max": [0, 10000000, 1]}';
+BEGIN
+    IF params IS NULL THEN
+        RETURN defaults;
+    END IF;
+    IF jsonb_typeof(params) <> 'object' THEN
+        RAISE EXCEPTION 'params must be a JSON object, got %', jsonb_typeof(params)
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    FOR item IN SELECT e.key, e.value FROM jsonb_each(params) e LOOP
+        IF NOT defaults ? item.key THEN
+            RAISE EXCEPTION 'unknown params key "%"; allowed keys: %', item.key,
+                (SELECT string_agg(k, ', ' ORDER BY k) FROM jsonb_object_keys(defaults) k)
+                USING ERRCODE = 'invalid_parameter_value';
+        END IF;
+        rng := ranges -> item.key;
+        IF rng IS NOT NULL THEN
+            IF jsonb_typeof(item.value) <> 'number' THEN
+                RAISE EXCEPTION 'params.% must be a number from % to %, got %', item.key, rng ->> 0, rng ->> 1,
+                    item.value USING ERRCODE = 'invalid_parameter_value';
+            END IF;
+            num := (item.value #>> '{}')::numeric;
+            IF num < (rng ->> 0)::numeric OR num > (rng ->> 1)::numeric
+               OR ((rng ->> 2) = '1' AND num <> trunc(num)) THEN
+                RAISE EXCEPTION 'params.% must be % from % to %, got %', item.key,
+                    CASE WHEN (rng ->> 2) = '1' THEN 'an integer' ELSE 'a number' END, rng ->> 0, rng ->> 1, num
+                    USING ERRCODE = 'invalid_parameter_value';
+            END IF;
+        ELSIF item.key = 'kinds' THEN
+            IF jsonb_typeof(item.value) <> 'array' OR jsonb_array_length(item.value) = 0
+               OR EXISTS (SELECT 1 FROM jsonb_array_elements(item.value) d
+                          WHERE d NOT IN ('"trace"', '"learning"'))
+               OR (SELECT count(DISTINCT d) FROM jsonb_array_elements(item.value) d)
+                  <> jsonb_array_length(item.value) THEN
+                RAISE EXCEPTION 'params.kinds must be a non-empty array of distinct "trace" and "learning", got %',
+                    item.value USING ERRCODE = 'invalid_parameter_value';
+            END IF;
+        ELSIF item.key = 'outcome' THEN
+            IF item.value NOT IN ('null', '"success"', '"failure"') THEN
+                RAISE EXCEPTION 'params.outcome must be null, "success" or "failure", got %', item.value
+                    USING ERRCODE = 'invalid_parameter_value';
+            END IF;
+        ELSIF item.key = 'as_of' THEN
+            IF jsonb_typeof(item.value) NOT IN ('string', 'null') THEN
+                RAISE EXCEPTION 'params.as_of must be an ISO 8601 time string, got %', item.value
+                    USING ERRCODE = 'invalid_parameter_value';
+            END IF;
+            IF jsonb_typeof(item.value) = 'string' THEN
+                BEGIN
+                    PERFORM (item.value #>> '{}')::timestamptz;
+                EXCEPTION WHEN OTHERS THEN
+                    RAISE EXCEPTION 'params.as_of must be an ISO 8601 time string, got %', item.value
+                        USING ERRCODE = 'invalid_parameter_value';
+                END;
+            END IF;
+        END IF;
+    END LOOP;
+    RETURN defaults || params;
+END
+$fn$;
+COMMENT ON FUNCTION spark._reflect_params(jsonb) IS
+    'Internal: validate spark.reflect params (22023 naming the key for an unknown key or a bad value) and '
+    'merge them over spark.reflect_defaults(). NULL means the defaults.';
+
+CREATE OR REPLACE FUNCTION spark._reflect_stop_lexemes()
+RETURNS text[]
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+SET search_path = pg_catalog, @vector_schema@, pg_temp
+AS $fn$
+    -- the descriptor's own labels and outcome words: every trace has them, so they say nothing in a query
+    SELECT array_agg(l ORDER BY l)
+    FROM unnest(tsvector_to_array(to_tsvector('english', 'Intent Files Outcome Key issue Tags success failure'))) l
+$fn$;
+COMMENT ON FUNCTION spark._reflect_stop_lexemes() IS
+    'Internal: lexemes of the trace descriptor''s labels and outcomes (intent, file, outcom, key, issu, tag, '
+    'success, failur), left out of reflection''s lexical match.';
+
+DROP FUNCTION IF EXISTS spark.reflect(text, text, vector, integer, jsonb);
+CREATE OR REPLACE FUNCTION spark.reflect(
+    tenant text,
+    query_text text,
+    query_embedding vector DEFAULT NULL,
+    k integer DEFAULT 5,
+    params jsonb DEFAULT '{}')
+RETURNS TABLE (rank integer, memory_id bigint, key text, kind text, text text, category text, outcome text,
+               score real, similarity real, keyword_score real, recency real, age_days real,
+               created_at timestamptz, linked_to text, metadata jsonb, why jsonb)
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, @vector_schema@, pg_temp
+SET hnsw.iterative_scan = 'relaxed_order'
+AS $fn$
+#variable_conflict use_variable
+DECLARE
+    max_k constant integer := 100;
+    p jsonb;
+    at timestamptz;
+    mdl spark.embedding_models;
+    qvec vector;
+    qsource text;
+    kinds text[];
+    want text;
+    min_score double precision;
+    hl double precision;
+    rf double precision;
+    pool integer;
+    linked_n integer;
+    scan_max integer;
+    nvec bigint;
+    scan text := 'none';
+    sem_ids bigint[] := '{}';
+    sem_dist double precision[] := '{}';
+    qlex text[];
+    lexkeys text[];
+BEGIN
+    PERFORM spark._check_tenant(tenant);
+    IF query_text IS NULL THEN
+        RAISE EXCEPTION 'query_text must not be NULL' USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    IF k IS NULL THEN
+        RAISE EXCEPTION 'k must not be NULL' USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    IF k < 0 THEN
+        RAISE EXCEPTION 'k must be 0 or more, got %', k USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    p := spark._reflect_params(params);
+    mdl := spark.active_model();
+    IF query_embedding IS NOT NULL THEN
+        IF mdl.id IS NULL THEN
+            qsource := 'ignored: no embedding model registered yet (lexical fallback over the descriptors)';
+        ELSIF vector_dims(query_embedding) <> mdl.dim THEN
+            RAISE EXCEPTION 'query_embedding has % dimensions; the active model % makes % dimensions',
+                vector_dims(query_embedding), mdl.name, mdl.dim USING ERRCODE = 'data_exception';
+        ELSIF vector_norm(query_embedding) = 0 THEN
+            RAISE EXCEPTION 'query_embedding is the zero vector; cosine similarity is undefined'
+                USING ERRCODE = 'invalid_parameter_value';
+        ELSE
+            qvec := query_embedding;
+            qsource := 'argument';
+        END IF;
+    ELSE
+        qsource := 'none: lexical fallback over the descriptors';
+    END IF;
+    IF qvec IS NULL AND btrim(query_text) = '' THEN
+        RAISE EXCEPTION 'query_text must not be empty when query_embedding is NULL'
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF k = 0 THEN
+        RETURN;
+    END IF;
+    k := least(k, max_k);
+
+    at := coalesce((p ->> 'as_of')::timestamptz, now());
+    kinds := ARRAY(SELECT jsonb_array_elements_text(p -> 'kinds'));
+    want := p ->> 'outcome';
+    min_score := (p ->> 'min_score')::double precision;
+    hl := (p ->> 'half_life_days')::double precision;
+    rf := (p ->> 'recency_floor')::double precision;
+    pool := (p ->> 'pool')::integer;
+    linked_n := (p ->> 'linked_per_trace')::integer;
+    scan_max := (p ->> 'exact_scan_max')::integer;
+
+    IF qvec IS NOT NULL THEN
+        -- the active model's vectors only: a small tenant exactly, a large one through the HNSW index
+        SELECT count(*) INTO nvec FROM (
+            SELECT 1 FROM spark.embeddings e WHERE e.tenant = reflect.tenant AND e.model_id = mdl.id
+            LIMIT scan_max + 1) x;
+        IF nvec <= scan_max THEN
+            scan := 'exact';
+            SELECT coalesce(array_agg(s.id ORDER BY s.dist, s.id), '{}'),
+                   coalesce(array_agg(s.dist ORDER BY s.dist, s.id), '{}')
+            INTO sem_ids, sem_dist
+            FROM (SELECT m.id, (e.embedding <=> qvec)::double precision AS dist
+                  FROM spark.memories m
+                  JOIN spark.embeddings e ON e.tenant = m.tenant AND e.memory_id = m.id AND e.model_id = mdl.id
+                  -- the literal kind list lets a partial index on the kinds serve this scan
+                  WHERE m.tenant = reflect.tenant AND m.kind IN ('trace', 'learning') AND m.kind = ANY(kinds)
+                    AND m.created_at <= at
+                  ORDER BY 2, 1
+                  LIMIT pool) s;
+        ELSE
+            scan := 'hnsw';
+            -- dimension, model and tenant as literals so the planner can use a partial HNSW index; the
+            -- iterative scan (relaxed order, re-sorted here) walks on until pool traces/learnings are found
+            EXECUTE format($q$
+                SELECT coalesce(array_agg(s.id ORDER BY s.dist, s.id), '{}'),
+                       coalesce(array_agg(s.dist ORDER BY s.dist, s.id), '{}')
+                FROM (SELECT e.memory_id AS id, (e.embedding::vector(%1$s) <=> $1::vector(%1$s))::double precision AS dist
+                      FROM spark.embeddings e
+                      JOIN spark.memories m ON m.tenant = e.tenant AND m.id = e.memory_id
+                      WHERE e.tenant = %2$L AND e.model_id = %3$s AND e.created_at <= $2
+                        AND m.kind IN ('trace', 'learning') AND m.kind = ANY($3)
+                      ORDER BY e.embedding::vector(%1$s) <=> $1::vector(%1$s)
+                      LIMIT $4) s $q$, mdl.dim, tenant, mdl.id)
+            INTO sem_ids, sem_dist
+            USING qvec, at, kinds, pool;
+        END IF;
+    END IF;
+
+    -- the lexical side: the query's words (not the descriptor's labels) through the tenant-aware lexeme index
+    qlex := ARRAY(SELECT DISTINCT l FROM unnest(tsvector_to_array(to_tsvector('english', query_text))) l
+                  WHERE l <> ALL(spark._reflect_stop_lexemes()) ORDER BY 1);
+    lexkeys := ARRAY(SELECT length(tenant) || ':' || tenant || ':' || l FROM unnest(qlex) l);
+
+    RETURN QUERY
+    WITH
+    sem AS (SELECT u.id, u.dist FROM unnest(sem_ids, sem_dist) AS u(id, dist)),
+    -- lexical candidates: every match without a query vector; with one, only rows the active model has not
+    -- embedded yet (just written, the worker behind): they are still reachable
+    lex AS (
+        SELECT x.id FROM (
+            SELECT mm.id,
+                   cardinality(ARRAY(SELECT unnest(tsvector_to_array(mm.tsv)) INTERSECT SELECT unnest(qlex)))
+                       AS hits
+            FROM spark.memories mm
+            WHERE cardinality(lexkeys) > 0 AND spark._tenant_lexemes(mm.tenant, mm.tsv) && lexkeys
+              AND mm.tenant = reflect.tenant AND mm.kind = ANY(kinds) AND mm.created_at <= at
+              AND (qvec IS NULL OR NOT EXISTS (
+                       SELECT 1 FROM spark.embeddings e
+                       WHERE e.tenant = mm.tenant AND e.memory_id = mm.id AND e.model_id = mdl.id))) x
+        ORDER BY x.hits DESC, x.id
+        LIMIT pool),
+    cand AS (
+        SELECT s.id, s.dist, 'semantic'::text AS via FROM sem s
+        UNION ALL
+        SELECT l.id, NULL::double precision, 'lexical' FROM lex l WHERE l.id <> ALL(sem_ids)),
+    scored AS (
+        SELECT c.id, c.via, mm.key AS mkey, mm.kind AS mkind, mm.text AS mtext, mm.category AS mcat,
+               mm.created_at AS mcreated, mm.metadata AS mmeta,
+               CASE WHEN mm.kind = 'trace' AND mm.metadata ->> 'outcome' IN ('success', 'failure')
+                    THEN mm.metadata ->> 'outcome' END AS mout,
+               1 - c.dist AS sim,
+               cardinality(ARRAY(SELECT unnest(tsvector_to_array(mm.tsv)) INTERSECT SELECT unnest(qlex)))::double precision
+                   / greatest(cardinality(qlex), 1) AS kw,
+               greatest(0, extract(epoch FROM (at - mm.created_at)) / 86400.0)::double precision AS age
+        FROM cand c
+        CROSS JOIN LATERAL (SELECT * FROM spark.memories m1 WHERE m1.tenant = reflect.tenant AND m1.id = c.id) mm),
+    rel AS (
+        SELECT sc.*, coalesce(sc.sim, sc.kw) AS relevance, power(0.5, sc.age / hl) AS rec FROM scored sc),
+    final AS (
+        SELECT r.*, r.relevance * (rf + (1 - rf) * r.rec) AS sc FROM rel r
+        WHERE want IS NULL OR r.mkind <> 'trace' OR r.mout = want),
+    top AS (
+        SELECT f.*, row_number() OVER (ORDER BY f.sc DESC, f.id) AS rn
+        FROM final f WHERE f.sc >= min_score
+        ORDER BY f.sc DESC, f.id
+        LIMIT k),
+    -- learnings linked to each returned trace (the trace's metadata.learning_keys: one index probe per key),
+    -- newest first, each once (under the best trace that names it)
+    links AS (
+        SELECT DISTINCT ON (lk.id) lk.id, t.rn AS parent_rn, t.mkey AS parent_key, lk.pos
+        FROM top t
+        CROSS JOIN LATERAL (
+            SELECT lm.id, row_number() OVER (ORDER BY lm.created_at DESC, lm.id) AS pos
+            FROM spark.memories lm
+            WHERE lm.tenant = reflect.tenant AND lm.kind = 'learning' AND lm.created_at <= at
+              AND lm.key = ANY(CASE WHEN t.mkind = 'trace' AND jsonb_typeof(t.mmeta -> 'learning_keys') = 'array'
+                                    THEN ARRAY(SELECT jsonb_array_elements_text(t.mmeta -> 'learning_keys'))
+                                    ELSE '{}'::text[] END)
+            ORDER BY lm.created_at DESC, lm.id
+            LIMIT linked_n) lk
+        WHERE lk.id NOT IN (SELECT t2.id FROM top t2)
+        ORDER BY lk.id, t.rn, lk.pos),
+    linked AS (
+        SELECT ln.id, ln.parent_rn, ln.parent_key, ln.pos, mm.key AS mkey, mm.kind AS mkind, mm.text AS mtext,
+               mm.category AS mcat, mm.created_at AS mcreated, mm.metadata AS mmeta,
+               (1 - (ev.embedding <=> qvec))::double precision AS sim,
+               cardinality(ARRAY(SELECT unnest(tsvector_to_array(mm.tsv)) INTERSECT SELECT unnest(qlex)))::double precision
+                   / greatest(cardinality(qlex), 1) AS kw,
+               greatest(0, extract(epoch FROM (at - mm.created_at)) / 86400.0)::double precision AS age
+        FROM links ln
+        JOIN spark.memories mm ON mm.tenant = reflect.tenant AND mm.id = ln.id
+        LEFT JOIN spark.embeddings ev
+          ON qvec IS NOT NULL AND ev.tenant = mm.tenant AND ev.memory_id = mm.id AND ev.model_id = mdl.id),
+    rows_out AS (
+        SELECT t.rn AS ord1, 0::bigint AS ord2, t.id, t.mkey, t.mkind, t.mtext, t.mcat, t.mout, t.sc, t.sim, t.kw,
+               t.rec, t.age, t.mcreated, t.mmeta, t.via, t.relevance,
+               CASE WHEN t.mkind = 'learning' THEN (
+                   SELECT t2.mkey FROM top t2
+                   WHERE t2.mkind = 'trace' AND jsonb_typeof(t2.mmeta -> 'learning_keys') = 'array'
+                     AND t2.mmeta -> 'learning_keys' ? t.mkey
+                   ORDER BY t2.rn LIMIT 1) END AS linked
+        FROM top t
+        UNION ALL
+        SELECT l.parent_rn, l.pos, l.id, l.mkey, l.mkind, l.mtext, l.mcat, NULL::text,
+               coalesce(l.sim, l.kw) * (rf + (1 - rf) * power(0.5, l.age / hl)), l.sim, l.kw,
+               power(0.5, l.age / hl), l.age, l.mcreated, l.mmeta, 'linked', coalesce(l.sim, l.kw), l.parent_key
+        FROM linked l)
+    SELECT (row_number() OVER (ORDER BY o.ord1, o.ord2))::integer,
+           o.id, o.mkey, o.mkind, o.mtext, o.mcat, o.mout, o.sc::real, o.sim::real, o.kw::real, o.rec::real,
+           o.age::real, o.mcreated, o.linked, o.mmeta,
+           jsonb_strip_nulls(jsonb_build_object(
+               'match', o.via,
+               'similarity', round(o.sim::numeric, 4),
+               'keyword', round(o.kw::numeric, 4),
+               'relevance', round(o.relevance::numeric, 4),
+               'recency', round(o.rec::numeric, 4),
+               'age_days', round(o.age::numeric, 1),
+               'score', round(o.sc::numeric, 4),
+               'gate', CASE WHEN o.via = 'linked'
+                            THEN format('none: linked to trace %s', o.linked)
+                            ELSE format('score %s >= min_score %s', round(o.sc::numeric, 4), min_score) END,
+               'relevance_from', CASE WHEN o.sim IS NOT NULL THEN 'cosine similarity (active model)'
+                                      ELSE 'share of the query''s words in the descriptor' END,
+               'note', CASE WHEN o.via = 'lexical' AND qvec IS NOT NULL
+                            THEN 'not embedded by the active model yet: matched on its words' END,
+               'outcome', o.mout,
+               'linked_to', o.linked,
+               'occurrences', o.mmeta -> 'occurrences',
+               'half_life_days', hl,
+               'recency_floor', rf,
+               'query_embedding', qsource,
+               'semantic_scan', scan,
+               'model', CASE WHEN qvec IS NOT NULL THEN mdl.name END))
+    FROM rows_out o
+    ORDER BY o.ord1, o.ord2;
+END
+$fn$;
+COMMENT ON FUNCTION spark.reflect(text, text, vector, integer, jsonb) IS
+    'Have I faced this before? The tenant''s past traces (kind trace, with their outcome from metadata) and '
+    'learnings most similar to the query, each followed by the learnings linked to it. tenant: whose memories '
+    '(only the tenant''s own; a tenant with none gets no rows); query_text: the task or intent (its words are '
+    'the lexical fallback); query_embedding: its vector from the active model (only that model''s vectors are '
+    'compared), or NULL for the lexical fallback over the descriptors (why.query_embedding says which); k: '
+    'how many matches (0 gives none, more than 100 gives at most 100; linked learnings come on top); params: '
+    'overrides of spark.reflect_defaults() (min_score, half_life_days, recency_floor, kinds, outcome, '
+    'linked_per_trace, pool, exact_scan_max, as_of). score = relevance x (recency_floor + (1 - recency_floor) '
+    'x 0.5^(age_days / half_life_days)), relevance = cosine similarity, or the share of the query''s words a '
+    'descriptor holds when either side has no vector; matches need score >= min_score. Returns rank, the '
+    'memory, outcome, score, similarity, keyword_score, recency, age_days, linked_to and why. Reads only. '
+    'Errors: 22004 NULL tenant, query_text or k; 22023 empty or over-long tenant, negative k, bad params '
+    '(naming the key), empty query_text without an embedding, zero vector; 22000 wrong embedding dimension.';
+
+DROP FUNCTION IF EXISTS spark.advise_with_warnings(text, text, vector, integer, jsonb, text, text, text,
+                                                   double precision, integer, jsonb);
+CREATE OR REPLACE FUNCTION spark.advise_with_warnings(
+    tenant text,
+    query_text text,
+    query_embedding vector DEFAULT NULL,
+    k integer DEFAULT 5,
+    params jsonb DEFAULT '{}',
+    session_id text DEFAULT NULL,
+    tool_name text DEFAULT NULL,
+    intent_family text DEFAULT NULL,
+    warning_min_score double precision DEFAULT 0.45,
+    warning_k integer DEFAULT 2,
+    reflect_params jsonb DEFAULT '{}')
+RETURNS TABLE (retrieval_id bigint, rank integer, memory_id bigint, key text, text text, category text,
+               kind text, source text, priority_label text, system_default boolean, score real, semantic_sim real,
+               keyword_score real, recency real, outcome real, trigger_conf real, priority real, pools text[],
+               why jsonb, warning boolean)
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, @vector_schema@, pg_temp
+AS $fn$
+#variable_conflict use_column
+DECLARE
+    rid bigint;
+    rp jsonb;
+BEGIN
+    IF warning_min_score IS NULL OR warning_k IS NULL THEN
+        RAISE EXCEPTION '% must not be NULL', CASE WHEN warning_k IS NULL THEN 'warning_k' ELSE 'warning_min_score' END
+            USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    IF warning_min_score < 0 OR warning_min_score > 1 THEN
+        RAISE EXCEPTION 'warning_min_score must be between 0 and 1, got %', warning_min_score
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF warning_k < 0 OR warning_k > 20 THEN
+        RAISE EXCEPTION 'warning_k must be between 0 and 20, got %', warning_k
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    -- checked before anything is written (an error anywhere undoes the whole call anyway, log included)
+    rp := spark._reflect_params(advise_with_warnings.reflect_params)
+          || jsonb_build_object('kinds', jsonb_build_array('trace'), 'outcome', 'failure',
+                                'min_score', warning_min_score);
+    RETURN QUERY
+    SELECT a.*, false FROM spark.advise(advise_with_warnings.tenant, advise_with_warnings.query_text,
+                                        advise_with_warnings.query_embedding, advise_with_warnings.k,
+                                        advise_with_warnings.params, advise_with_warnings.session_id,
+                                        advise_with_warnings.tool_name, advise_with_warnings.intent_family) a;
+    IF warning_k = 0 THEN
+        RETURN;
+    END IF;
+    -- the id spark.advise just logged this call under (this session's last value of the identity)
+    rid := currval(pg_get_serial_sequence('spark.retrievals', 'id'));
+    RETURN QUERY
+    WITH r AS MATERIALIZED (
+        SELECT * FROM spark.reflect(advise_with_warnings.tenant, advise_with_warnings.query_text,
+                                    advise_with_warnings.query_embedding, warning_k, rp))
+    SELECT rid, NULL::integer, r.memory_id, r.key, r.text, r.category, r.kind, mm.source,
+           CASE WHEN mm.priority = 'critical' THEN 'critical' ELSE 'high' END, false, r.score, r.similarity,
+           r.keyword_score, r.recency, mm.reliability,
+           0::real, CASE WHEN mm.priority = 'critical' THEN 0.3 ELSE 0.2 END::real, ARRAY['reflection'],
+           r.why || jsonb_build_object('warning', jsonb_build_object(
+               'rule', format('a past failure: trace outcome failure, score %s >= warning_min_score %s',
+                              round(r.score::numeric, 4), warning_min_score),
+               'learnings', coalesce((SELECT jsonb_agg(jsonb_build_object('key', l.key, 'text', l.text)
+                                                       ORDER BY l.rank)
+                                      FROM r l WHERE l.kind = 'learning' AND l.linked_to = r.key), '[]'))),
+           true
+    FROM r
+    JOIN spark.memories mm ON mm.tenant = advise_with_warnings.tenant AND mm.id = r.memory_id
+    WHERE r.kind = 'trace' AND r.outcome = 'failure'
+    ORDER BY r.rank;
+END
+$fn$;
+COMMENT ON FUNCTION spark.advise_with_warnings(text, text, vector, integer, jsonb, text, text, text,
+                                               double precision, integer, jsonb) IS
+    'spark.advise plus past-failure warnings, in one round trip: the advice rows (warning false) exactly as '
+    'spark.advise returns and logs them, then up to warning_k of the tenant''s traces whose outcome was '
+    'failure and whose spark.reflect score (same query_text and query_embedding) reaches warning_min_score '
+    '(warning true, priority_label high, or critical if the trace is; retrieval_id: this call; pools '
+    '{reflection}; why: spark.reflect''s, plus warning.rule and warning.learnings, the learnings linked to '
+    'the trace). Warnings are not logged in spark.retrieval_items (their signals are not fusion signals). '
+    'reflect_params: spark.reflect params (kinds, outcome and min_score are set here). Errors: those of '
+    'spark.advise and spark.reflect; 22004 NULL warning_min_score or warning_k; 22023 warning_min_score '
+    'outside 0..1, warning_k outside 0..20, bad reflect_params. On error nothing is written.';

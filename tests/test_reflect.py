@@ -1,0 +1,457 @@
+"""Reflection (sql/070-reflect.sql, Advisor.reflect) and the advisor's past-failure warnings, on a real
+database with the real model: recall across phrasings, outcomes, linked learnings, recency, the lexical
+fallback, one model's vectors only, every edge of the SQL function, and one round trip per advise."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import psycopg
+import pytest
+from psycopg import errors
+from psycopg.rows import dict_row
+from psycopg.types.json import Jsonb
+
+from spark_pg import queries
+from spark_pg.advisor import REFLECT_K, WARNING_MIN_SCORE, Advisor, AdvisorOptions
+from spark_pg.config import KEY_BY_NAME, REFLECT_PARAM_KEYS, Settings
+from spark_pg.db import connect
+from spark_pg.embedding import Embedder
+from spark_pg.ingest import ingest
+from spark_pg.intent import extract_intent
+from spark_pg.records import MemoryIn
+from spark_pg.traces import add_learning, add_trace
+from tests.conftest import rolled_back, temp_database
+
+Conn = psycopg.Connection[Any]
+T = "dev"
+OLD = datetime.now(UTC) - timedelta(days=400)
+KEYS: dict[str, str] = {}  # name -> key, filled by the module's database
+
+
+TRACES: dict[str, dict[str, Any]] = {
+    "auth": {
+        "intent": "Fix auth token refresh",
+        "outcome": "failure",
+        "files": "src/auth/refresh.py",
+        "issue": "refresh token reused after rotation",
+        "tags": "auth",
+    },
+    "pages": {"intent": "Add pagination to the orders API", "outcome": "success", "files": "api/orders.py"},
+    "ci": {
+        "intent": "Speed up the CI pipeline cache",
+        "outcome": "success",
+        "files": ".github/workflows/ci.yml",
+    },
+    "ws": {
+        "intent": "Fix flaky websocket reconnect test",
+        "outcome": "failure",
+        "files": "tests/test_ws.py",
+        "issue": "race on server shutdown",
+    },
+    "old": {
+        "intent": "Migrate the users table to add an email index",
+        "outcome": "failure",
+        "files": "alembic/versions/0042.py",
+        "issue": "lock timeout on a big table",
+        "created_at": OLD,
+    },
+}
+LEARNINGS: dict[str, dict[str, Any]] = {
+    "rotate": {
+        "handle": "Rotate refresh tokens atomically: revoke the old one in the transaction that issues the "
+        "new one",
+        "from_trace": "auth",
+        "category": "auth",
+    },
+    "cobra": {
+        "handle": "When working with Cobra commands, use RunE instead of Run so errors propagate",
+        "category": "go",
+    },
+    "concurrently": {
+        "handle": "Build indexes on big tables with CREATE INDEX CONCURRENTLY so writes go on",
+        "from_trace": "old",
+        "category": "database",
+        "created_at": OLD,
+    },
+}
+
+
+@pytest.fixture(scope="module")
+def rdb(server_url: str, model_settings: Settings, embedder: Embedder) -> Iterator[str]:
+    with temp_database(server_url, install=True) as url:
+        with connect(url) as conn:
+            for name, fields in TRACES.items():
+                KEYS[name] = add_trace(conn, embedder, T, **fields).key
+            for name, fields in LEARNINGS.items():
+                link = fields.get("from_trace")
+                KEYS[name] = add_learning(
+                    conn, embedder, T, **(fields | {"from_trace": KEYS[link] if link else None})
+                ).key
+            # an ordinary insight on the same subject: reflection never returns it
+            jwt = "Verify JWT signatures on the server before trusting any claim"
+            ingest(conn, [MemoryIn(tenant=T, key="jwt", category="security", text=jwt)], embedder)
+            conn.commit()
+        yield url
+
+
+@pytest.fixture
+def conn(rdb: str) -> Iterator[Conn]:
+    with rolled_back(rdb) as connection:
+        yield connection
+
+
+def reflect(
+    conn: Conn,
+    query: str,
+    embedding: Any = None,
+    k: int | None = 5,
+    params: Any = None,
+    tenant: str | None = T,
+) -> list[dict[str, Any]]:
+    with conn.cursor(row_factory=dict_row) as cur:
+        return cur.execute(
+            "SELECT * FROM spark.reflect(%s, %s, %s, %s, %s)",
+            (tenant, query, embedding, k, Jsonb(params if params is not None else {})),
+        ).fetchall()
+
+
+def names(rows: list[dict[str, Any]]) -> list[str]:
+    by_key = {v: k for k, v in KEYS.items()}
+    return [by_key.get(r["key"], r["key"]) for r in rows]
+
+
+# --- recall ----------------------------------------------------------------------------------------------
+
+
+def test_a_past_failure_is_recalled_for_a_paraphrase(conn: Conn, embedder: Embedder) -> None:
+    rows = reflect(conn, "Repair login session expiry", embedder.embed_query("Repair login session expiry"))
+    found = {n: r for n, r in zip(names(rows), rows, strict=True)}
+    assert "auth" in found and "jwt" not in found and {r["kind"] for r in rows} <= {"trace", "learning"}
+    auth = found["auth"]
+    assert auth["outcome"] == "failure" and auth["similarity"] >= 0.25 and auth["why"]["match"] == "semantic"
+    assert auth["why"]["query_embedding"] == "argument" and auth["why"]["semantic_scan"] == "exact"
+    assert [r["rank"] for r in rows] == list(range(1, len(rows) + 1))
+    assert "pages" not in found and "ci" not in found  # unrelated attempts stay out
+
+
+def test_a_success_comes_back_with_its_outcome(conn: Conn, embedder: Embedder) -> None:
+    rows = reflect(conn, "paginate the orders endpoint", embedder.embed_query("paginate the orders endpoint"))
+    assert names(rows)[0] == "pages" and rows[0]["outcome"] == "success" and rows[0]["age_days"] < 1
+
+
+def test_learnings_linked_to_a_trace_come_back_with_it(conn: Conn, embedder: Embedder) -> None:
+    query = "edit the auth token refresh code"
+    only_traces = reflect(conn, query, embedder.embed_query(query), params={"kinds": ["trace"]})
+    assert names(only_traces)[:2] == ["auth", "rotate"]
+    linked = only_traces[1]
+    assert linked["kind"] == "learning" and linked["linked_to"] == KEYS["auth"] and linked["outcome"] is None
+    assert linked["why"]["match"] == "linked" and linked["why"]["gate"].startswith("none: linked to trace")
+    # matched on its own merit, a linked learning still says which returned trace it belongs to
+    both = reflect(conn, query, embedder.embed_query(query))
+    rotate = next(r for r in both if r["key"] == KEYS["rotate"])
+    assert rotate["why"]["match"] == "semantic" and rotate["linked_to"] == KEYS["auth"]
+    assert names(both).count("rotate") == 1
+    none = reflect(
+        conn, query, embedder.embed_query(query), params={"kinds": ["trace"], "linked_per_trace": 0}
+    )
+    assert "rotate" not in names(none)
+
+
+def test_similar_learnings_come_back_on_their_own(conn: Conn, embedder: Embedder) -> None:
+    rows = reflect(conn, "add a cobra subcommand", embedder.embed_query("add a cobra subcommand"))
+    assert names(rows) == ["cobra"] and rows[0]["linked_to"] is None and rows[0]["kind"] == "learning"
+
+
+def test_nonsense_finds_nothing(conn: Conn, embedder: Embedder) -> None:
+    assert (
+        reflect(conn, "purple giraffe orbit sandwich", embedder.embed_query("purple giraffe orbit sandwich"))
+        == []
+    )
+
+
+def test_recency_half_life_and_as_of(conn: Conn, embedder: Embedder) -> None:
+    query = "lock timeout while migrating a big users table"
+    vec = embedder.embed_query(query)
+    now = next(r for r in reflect(conn, query, vec, params={"min_score": 0}) if r["key"] == KEYS["old"])
+    assert 399 < now["age_days"] < 401
+    assert now["recency"] == pytest.approx(0.5 ** (now["age_days"] / 90), abs=1e-4)
+    assert now["score"] == pytest.approx(now["similarity"] * (0.5 + 0.5 * now["recency"]), abs=1e-4)
+    then = (OLD + timedelta(days=1)).isoformat()
+    back = next(
+        r
+        for r in reflect(conn, query, vec, params={"min_score": 0, "as_of": then})
+        if r["key"] == KEYS["old"]
+    )
+    assert back["score"] > now["score"] and back["age_days"] == pytest.approx(1, abs=0.01)
+    # a shorter half-life weighs age more; before it happened, it is not there
+    short = reflect(conn, query, vec, params={"min_score": 0, "half_life_days": 10})
+    assert next(r for r in short if r["key"] == KEYS["old"])["score"] < now["score"]
+    before = (OLD - timedelta(days=1)).isoformat()
+    assert KEYS["old"] not in {
+        r["key"] for r in reflect(conn, query, vec, params={"min_score": 0, "as_of": before})
+    }
+
+
+def test_outcome_filter(conn: Conn, embedder: Embedder) -> None:
+    query = "fix a failing test"
+    rows = reflect(
+        conn, query, embedder.embed_query(query), k=20, params={"min_score": 0, "outcome": "success"}
+    )
+    assert {r["outcome"] for r in rows if r["kind"] == "trace"} == {"success"}
+    assert any(r["kind"] == "learning" for r in rows)  # learnings have no outcome to filter on
+
+
+def test_lexical_fallback_without_an_embedding(conn: Conn) -> None:
+    rows = reflect(conn, "the refresh token broke again", None)
+    assert names(rows)[0] in {"auth", "rotate"} and "auth" in names(rows)
+    auth = rows[names(rows).index("auth")]
+    assert auth["similarity"] is None and auth["why"]["match"] == "lexical"
+    assert auth["why"]["query_embedding"] == "none: lexical fallback over the descriptors"
+    assert auth["keyword_score"] == pytest.approx(2 / 3, abs=1e-4)  # refresh, token of refresh, token, broke
+    # the descriptor's own labels and outcome words match nothing
+    assert reflect(conn, "failure outcome intent files tags key issue", None) == []
+
+
+def test_only_the_active_models_vectors_and_unembedded_rows_by_their_words(
+    conn: Conn, embedder: Embedder
+) -> None:
+    conn.execute("SELECT spark.register_model('fake-3d', 3, 'mean', 16)")  # registered, not active
+    conn.execute(
+        """INSERT INTO spark.memories (tenant, key, kind, text, descriptor, content_hash, metadata,
+                                       action_domain, actionability)
+           VALUES (%(t)s, 'trace:pending', 'trace', %(d)s, %(d)s, sha256('x'), '{"outcome": "failure"}',
+                   'general', 0)""",
+        {"t": T, "d": "Intent: Deploy the payments service | Outcome: failure"},
+    )
+    conn.execute(
+        """INSERT INTO spark.embeddings (tenant, memory_id, model_id, created_at, embedding)
+           SELECT m.tenant, m.id, (SELECT id FROM spark.embedding_models WHERE name = 'fake-3d'),
+                  m.created_at, '[1,0,0]'
+           FROM spark.memories m WHERE m.tenant = %s AND m.key = 'trace:pending'""",
+        (T,),
+    )
+    query = "deploy the payments service"
+    rows = reflect(conn, query, embedder.embed_query(query))
+    pending = next(r for r in rows if r["key"] == "trace:pending")
+    assert (
+        pending["similarity"] is None
+        and pending["why"]["match"] == "lexical"
+        and "not embedded" in (pending["why"]["note"])
+    )
+
+
+def test_the_hnsw_path_agrees_with_the_exact_scan(conn: Conn, embedder: Embedder) -> None:
+    vec = embedder.embed_query("Repair login session expiry")
+    exact = reflect(conn, "Repair login session expiry", vec)
+    hnsw = reflect(conn, "Repair login session expiry", vec, params={"exact_scan_max": 0})
+    assert hnsw and hnsw[0]["why"]["semantic_scan"] == "hnsw"
+    assert [r["key"] for r in hnsw] == [r["key"] for r in exact]
+
+
+# --- SQL edges ----------------------------------------------------------------------------------------------
+
+
+def test_empty_tenant_k_zero_and_huge_k(conn: Conn, embedder: Embedder) -> None:
+    vec = embedder.embed_query("deploy service")
+    assert reflect(conn, "deploy service", vec, tenant="nobody") == []
+    assert reflect(conn, "deploy service", None, tenant="nobody") == []
+    assert reflect(conn, "Fix auth token refresh", vec, k=0) == []
+    conn.execute(
+        """INSERT INTO spark.memories (tenant, key, kind, text, descriptor, content_hash, metadata,
+                                       action_domain, actionability)
+           SELECT 'many', 'trace:' || g, 'trace', 'Intent: deploy service ' || g || ' | Outcome: failure',
+                  'Intent: deploy service ' || g || ' | Outcome: failure', sha256(g::text::bytea),
+                  '{"outcome": "failure"}', 'general', 0
+           FROM generate_series(1, 105) g"""
+    )
+    rows = reflect(
+        conn, "deploy service", None, k=100_000, tenant="many", params={"pool": 1000, "min_score": 0}
+    )
+    assert len(rows) == 100 and rows[-1]["rank"] == 100
+    assert len(reflect(conn, "deploy service", None, k=7, tenant="many")) == 7
+    # with a query vector, rows the model has not embedded yet are still found by their words
+    assert len(reflect(conn, "deploy service", vec, k=3, tenant="many")) == 3
+
+
+@pytest.mark.parametrize(
+    ("tenant", "query", "k", "params", "error", "message"),
+    [
+        (None, "q", 5, {}, errors.NullValueNotAllowed, "tenant must not be NULL"),
+        ("", "q", 5, {}, errors.InvalidParameterValue, "tenant must be 1 to 128 characters"),
+        (T, None, 5, {}, errors.NullValueNotAllowed, "query_text must not be NULL"),
+        (T, "  ", 5, {}, errors.InvalidParameterValue, "query_text must not be empty"),
+        (T, "q", None, {}, errors.NullValueNotAllowed, "k must not be NULL"),
+        (T, "q", -1, {}, errors.InvalidParameterValue, "k must be 0 or more"),
+        (T, "q", 0, {"bogus": 1}, errors.InvalidParameterValue, 'unknown params key "bogus"'),
+        (T, "q", 5, {"min_score": "high"}, errors.InvalidParameterValue, "params.min_score must be a number"),
+        (
+            T,
+            "q",
+            5,
+            {"min_score": 2},
+            errors.InvalidParameterValue,
+            "params.min_score must be a number from 0",
+        ),
+        (T, "q", 5, {"pool": 1.5}, errors.InvalidParameterValue, "params.pool must be an integer"),
+        (T, "q", 5, {"half_life_days": 0}, errors.InvalidParameterValue, "params.half_life_days"),
+        (T, "q", 5, {"kinds": []}, errors.InvalidParameterValue, "params.kinds must be a non-empty array"),
+        (T, "q", 5, {"kinds": ["insight"]}, errors.InvalidParameterValue, "params.kinds"),
+        (T, "q", 5, {"kinds": ["trace", "trace"]}, errors.InvalidParameterValue, "params.kinds"),
+        (T, "q", 5, {"outcome": "partial"}, errors.InvalidParameterValue, "params.outcome must be null"),
+        (T, "q", 5, {"as_of": "soon-ish"}, errors.InvalidParameterValue, "params.as_of must be an ISO 8601"),
+        (T, "q", 5, [1], errors.InvalidParameterValue, "params must be a JSON object"),
+    ],
+)
+def test_bad_input_names_the_parameter(
+    conn: Conn, tenant: str | None, query: str | None, k: int | None, params: Any, error: type, message: str
+) -> None:
+    with pytest.raises(error, match=re.escape(message)), conn.transaction():
+        conn.execute("SELECT * FROM spark.reflect(%s, %s, NULL, %s, %s)", (tenant, query, k, Jsonb(params)))
+
+
+def test_vectors_must_fit_the_active_model(conn: Conn, embedder: Embedder) -> None:
+    with pytest.raises(errors.DataException, match="3 dimensions"), conn.transaction():
+        conn.execute("SELECT * FROM spark.reflect('dev', 'q', '[1,2,3]'::vector)")
+    zero = "[" + ",".join(["0"] * 384) + "]"
+    with pytest.raises(errors.InvalidParameterValue, match="zero vector"), conn.transaction():
+        conn.execute("SELECT * FROM spark.reflect('dev', 'q', %s::vector)", (zero,))
+    # an embedding makes an empty query text fine
+    assert reflect(conn, "", embedder.embed_query("Fix auth token refresh"))[0]["key"] == KEYS["auth"]
+
+
+def test_reflect_reads_only_and_follows_the_house_rules(conn: Conn, embedder: Embedder) -> None:
+    def counts() -> tuple[int, ...]:
+        row = conn.execute(
+            "SELECT (SELECT count(*) FROM spark.retrievals), (SELECT count(*) FROM spark.query_embeddings),"
+            " (SELECT count(*) FROM spark.memories), (SELECT sum(xmin::text::bigint) FROM spark.memories)"
+        ).fetchone()
+        assert row is not None
+        return tuple(int(v or 0) for v in row)
+
+    before = counts()
+    Advisor(conn, embedder, T).reflect("Repair login session expiry")
+    assert counts() == before
+    rows = conn.execute(
+        """SELECT p.proname, p.provolatile, p.proconfig, obj_description(p.oid, 'pg_proc')
+           FROM pg_proc p WHERE p.pronamespace = 'spark'::regnamespace
+             AND p.proname IN ('reflect', 'reflect_defaults', '_reflect_params', '_reflect_stop_lexemes',
+                               'advise_with_warnings')"""
+    ).fetchall()
+    assert len(rows) == 5
+    for name, volatility, config, comment in rows:
+        assert any(c.startswith("search_path=pg_catalog") for c in config), name
+        assert comment and len(comment) > 40, name
+        if name == "reflect":
+            assert volatility == "s" and "Errors:" in comment
+
+
+def test_the_defaults_agree_everywhere(conn: Conn) -> None:
+    row = conn.execute("SELECT spark.reflect_defaults()").fetchone()
+    assert row is not None
+    for name, param in REFLECT_PARAM_KEYS.items():
+        assert KEY_BY_NAME[name].default == row[0][param], name
+    assert KEY_BY_NAME["reflection.top_k"].default == REFLECT_K == AdvisorOptions().reflect_k
+    assert KEY_BY_NAME["reflection.warning_min_score"].default == WARNING_MIN_SCORE
+    assert AdvisorOptions().warning_min_score == WARNING_MIN_SCORE
+
+
+# --- Python: Advisor.reflect and the past-failure warning -------------------------------------------------
+
+
+def test_advisor_reflect_takes_an_intent_or_a_string(conn: Conn, embedder: Embedder) -> None:
+    advisor = Advisor(conn, embedder, T)
+    intent = extract_intent("Edit", {"file_path": "src/auth/refresh.py"}, "repair the login session expiry")
+    by_intent = advisor.reflect(intent)
+    by_text = advisor.reflect("  Repair   login session expiry ")
+    for found in (by_intent, by_text):
+        auth = next(r for r in found if r.key == KEYS["auth"])
+        assert auth.failure and auth.outcome == "failure" and auth.match == "semantic"
+        assert "similarity" in auth.reason and auth.created_at.tzinfo is not None
+    assert advisor.reflect("   ") == []
+    assert Advisor(conn, None, T).reflect("refresh token")[0].match == "lexical"  # no model: lexical fallback
+
+
+def advise_counted(
+    advisor: Advisor, monkeypatch: pytest.MonkeyPatch, *call: Any
+) -> tuple[list[Any], list[str]]:
+    sent: list[str] = []
+    original = psycopg.Cursor.execute
+
+    def execute(self: psycopg.Cursor[Any], query: Any, *args: Any, **kwargs: Any) -> Any:
+        sent.append(str(query))
+        return original(self, query, *args, **kwargs)
+
+    monkeypatch.setattr(psycopg.Cursor, "execute", execute)
+    try:
+        return advisor.advise(*call), sent
+    finally:
+        monkeypatch.undo()
+
+
+EDIT = ("Edit", {"file_path": "src/auth/refresh.py", "old_string": "a", "new_string": "b"})
+
+
+def test_a_past_failure_comes_back_first_as_a_warning_in_one_round_trip(
+    conn: Conn, embedder: Embedder, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    advisor = Advisor(conn, embedder, T, session_id="s-warn")
+    advice, sent = advise_counted(advisor, monkeypatch, *EDIT, "fix the auth token refresh")
+    assert sent == [queries.ADVISE_WITH_WARNINGS]  # one statement: advise and reflect together
+    warning = advice[0]
+    assert (
+        warning.warning
+        and warning.key == KEYS["auth"]
+        and warning.priority == "high"
+        and not warning.blocking
+    )
+    assert warning.text.startswith("Past failure on a similar task: Intent: Fix auth token refresh")
+    assert "Learned: Rotate refresh tokens atomically" in warning.text
+    assert warning.score >= WARNING_MIN_SCORE and warning.why["warning"]["rule"].startswith("a past failure")
+    assert sum(a.warning for a in advice) == 1 and all(a.key != KEYS["auth"] for a in advice[1:])
+    logged = conn.execute(
+        "SELECT id FROM spark.retrievals WHERE tenant = %s AND session_id = 's-warn'", (T,)
+    ).fetchall()
+    assert logged == [(warning.retrieval_id,)]
+    assert all(a.retrieval_id == warning.retrieval_id for a in advice)
+    items = conn.execute(
+        "SELECT memory_id FROM spark.retrieval_items WHERE tenant = %s AND retrieval_id = %s",
+        (T, warning.retrieval_id),
+    ).fetchall()
+    assert (warning.memory_id,) not in items  # warnings are not fusion signals
+    assert advisor.record_outcome(warning.memory_id, "helpful", retrieval_id=warning.retrieval_id) > 0.5
+
+
+def test_successes_and_weak_matches_never_warn(conn: Conn, embedder: Embedder) -> None:
+    advisor = Advisor(conn, embedder, T)
+    assert not any(
+        a.warning for a in advisor.advise("Edit", {"file_path": "api/orders.py"}, "paginate orders")
+    )
+    strict = Advisor(conn, embedder, T, options=AdvisorOptions(warning_min_score=0.99))
+    assert not any(a.warning for a in strict.advise(*EDIT, "fix the auth token refresh"))
+
+
+def test_warnings_can_be_turned_off(conn: Conn, embedder: Embedder, monkeypatch: pytest.MonkeyPatch) -> None:
+    advisor = Advisor(conn, embedder, T, options=AdvisorOptions(warnings=False))
+    advice, sent = advise_counted(advisor, monkeypatch, *EDIT, "fix the auth token refresh")
+    assert sent == [queries.ADVISE] and not any(a.warning for a in advice)
+
+
+def test_nothing_is_written_when_the_warning_part_fails(conn: Conn, embedder: Embedder) -> None:
+    def calls() -> int:
+        row = conn.execute("SELECT count(*) FROM spark.retrievals WHERE tenant = %s", (T,)).fetchone()
+        assert row is not None
+        return int(row[0])
+
+    before = calls()
+    advisor = Advisor(conn, embedder, T, options=AdvisorOptions(reflect_params={"bogus": 1}))
+    with pytest.raises(errors.InvalidParameterValue, match='unknown params key "bogus"'):
+        advisor.advise(*EDIT, "fix the auth token refresh")
+    assert calls() == before
+    bad = Advisor(conn, embedder, T, options=AdvisorOptions(warning_k=50))
+    with pytest.raises(errors.InvalidParameterValue, match="warning_k must be between 0 and 20"):
+        bad.advise(*EDIT, "fix the auth token refresh")
+    assert calls() == before

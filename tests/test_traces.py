@@ -1,0 +1,322 @@
+"""Traces and learnings (spark_pg/traces): the deterministic descriptor, scrubbing before storage and before
+embedding, dedupe by descriptor hash without re-embedding, links between learnings and traces, the CLI.
+Real database, real model."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import psycopg
+import pytest
+
+from spark_pg import traces
+from spark_pg.cli import main
+from spark_pg.embedding import Embedder
+from spark_pg.errors import InputError
+from spark_pg.traces import add_learning, add_trace, make_learning, make_trace
+from spark_pg.traces.descriptor import MAX_FILES, MAX_INTENT, MAX_ISSUE
+
+Conn = psycopg.Connection[Any]
+
+AWS_ID = "AKIA" + "IOSFODNN7EXAMPLE"
+GH = "ghp_" + "aB3dE5fG7hJ9kL1mN2pQ4rS6tU8vW0xY1z2C"
+PG_PW = "s3cr3t-Pw"
+
+
+@pytest.fixture
+def embedded(embedder: Embedder, monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
+    """Every text the model is asked to embed as a document, in order."""
+    seen: list[str] = []
+    original = embedder.embed_documents
+
+    def counting(texts: Sequence[str], batch_size: int = 16) -> list[Any]:
+        seen.extend(texts)
+        return original(texts, batch_size)
+
+    monkeypatch.setattr(embedder, "embed_documents", counting)
+    yield seen
+
+
+def stored(conn: Conn, tenant: str) -> dict[str, dict[str, Any]]:
+    rows = conn.execute(
+        """SELECT m.key, m.kind, m.category, m.text, m.descriptor, m.action_domain, m.actionability,
+                  m.metadata, m.content_hash, m.source, (SELECT count(*) FROM spark.embeddings e
+                                   WHERE e.tenant = m.tenant AND e.memory_id = m.id) AS vectors
+           FROM spark.memories m WHERE m.tenant = %s""",
+        (tenant,),
+    ).fetchall()
+    names = (
+        "kind",
+        "category",
+        "text",
+        "descriptor",
+        "domain",
+        "actionability",
+        "metadata",
+        "hash",
+        "source",
+        "vectors",
+    )
+    return {r[0]: dict(zip(names, r[1:], strict=True)) for r in rows}
+
+
+# --- the descriptor (pure) ---------------------------------------------------------------------------------
+
+
+def test_the_descriptor_has_a_fixed_format_and_leaves_empty_fields_out() -> None:
+    full = make_trace(
+        "Fix auth token refresh",
+        "failure",
+        files=["src/auth/session.py", "src/auth/refresh.py"],
+        issue="refresh token reused after rotation",
+        tags="tokens, Auth",
+    )
+    assert full.descriptor == (
+        "Intent: Fix auth token refresh | Files: src/auth/refresh.py, src/auth/session.py | Outcome: failure"
+        " | Key issue: refresh token reused after rotation | Tags: auth, tokens"
+    )
+    bare = make_trace("Speed up the CI cache", "success")
+    assert bare.descriptor == "Intent: Speed up the CI cache | Outcome: success"
+    assert full.key.startswith("trace:") and len(full.key) == 6 + 24
+    meta = full.metadata()
+    assert meta["files"] == ["src/auth/refresh.py", "src/auth/session.py"] and meta["descriptor_version"] == 1
+    assert meta["descriptor_hash"] == full.descriptor_hash and full.key[6:] == full.descriptor_hash[:24]
+
+
+def test_the_descriptor_is_deterministic_under_noise() -> None:
+    a = make_trace(
+        "  Fix   auth token\trefresh ",
+        "FAILURE",
+        files="./src/auth/refresh.py, src\\auth\\session.py,src/auth/refresh.py",
+        issue="refresh token reused\nafter rotation",
+        tags=["#Tokens", "auth", "tokens "],
+    )
+    b = make_trace(
+        "Fix auth token refresh",
+        "failure",
+        files=["src/auth/session.py", "src/auth/refresh.py"],
+        issue="refresh token reused after rotation",
+        tags="auth,tokens",
+    )
+    assert a == b and a.key == b.key
+
+
+def test_fields_are_bounded_and_the_separator_cannot_be_forged() -> None:
+    trace = make_trace(
+        "deploy | Outcome: success " + "word " * 200,
+        "failure",
+        files=[f"src/m{i:02}.py" for i in range(MAX_FILES + 3)] + ["/home/alice/proj/x.py"],
+        issue="x" * 5000,
+        tags=[f"t{i}" for i in range(40)],
+    )
+    assert trace.descriptor.count(" | ") == 4  # the intent's "|" became "/"
+    assert len(trace.intent) <= MAX_INTENT and len(trace.issue) <= MAX_ISSUE
+    assert len(trace.files) == MAX_FILES and trace.more_files == 4
+    assert "(+4 more)" in trace.descriptor and "~/proj/x.py" not in trace.files  # sorted after src/
+    assert make_trace("a", "success", files="/home/alice/proj/x.py").files == ("~/proj/x.py",)
+    assert len(trace.tags) == 12
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"intent": "  ", "outcome": "success"}, "intent must not be empty"),
+        ({"intent": "x", "outcome": "partial"}, "outcome must be one of success, failure"),
+        ({"intent": 3, "outcome": "success"}, "intent must be a string"),
+        ({"intent": "x", "outcome": "success", "files": [1]}, "files must be strings"),
+    ],
+)
+def test_bad_fields_name_themselves(kwargs: dict[str, Any], message: str) -> None:
+    with pytest.raises(InputError, match=message):
+        make_trace(**kwargs)
+
+
+def test_a_learning_is_its_handle() -> None:
+    learning = make_learning(
+        "  When working with Cobra commands, use RunE instead of Run so errors propagate ", "go"
+    )
+    assert learning.handle == "When working with Cobra commands, use RunE instead of Run so errors propagate"
+    assert learning.key.startswith("learning:") and learning.category == "go"
+    with pytest.raises(InputError, match="handle must not be empty"):
+        make_learning("\n\t")
+
+
+def test_the_package_imports_light_and_resolves_its_names_on_use() -> None:
+    assert traces.add_trace is add_trace and traces.Reflection.__name__ == "Reflection"
+    assert sorted(traces.__all__) == sorted(traces._LAZY)
+    with pytest.raises(AttributeError):
+        _ = traces.nothing_here
+
+
+# --- storage, scrubbing, dedupe (database + model) -------------------------------------------------------
+
+
+def test_every_field_is_scrubbed_before_storage_and_before_embedding(
+    conn: Conn, embedder: Embedder, tenant: str, embedded: list[str]
+) -> None:
+    secrets = [AWS_ID, GH, PG_PW, "jane.doe@example.com", "shop_app"]
+    trace = add_trace(
+        conn,
+        embedder,
+        tenant,
+        f"Rotate {AWS_ID} for jane.doe@example.com",
+        "failure",
+        files=[f"config/{GH}.env", "src/db.py"],
+        issue=f"psql postgres://shop_app:{PG_PW}@db.internal:5432/shop refused",
+        tags=["aws", "jane.doe@example.com"],
+        source="agent jane.doe@example.com",
+    )
+    learning = add_learning(
+        conn,
+        embedder,
+        tenant,
+        f"Never paste {GH} into a trace; export GITHUB_TOKEN from the keychain",
+        from_trace=trace.key,
+        category="security jane.doe@example.com",
+    )
+    rows = stored(conn, tenant)
+    assert set(rows) == {trace.key, learning.key}
+    everything = json.dumps([{k: str(v) for k, v in r.items()} for r in rows.values()]) + " ".join(embedded)
+    for secret in secrets:
+        assert secret not in everything, secret
+    assert rows[trace.key]["text"] == (
+        "Intent: Rotate [REDACTED:aws_access_key] for [EMAIL] | Files: config/[REDACTED:github_token].env, "
+        "src/db.py | Outcome: failure | Key issue: psql postgres://[REDACTED]@db.internal:5432/shop refused "
+        "| Tags: [EMAIL], aws"
+    )
+    assert rows[trace.key]["source"] == "agent [EMAIL]"
+    assert embedded[0] == rows[trace.key]["descriptor"] == rows[trace.key]["text"]  # exactly the descriptor
+    assert embedded[1] == rows[learning.key]["descriptor"] and "[REDACTED:github_token]" in embedded[1]
+
+
+def test_a_trace_is_stored_untagged_and_out_of_ordinary_advice(
+    conn: Conn, embedder: Embedder, tenant: str
+) -> None:
+    trace = add_trace(conn, embedder, tenant, "Migrate the orders table", "success", tags="db")
+    row = stored(conn, tenant)[trace.key]
+    assert (row["kind"], row["category"], row["domain"], row["actionability"]) == (
+        "trace",
+        "general",
+        "general",
+        0,
+    )
+    assert row["descriptor"] == row["text"] == trace.text and row["vectors"] == 1
+    meta = row["metadata"]
+    assert meta["outcome"] == "success" and meta["tags"] == ["db"] and meta["occurrences"] == 1
+    assert meta["issue"] is None and meta["intent"] == "Migrate the orders table" and "last_seen" in meta
+
+
+def test_the_same_trace_again_is_deduplicated_without_embedding(
+    conn: Conn, embedder: Embedder, tenant: str, embedded: list[str]
+) -> None:
+    first = add_trace(
+        conn, embedder, tenant, "Fix auth token refresh", "failure", files="src/auth/refresh.py"
+    )
+    before = stored(conn, tenant)[first.key]
+    again = add_trace(
+        conn, embedder, tenant, "  Fix auth\ttoken refresh ", "Failure", files=["./src/auth/refresh.py"]
+    )
+    third = add_trace(
+        conn, embedder, tenant, "Fix auth token refresh", "failure", files="src/auth/refresh.py"
+    )
+    assert (first.status, again.status, third.status) == ("added", "seen_again", "seen_again")
+    assert (again.key, third.key) == (first.key, first.key) and third.occurrences == 3
+    assert len(embedded) == 1  # embedded once, for the first add
+    after = stored(conn, tenant)
+    assert list(after) == [first.key] and after[first.key]["hash"] == before["hash"]
+    assert after[first.key]["vectors"] == 1 and after[first.key]["metadata"]["occurrences"] == 3
+    # another outcome is another trace
+    other = add_trace(
+        conn, embedder, tenant, "Fix auth token refresh", "success", files="src/auth/refresh.py"
+    )
+    assert other.status == "added" and other.key != first.key and len(embedded) == 2
+
+
+def test_a_learning_links_both_ways_and_its_repeats_unite_the_links(
+    conn: Conn, embedder: Embedder, tenant: str, embedded: list[str]
+) -> None:
+    t1 = add_trace(conn, embedder, tenant, "Add a Cobra subcommand", "failure", issue="errors were swallowed")
+    t2 = add_trace(conn, embedder, tenant, "Wire the Cobra root command", "success")
+    handle = "When working with Cobra commands, use RunE instead of Run so errors propagate"
+    first = add_learning(conn, embedder, tenant, handle, from_trace=t1.key, category="go")
+    again = add_learning(conn, embedder, tenant, handle, from_trace=t2.key, category="go")
+    assert (first.status, again.status) == ("added", "seen_again") and len(embedded) == 3
+    rows = stored(conn, tenant)
+    assert rows[first.key]["metadata"]["trace_keys"] == [t1.key, t2.key]
+    assert rows[t1.key]["metadata"]["learning_keys"] == [first.key]
+    assert rows[t2.key]["metadata"]["learning_keys"] == [first.key]
+    assert rows[t1.key]["metadata"]["occurrences"] == 1  # linking is not a repeat of the trace
+    # a learning is advice: tagged and scored like any memory
+    assert rows[first.key]["descriptor"].startswith("[go] ") and rows[first.key]["actionability"] >= 0.3
+    # a new category is new content: embedded again, links kept
+    moved = add_learning(conn, embedder, tenant, handle, category="golang")
+    assert moved.status == "updated" and len(embedded) == 4
+    assert stored(conn, tenant)[first.key]["metadata"]["trace_keys"] == [t1.key, t2.key]
+    # the trace itself, added again, keeps its links
+    add_trace(conn, embedder, tenant, "Add a Cobra subcommand", "failure", issue="errors were swallowed")
+    assert stored(conn, tenant)[t1.key]["metadata"]["learning_keys"] == [first.key]
+
+
+def test_a_learning_from_an_unknown_trace_writes_nothing(conn: Conn, embedder: Embedder, tenant: str) -> None:
+    with pytest.raises(InputError, match="is not a trace of tenant"):
+        add_learning(conn, embedder, tenant, "Pin the Go toolchain in go.mod", from_trace="trace:nope")
+    assert stored(conn, tenant) == {}
+    with pytest.raises(InputError, match="tenant"):
+        add_trace(conn, embedder, "", "x", "success")
+
+
+# --- the command line -------------------------------------------------------------------------------------
+
+
+def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str]:
+    code = main(list(argv))
+    return code, capsys.readouterr().out
+
+
+TRACE_ARGS = (
+    "--intent",
+    "Fix auth token refresh",
+    "--outcome",
+    "failure",
+    "--issue",
+    "refresh token reused after rotation",
+    "--files",
+    "src/auth/refresh.py",
+    "--tags",
+    "auth",
+)
+
+
+def test_cli_trace_learning_reflect(cli_env: str, tenant: str, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out = run(capsys, "trace", "add", "--tenant", tenant, *TRACE_ARGS, "--json")
+    trace = json.loads(out)
+    assert code == 0 and trace["status"] == "added"
+    assert trace["text"].startswith("Intent: Fix auth token refresh")
+    code, out = run(capsys, "trace", "add", "--tenant", tenant, *TRACE_ARGS)
+    assert code == 0 and "seen again (2 times)" in out
+    handle = "Rotate refresh tokens atomically: revoke the old one in the transaction that issues the new one"
+    code, out = run(
+        capsys,
+        "learning",
+        "add",
+        "--tenant",
+        tenant,
+        "--from-trace",
+        trace["key"],
+        "--category",
+        "auth",
+        handle,
+    )
+    assert code == 0 and out.startswith("learning learning:") and "added" in out
+    code, out = run(capsys, "reflect", "--tenant", tenant, "Repair login session expiry", "--json")
+    found = {r["kind"]: r for r in json.loads(out)}
+    assert code == 0 and found["trace"]["key"] == trace["key"] and found["trace"]["outcome"] == "failure"
+    assert found["learning"]["linked_to"] == trace["key"] and not found["trace"]["warning"]
+    code, out = run(capsys, "reflect", "--tenant", tenant, "edit the auth token refresh code")
+    assert code == 0 and "[failure]" in out and "WARNING: a past failure" in out
+    assert re.search(r"\[learning\] 0\.\d\d  \(learned from trace:[0-9a-f]{24}\)", out)
+    code, out = run(capsys, "reflect", "--tenant", tenant, "purple giraffe orbit sandwich")
+    assert code == 0 and "nothing similar" in out
