@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from dataclasses import replace
 from importlib import resources
@@ -24,7 +25,7 @@ from spark_pg.advisor import Advisor, AdvisorOptions
 from spark_pg.config import REFLECT_PARAM_KEYS, RETRIEVE_PARAM_KEYS, Settings, load_settings
 from spark_pg.db import connect, database_url
 from spark_pg.embedding import Embedder, Vector, load_embedder
-from spark_pg.errors import InputError
+from spark_pg.errors import InputError, ModelNotAvailable
 from spark_pg.ingest import IngestResult, ingest
 from spark_pg.records import MemoryIn, read_file, validate_row
 from spark_pg.retrieve import Candidate, Retrieved, explain, retrieve
@@ -33,6 +34,7 @@ from spark_pg.traces.store import Stored, add_learning, add_trace
 from spark_pg.triggers import load_rules, sync_rules
 
 SYSTEM_TENANT = "_system"
+log = logging.getLogger(__name__)
 
 
 class SparkClient:
@@ -122,18 +124,26 @@ class SparkClient:
         merged.update(params or {})
         return merged
 
-    def _embed_query(self, query: str) -> Vector:
+    def _embed_query(self, query: str) -> Vector | None:
+        """The query's vector; None when no embedding model can be loaded: retrieval then runs lexically,
+        says so in ``why.mode`` and a warning is logged (never a made-up vector)."""
         if not query or not query.strip():
             raise InputError("query must not be empty")
-        return self.embedder.embed_query(query)
+        try:
+            embedder = self.embedder
+        except ModelNotAvailable as exc:
+            log.warning("no embedding model, retrieval runs lexically: %s", exc)
+            return None
+        return embedder.embed_query(query)
 
     def _call(self, query: str, k: int | None, params: Mapping[str, Any] | None) -> dict[str, Any]:
         """The arguments search and explain share: query vector, k and params from the settings."""
         merged = self.retrieve_params(params)
-        # the model that embedded the query: spark.retrieve ignores the vector if another model is active
-        merged.setdefault("query_model", self.embedder.spec.name)
+        embedding = self._embed_query(query)
+        if embedding is not None:  # spark.retrieve ignores a vector of another model than the active one
+            merged.setdefault("query_model", self.settings.get_str("embedding.model"))
         return {
-            "embedding": self._embed_query(query),
+            "embedding": embedding,
             "k": self.settings.get_int("retrieval.k") if k is None else k,
             "params": merged,
         }

@@ -311,3 +311,22 @@ def test_a_worker_killed_mid_batch_loses_nothing(
             "SELECT count(*), count(DISTINCT (tenant, memory_id)) FROM spark.embeddings"
         ).fetchone()
     assert per_memory == (400, 400)
+
+
+def test_without_an_embedding_model_search_runs_lexically_and_says_so(
+    wdb: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    from spark_pg.client import SparkClient
+    from spark_pg.config import load_settings
+
+    with connect(wdb) as c:
+        ingest(c, records("t", 5), None)
+        c.commit()
+    empty = tmp_path / "no-model"
+    empty.mkdir()
+    settings = load_settings({"embedding.model_dir": str(empty)})
+    with SparkClient(settings, url=wdb) as client, caplog.at_level("WARNING"):
+        hits = client.search("t", "Alembic revision for schema changes")
+    assert hits and hits[0].key == "m1"
+    assert all(h.why["mode"] == "lexical" for h in hits)
+    assert "retrieval runs lexically" in caplog.text
