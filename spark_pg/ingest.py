@@ -17,7 +17,7 @@ from psycopg.types.json import Jsonb
 from tqdm import tqdm
 
 from spark_pg import queries
-from spark_pg.embedding import Embedder
+from spark_pg.embedding import Embedder, ModelSpec
 from spark_pg.errors import ModelMismatch
 from spark_pg.intent import actionability
 from spark_pg.records import MemoryIn
@@ -33,6 +33,23 @@ class IngestResult:
         return self.inserted + self.updated
 
 
+def register_model(conn: psycopg.Connection[Any], spec: ModelSpec) -> int:
+    """spark.register_model for ``spec`` (idempotent; the first model registered becomes active): its id."""
+    row = conn.execute(
+        queries.REGISTER_MODEL,
+        {
+            "name": spec.name,
+            "dim": spec.dim,
+            "pooling": spec.pooling,
+            "max_tokens": spec.max_tokens,
+            "query_prefix": spec.query_prefix,
+            "document_prefix": spec.document_prefix,
+        },
+    ).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
 def ensure_model(conn: psycopg.Connection[Any], embedder: Embedder) -> int:
     """Register the embedder's model (committed) and return its id; refuse to mix models."""
     spec = embedder.spec
@@ -44,19 +61,7 @@ def ensure_model(conn: psycopg.Connection[Any], embedder: Embedder) -> int:
                 f"set embedding.model to {active[1]}, or move every memory to {spec.name} with "
                 f"`spark-pg reembed --model {spec.name}`"
             )
-        row = conn.execute(
-            queries.REGISTER_MODEL,
-            {
-                "name": spec.name,
-                "dim": spec.dim,
-                "pooling": spec.pooling,
-                "max_tokens": spec.max_tokens,
-                "query_prefix": spec.query_prefix,
-                "document_prefix": spec.document_prefix,
-            },
-        ).fetchone()
-    assert row is not None
-    return int(row[0])
+        return register_model(conn, spec)
 
 
 def _row(record: MemoryIn, vector: Any, model_id: int | None) -> tuple[Any, ...]:

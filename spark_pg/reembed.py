@@ -28,6 +28,7 @@ from tqdm import tqdm
 from spark_pg import queries
 from spark_pg.embedding import Embedder
 from spark_pg.errors import InputError
+from spark_pg.ingest import register_model
 
 
 @dataclass
@@ -62,22 +63,10 @@ class ReembedReport:
 
 def register(conn: psycopg.Connection[Any], embedder: Embedder) -> tuple[int, str | None]:
     """Register ``embedder``'s model without activating it; returns (its id, the active model's name)."""
-    spec = embedder.spec
     with conn.transaction():
         active = conn.execute(queries.ACTIVE_MODEL).fetchone()
-        row = conn.execute(
-            queries.REGISTER_MODEL,
-            {
-                "name": spec.name,
-                "dim": spec.dim,
-                "pooling": spec.pooling,
-                "max_tokens": spec.max_tokens,
-                "query_prefix": spec.query_prefix,
-                "document_prefix": spec.document_prefix,
-            },
-        ).fetchone()
-    assert row is not None
-    return int(row[0]), (None if active is None else str(active[1]))
+        model_id = register_model(conn, embedder.spec)
+    return model_id, (None if active is None else str(active[1]))
 
 
 def build(

@@ -47,3 +47,38 @@ SET search_path = pg_catalog, @vector_schema@, pg_temp
 AS $fn$ SELECT '_system'::text $fn$;
 COMMENT ON FUNCTION spark.system_tenant() IS
     'The reserved tenant whose memories (the cold-start pack of system defaults) every tenant can see.';
+
+CREATE OR REPLACE FUNCTION spark._check_param(key text, value jsonb, defaults jsonb, ranges jsonb)
+RETURNS boolean
+LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
+SET search_path = pg_catalog, @vector_schema@, pg_temp
+AS $fn$
+DECLARE
+    rng jsonb := ranges -> key;
+    num numeric;
+BEGIN
+    IF NOT defaults ? key THEN
+        RAISE EXCEPTION 'unknown params key "%"; allowed keys: %', key,
+            (SELECT string_agg(k, ', ' ORDER BY k) FROM jsonb_object_keys(defaults) k)
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF rng IS NULL THEN
+        RETURN false;
+    END IF;
+    IF jsonb_typeof(value) IS DISTINCT FROM 'number' THEN
+        RAISE EXCEPTION 'params.% must be a number from % to %, got %', key, rng ->> 0, rng ->> 1, value
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    num := (value #>> '{}')::numeric;
+    IF num < (rng ->> 0)::numeric OR num > (rng ->> 1)::numeric OR ((rng ->> 2) = '1' AND num <> trunc(num)) THEN
+        RAISE EXCEPTION 'params.% must be % from % to %, got %', key,
+            CASE WHEN (rng ->> 2) = '1' THEN 'an integer' ELSE 'a number' END, rng ->> 0, rng ->> 1, num
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    RETURN true;
+END
+$fn$;
+COMMENT ON FUNCTION spark._check_param(text, jsonb, jsonb, jsonb) IS
+    'Internal: one key of a params object. 22023 for a key not in defaults, or a ranged key (ranges: '
+    '{"key": [min, max, integer 0|1]}) whose value is not a number in its range; true for a ranged key that '
+    'passed, false for a known key the caller checks itself.';

@@ -75,7 +75,6 @@ DECLARE
     defaults jsonb := spark.retrieve_defaults();
     merged jsonb;
     item record;
-    num numeric;
     ranges constant jsonb := '{
         "pool_semantic": [0, 1000, 1], "pool_keyword_recent": [0, 1000, 1], "pool_keyword_old": [0, 1000, 1],
         "pool_recent": [0, 1000, 1], "pool_random": [0, 1000, 1], "pool_pinned": [0, 1000, 1],
@@ -90,7 +89,6 @@ DECLARE
         "restate_margin": [0, 2, 0], "ef_search": [1, 1000, 1], "exact_scan_max": [0, 10000000, 1],
         "keyword_match_budget": [0, 10000000, 1], "backlog_watermark": [0, 100000000, 1],
         "seed": [-2147483648, 2147483647, 1]}';
-    rng jsonb;
 BEGIN
     IF params IS NULL THEN
         params := '{}';
@@ -100,24 +98,8 @@ BEGIN
             USING ERRCODE = 'invalid_parameter_value';
     END IF;
     FOR item IN SELECT e.key, e.value FROM jsonb_each(params) e LOOP
-        IF NOT defaults ? item.key THEN
-            RAISE EXCEPTION 'unknown params key "%"; allowed keys: %', item.key,
-                (SELECT string_agg(k, ', ' ORDER BY k) FROM jsonb_object_keys(defaults) k)
-                USING ERRCODE = 'invalid_parameter_value';
-        END IF;
-        rng := ranges -> item.key;
-        IF rng IS NOT NULL THEN
-            IF jsonb_typeof(item.value) <> 'number' THEN
-                RAISE EXCEPTION 'params.% must be a number from % to %, got %', item.key, rng ->> 0, rng ->> 1,
-                    item.value USING ERRCODE = 'invalid_parameter_value';
-            END IF;
-            num := (item.value #>> '{}')::numeric;
-            IF num < (rng ->> 0)::numeric OR num > (rng ->> 1)::numeric
-               OR ((rng ->> 2) = '1' AND num <> trunc(num)) THEN
-                RAISE EXCEPTION 'params.% must be % from % to %, got %', item.key,
-                    CASE WHEN (rng ->> 2) = '1' THEN 'an integer' ELSE 'a number' END, rng ->> 0, rng ->> 1, num
-                    USING ERRCODE = 'invalid_parameter_value';
-            END IF;
+        IF spark._check_param(item.key, item.value, defaults, ranges) THEN
+            CONTINUE;  -- a number in its range
         ELSIF item.key IN ('include_system', 'use_cache', 'fitted_weights') THEN
             IF jsonb_typeof(item.value) <> 'boolean' THEN
                 RAISE EXCEPTION 'params.% must be true or false, got %', item.key, item.value

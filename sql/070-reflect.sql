@@ -30,8 +30,6 @@ AS $fn$
 DECLARE
     defaults jsonb := spark.reflect_defaults();
     item record;
-    num numeric;
-    rng jsonb;
     ranges constant jsonb := '{
         "min_score": [0, 1, 0], "half_life_days": [0.001, 36500, 0], "recency_floor": [0, 1, 0],
         "linked_per_trace": [0, 20, 1], "pool": [1, 1000, 1], "exact_scan_max": [0, 10000000, 1]}';
@@ -44,24 +42,8 @@ BEGIN
             USING ERRCODE = 'invalid_parameter_value';
     END IF;
     FOR item IN SELECT e.key, e.value FROM jsonb_each(params) e LOOP
-        IF NOT defaults ? item.key THEN
-            RAISE EXCEPTION 'unknown params key "%"; allowed keys: %', item.key,
-                (SELECT string_agg(k, ', ' ORDER BY k) FROM jsonb_object_keys(defaults) k)
-                USING ERRCODE = 'invalid_parameter_value';
-        END IF;
-        rng := ranges -> item.key;
-        IF rng IS NOT NULL THEN
-            IF jsonb_typeof(item.value) <> 'number' THEN
-                RAISE EXCEPTION 'params.% must be a number from % to %, got %', item.key, rng ->> 0, rng ->> 1,
-                    item.value USING ERRCODE = 'invalid_parameter_value';
-            END IF;
-            num := (item.value #>> '{}')::numeric;
-            IF num < (rng ->> 0)::numeric OR num > (rng ->> 1)::numeric
-               OR ((rng ->> 2) = '1' AND num <> trunc(num)) THEN
-                RAISE EXCEPTION 'params.% must be % from % to %, got %', item.key,
-                    CASE WHEN (rng ->> 2) = '1' THEN 'an integer' ELSE 'a number' END, rng ->> 0, rng ->> 1, num
-                    USING ERRCODE = 'invalid_parameter_value';
-            END IF;
+        IF spark._check_param(item.key, item.value, defaults, ranges) THEN
+            CONTINUE;  -- a number in its range
         ELSIF item.key = 'kinds' THEN
             IF jsonb_typeof(item.value) <> 'array' OR jsonb_array_length(item.value) = 0
                OR EXISTS (SELECT 1 FROM jsonb_array_elements(item.value) d
