@@ -50,7 +50,7 @@ COMMENT ON FUNCTION spark.system_tenant() IS
 
 CREATE OR REPLACE FUNCTION spark._check_param(key text, value jsonb, defaults jsonb, ranges jsonb)
 RETURNS boolean
-LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
+LANGUAGE plpgsql STABLE PARALLEL SAFE  -- reading an as_of time depends on the session's TimeZone
 SET search_path = pg_catalog, @vector_schema@, pg_temp
 AS $fn$
 DECLARE
@@ -61,6 +61,21 @@ BEGIN
         RAISE EXCEPTION 'unknown params key "%"; allowed keys: %', key,
             (SELECT string_agg(k, ', ' ORDER BY k) FROM jsonb_object_keys(defaults) k)
             USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF key = 'as_of' THEN  -- the same in every params object: evaluate as if now were this time
+        IF jsonb_typeof(value) NOT IN ('string', 'null') THEN
+            RAISE EXCEPTION 'params.as_of must be an ISO 8601 time string, got %', value
+                USING ERRCODE = 'invalid_parameter_value';
+        END IF;
+        IF jsonb_typeof(value) = 'string' THEN
+            BEGIN
+                PERFORM (value #>> '{}')::timestamptz;
+            EXCEPTION WHEN OTHERS THEN
+                RAISE EXCEPTION 'params.as_of must be an ISO 8601 time string, got %', value
+                    USING ERRCODE = 'invalid_parameter_value';
+            END;
+        END IF;
+        RETURN true;
     END IF;
     IF rng IS NULL THEN
         RETURN false;
@@ -79,6 +94,6 @@ BEGIN
 END
 $fn$;
 COMMENT ON FUNCTION spark._check_param(text, jsonb, jsonb, jsonb) IS
-    'Internal: one key of a params object. 22023 for a key not in defaults, or a ranged key (ranges: '
-    '{"key": [min, max, integer 0|1]}) whose value is not a number in its range; true for a ranged key that '
-    'passed, false for a known key the caller checks itself.';
+    'Internal: one key of a params object. 22023 for a key not in defaults, a ranged key (ranges: '
+    '{"key": [min, max, integer 0|1]}) whose value is not a number in its range, or an as_of that is not an '
+    'ISO 8601 time; true for a key that passed, false for a known key the caller checks itself.';

@@ -131,19 +131,6 @@ BEGIN
                 RAISE EXCEPTION 'params.domains must be null or an array of action-domain strings, got %',
                     item.value USING ERRCODE = 'invalid_parameter_value';
             END IF;
-        ELSIF item.key = 'as_of' THEN
-            IF jsonb_typeof(item.value) NOT IN ('string', 'null') THEN
-                RAISE EXCEPTION 'params.as_of must be an ISO 8601 time string, got %', item.value
-                    USING ERRCODE = 'invalid_parameter_value';
-            END IF;
-            IF jsonb_typeof(item.value) = 'string' THEN
-                BEGIN
-                    PERFORM (item.value #>> '{}')::timestamptz;
-                EXCEPTION WHEN OTHERS THEN
-                    RAISE EXCEPTION 'params.as_of must be an ISO 8601 time string, got %', item.value
-                        USING ERRCODE = 'invalid_parameter_value';
-                END;
-            END IF;
         END IF;
     END LOOP;
     merged := defaults || params;
