@@ -442,6 +442,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_trace_parser(sub)
 
+    from spark_pg.soak_cli import add_parser as add_soak_parser
+
+    add_soak_parser(sub)
+
     p = sub.add_parser("config", help="show the effective tuneables")
     p.set_defaults(func=cmd_config)
     return parser

@@ -43,13 +43,8 @@ CREATE TEMP TABLE _spark_ingest (
 
 COPY_INGEST = f"COPY _spark_ingest ({', '.join(INGEST_COLUMNS)}) FROM STDIN"
 
-# A stored memory whose content changes loses its vectors (every model's): they describe the old text.
-DROP_STALE_VECTORS = """
-DELETE FROM spark.embeddings e
-USING _spark_ingest s, spark.memories m
-WHERE m.tenant = s.tenant AND m.key = s.key AND m.content_hash <> s.content_hash
-  AND e.tenant = m.tenant AND e.memory_id = m.id
-"""
+# A stored memory whose content changes loses its vectors (every model's) and is queued again: the
+# memories_queue_update trigger does both (migrations 0008, 0009), for every writer.
 
 _UPSERT = """
 INSERT INTO spark.memories AS m (tenant, key, kind, category, source, text, context, descriptor, content_hash,
@@ -347,4 +342,32 @@ WHERE (%(tenant)s::text IS NULL OR r.tenant = %(tenant)s::text)
 HEALTH_MODELS = """
 SELECT m.name, m.active, (SELECT count(*) FROM spark.embeddings e WHERE e.model_id = m.id) AS vectors
 FROM spark.embedding_models m ORDER BY m.id
+"""
+
+# spark-pg soak (spark_pg/soak.py)
+SOAK_READ = """
+SELECT m.tenant FROM spark.retrieve(%(tenant)s, %(query)s, %(embedding)s, 8) r
+JOIN spark.memories m ON m.id = r.memory_id
+"""
+
+SOAK_STORED = "SELECT tenant, key, text FROM spark.memories WHERE tenant <> spark.system_tenant()"
+
+SOAK_VECTORS = """
+SELECT (SELECT count(*) FROM spark.memories WHERE tenant <> spark.system_tenant()),
+       (SELECT count(*) FROM spark.memories m
+        WHERE m.tenant <> spark.system_tenant()
+          AND (SELECT count(*) FROM spark.embeddings e JOIN spark.embedding_models em ON em.id = e.model_id
+               WHERE em.active AND e.tenant = m.tenant AND e.memory_id = m.id) = 1),
+       (SELECT count(*) FROM spark.embeddings e
+        WHERE NOT EXISTS (SELECT 1 FROM spark.memories m WHERE m.tenant = e.tenant AND m.id = e.memory_id)),
+       (SELECT count(*) FROM spark.embed_queue),
+       (SELECT count(*) FROM (SELECT tenant, key FROM spark.memories GROUP BY 1, 2 HAVING count(*) > 1) d)
+"""
+
+SOAK_SAMPLE_VECTORS = """
+SELECT m.descriptor, e.embedding
+FROM spark.memories m JOIN spark.embeddings e ON e.tenant = m.tenant AND e.memory_id = m.id
+WHERE m.tenant <> spark.system_tenant()
+ORDER BY hashint8(m.id)
+LIMIT 200
 """

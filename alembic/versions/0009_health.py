@@ -33,7 +33,9 @@ def upgrade() -> None:
         ALTER TABLE spark.query_embeddings ADD COLUMN task text NOT NULL DEFAULT 'query' CHECK (task = 'query');
         ALTER TABLE spark.embed_queue ADD COLUMN not_before timestamptz NOT NULL DEFAULT now();
         ALTER TABLE spark.retrievals ADD COLUMN latency_ms real CHECK (latency_ms >= 0);
-        -- a memory queued again because its content changed starts afresh, backoff included
+        -- a memory queued again because its content changed starts afresh, backoff included; the queue row
+        -- is taken before the stale vectors are deleted, the order a worker takes them in (claim, then
+        -- store): the other order deadlocked a writer against a worker storing the same memory's vector
         CREATE OR REPLACE FUNCTION spark._queue_changed_memories()
         RETURNS trigger
         LANGUAGE plpgsql VOLATILE
@@ -42,9 +44,6 @@ def upgrade() -> None:
         DECLARE
             n bigint;
         BEGIN
-            DELETE FROM spark.embeddings e
-            USING old_rows o JOIN new_rows nw ON nw.tenant = o.tenant AND nw.id = o.id
-            WHERE e.tenant = nw.tenant AND e.memory_id = nw.id AND nw.content_hash <> o.content_hash;
             INSERT INTO spark.embed_queue (tenant, memory_id)
             SELECT nw.tenant, nw.id
             FROM old_rows o JOIN new_rows nw ON nw.tenant = o.tenant AND nw.id = o.id
@@ -52,6 +51,9 @@ def upgrade() -> None:
             ON CONFLICT (tenant, memory_id) DO UPDATE
                 SET enqueued_at = now(), not_before = now(), attempts = 0, last_error = NULL;
             GET DIAGNOSTICS n = ROW_COUNT;
+            DELETE FROM spark.embeddings e
+            USING old_rows o JOIN new_rows nw ON nw.tenant = o.tenant AND nw.id = o.id
+            WHERE e.tenant = nw.tenant AND e.memory_id = nw.id AND nw.content_hash <> o.content_hash;
             IF n > 0 THEN
                 PERFORM pg_notify('spark_embed', n::text);
             END IF;

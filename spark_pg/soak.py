@@ -1,0 +1,228 @@
+"""`spark-pg soak`: writers, readers and embedding workers together for minutes, then a reconciliation.
+
+In a scratch database on the configured server (dropped at the end unless ``keep``):
+- **writers** store memories with deferred embedding in small batches; each batch also rewrites a few
+  keys it wrote before (same key, new text), so upserts race with the workers embedding the old text;
+- **readers** call spark.retrieve with real query vectors across the tenants, all along;
+- **workers** (``spark-pg worker`` loops, LISTEN/NOTIFY) embed what the writers queue.
+Then the writers stop, the workers drain the queue, and the counts must reconcile: every key written is
+stored exactly once (no lost memories, no duplicate keys), every memory has exactly one vector of the
+active model for its current text, the queue is empty, and no call failed (deadlocks included).
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from tqdm import tqdm
+
+from spark_pg import queries, schema, scratch, synthetic
+from spark_pg.db import connect
+from spark_pg.embedding import Embedder
+from spark_pg.errors import InputError
+from spark_pg.ingest import ensure_model, ingest
+from spark_pg.records import MemoryIn
+from spark_pg.worker import WorkerStats, run_worker
+
+TENANTS = 8
+
+
+@dataclass
+class SoakReport:
+    seconds: float = 0.0
+    written: int = 0  # upserts sent (new keys and rewrites)
+    keys: int = 0  # distinct keys written
+    rewrites: int = 0
+    reads: int = 0
+    read_ms: list[float] = field(default_factory=list)
+    embedded: int = 0
+    errors: list[str] = field(default_factory=list)
+    reconcile: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return not self.errors and all(bool(v) for k, v in self.reconcile.items() if k.endswith("_ok"))
+
+    def as_json(self) -> dict[str, Any]:
+        ms = np.asarray(self.read_ms) if self.read_ms else None
+        return {
+            "ok": self.ok,
+            "seconds": round(self.seconds, 1),
+            "writes": self.written,
+            "keys": self.keys,
+            "rewrites": self.rewrites,
+            "writes_per_s": round(self.written / self.seconds, 1) if self.seconds else 0.0,
+            "reads": self.reads,
+            "read_ms": None
+            if ms is None
+            else {
+                p: round(float(np.percentile(ms, q)), 2) for p, q in (("p50", 50), ("p95", 95), ("p99", 99))
+            },
+            "embedded": self.embedded,
+            "errors": self.errors[:10],
+            "error_count": len(self.errors),
+            "reconcile": self.reconcile,
+        }
+
+
+class _Soak:
+    def __init__(self, url: str, embedder: Embedder, seconds: float, batch: int) -> None:
+        self.url = url
+        self.embedder = embedder
+        self.deadline = time.monotonic() + seconds
+        self.batch = batch
+        self.report = SoakReport()
+        self.lock = threading.Lock()
+        self.expected: dict[tuple[str, str], str] = {}  # (tenant, key) -> the last text written
+        self.texts = synthetic.texts(5000, seed=11)
+        self.queries = [embedder.embed_query(t) for t in synthetic.texts(40, seed=12)]
+
+    def _fail(self, where: str, exc: BaseException) -> None:
+        with self.lock:
+            self.report.errors.append(f"{where}: {type(exc).__name__}: {exc}"[:1500])
+
+    def writer(self, n: int) -> None:
+        rng = random.Random(n)
+        mine: list[tuple[str, str]] = []
+        i = 0
+        try:
+            with connect(self.url) as conn:
+                while time.monotonic() < self.deadline:
+                    rows = []
+                    for _ in range(self.batch):
+                        tenant = f"t{rng.randrange(TENANTS)}"
+                        key = f"w{n}-{i}"
+                        i += 1
+                        rows.append((tenant, key, self.texts[rng.randrange(len(self.texts))] + f" ({key})"))
+                    for tenant, key in rng.sample(mine, min(2, len(mine))):  # rewrites race the workers
+                        rows.append(
+                            (tenant, key, self.texts[rng.randrange(len(self.texts))] + f" ({key}, again)")
+                        )
+                    ingest(conn, [MemoryIn(tenant=t, key=k, text=x) for t, k, x in rows], None)
+                    conn.commit()
+                    with self.lock:
+                        for t, k, x in rows:
+                            if (t, k) in self.expected:
+                                self.report.rewrites += 1
+                            self.expected[(t, k)] = x
+                        self.report.written += len(rows)
+                    mine.extend((t, k) for t, k, _ in rows[: self.batch])
+        except Exception as exc:
+            self._fail(f"writer {n}", exc)
+
+    def reader(self, n: int) -> None:
+        rng = random.Random(100 + n)
+        try:
+            with connect(self.url) as conn:
+                while time.monotonic() < self.deadline:
+                    tenant = f"t{rng.randrange(TENANTS)}"
+                    q = rng.randrange(len(self.queries))
+                    started = time.perf_counter()
+                    rows = conn.execute(
+                        queries.SOAK_READ,
+                        {"tenant": tenant, "query": f"query {q}", "embedding": self.queries[q]},
+                    ).fetchall()
+                    conn.rollback()
+                    elapsed = (time.perf_counter() - started) * 1000
+                    if any(t not in (tenant, "_system") for (t,) in rows):
+                        raise AssertionError(f"another tenant's memory in {tenant}'s results")
+                    with self.lock:
+                        self.report.reads += 1
+                        self.report.read_ms.append(elapsed)
+        except Exception as exc:
+            self._fail(f"reader {n}", exc)
+
+
+def run_soak(
+    server_url: str,
+    embedder: Embedder,
+    *,
+    seconds: float = 120,
+    writers: int = 2,
+    readers: int = 2,
+    workers: int = 2,
+    batch: int = 20,
+    progress: bool = False,
+    keep: bool = False,
+) -> SoakReport:
+    """Run the soak in a fresh scratch database; see the module docstring."""
+    if seconds <= 0 or min(writers, readers, workers) < 0 or writers + readers + workers == 0:
+        raise InputError("seconds must be positive and the thread counts 0 or more (not all 0)")
+    if not 1 <= batch <= 1000:
+        raise InputError(f"batch must be from 1 to 1000, got {batch}")
+    name = f"spark_soak_{int(time.time())}"
+    url = scratch.create(server_url, name)
+    try:
+        schema.install(url)
+        with connect(url) as conn:
+            ensure_model(conn, embedder)
+        soak = _Soak(url, embedder, seconds, batch)
+        stop = threading.Event()
+        stats: list[WorkerStats] = []
+
+        def worker() -> None:
+            try:
+                with connect(url, autocommit=True) as conn:
+                    stats.append(run_worker(conn, embedder, batch=32, poll_s=5, stop=stop))
+            except Exception as exc:
+                soak._fail("worker", exc)
+
+        threads = [threading.Thread(target=soak.writer, args=(i,)) for i in range(writers)]
+        threads += [threading.Thread(target=soak.reader, args=(i,)) for i in range(readers)]
+        background = [threading.Thread(target=worker) for _ in range(workers)]
+        started = time.monotonic()
+        for t in threads + background:
+            t.start()
+        with tqdm(total=int(seconds), desc="soak", unit="s", disable=not progress) as bar:
+            while any(t.is_alive() for t in threads):
+                time.sleep(1)
+                bar.n = min(int(time.monotonic() - started), int(seconds))
+                bar.refresh()
+        stop.set()
+        for t in background:
+            t.join(timeout=120)
+        with connect(url, autocommit=True) as conn:  # drain what the writers left
+            stats.append(run_worker(conn, embedder, once=True))
+        soak.report.seconds = time.monotonic() - started
+        soak.report.embedded = sum(s.embedded for s in stats)
+        soak.report.keys = len(soak.expected)
+        soak.report.reconcile = _reconcile(url, soak.expected, embedder)
+        return soak.report
+    finally:
+        if not keep:
+            scratch.drop(server_url, name)
+
+
+def _reconcile(url: str, expected: dict[tuple[str, str], str], embedder: Embedder) -> dict[str, Any]:
+    with connect(url) as conn:
+        stored = {(t, k): x for t, k, x in conn.execute(queries.SOAK_STORED).fetchall()}
+        row = conn.execute(queries.SOAK_VECTORS).fetchone()
+        sample = conn.execute(queries.SOAK_SAMPLE_VECTORS).fetchall()
+    # a stored vector must be the vector of the memory's current text, not of a text it had before
+    fresh = embedder.embed_documents([d for d, _ in sample]) if sample else []
+    stale = sum(1 for (_, v), f in zip(sample, fresh, strict=True) if float(np.dot(v.to_numpy(), f)) < 0.999)
+    assert row is not None
+    memories, with_one_vector, extra_vectors, queued, duplicate_keys = (int(v) for v in row)
+    lost = [k for k in expected if k not in stored]
+    wrong_text = [k for k, x in expected.items() if k in stored and stored[k] != x]
+    return {
+        "keys_written": len(expected),
+        "memories": memories,
+        "lost": len(lost),
+        "lost_ok": not lost,
+        "unexpected": len(set(stored) - set(expected)),
+        "unexpected_ok": not (set(stored) - set(expected)),
+        "duplicate_keys": duplicate_keys,
+        "duplicate_keys_ok": duplicate_keys == 0,
+        "last_write_wins_ok": not wrong_text,
+        "one_vector_each_ok": with_one_vector == memories and extra_vectors == 0,
+        "vectors_checked": len(sample),
+        "stale_vectors": stale,
+        "vectors_current_ok": stale == 0,
+        "queue_empty_ok": queued == 0,
+    }

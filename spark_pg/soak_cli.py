@@ -1,0 +1,57 @@
+"""`spark-pg soak`: writers, readers and workers together, then a reconciliation (spark_pg.soak)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+
+def cmd_soak(args: argparse.Namespace) -> int:
+    from spark_pg.config import load_settings
+    from spark_pg.db import database_url
+    from spark_pg.embedding import load_embedder
+    from spark_pg.soak import run_soak
+
+    settings = load_settings()
+    report = run_soak(
+        database_url(settings),
+        load_embedder(settings),
+        seconds=args.seconds,
+        writers=args.writers,
+        readers=args.readers,
+        workers=args.workers,
+        batch=args.batch,
+        progress=not args.quiet,
+        keep=args.keep,
+    )
+    out = report.as_json()
+    if args.json:
+        print(json.dumps(out))
+    else:
+        r = out["reconcile"]
+        print(
+            f"{out['seconds']} s: {out['writes']} writes ({out['keys']} keys, {out['rewrites']} rewrites), "
+            f"{out['reads']} reads (p50 {out['read_ms'] and out['read_ms']['p50']} ms, "
+            f"p95 {out['read_ms'] and out['read_ms']['p95']} ms), {out['embedded']} embedded, "
+            f"{out['error_count']} errors\n"
+            + "\n".join(f"  {k}: {v}" for k, v in r.items())
+            + f"\n{'OK: the counts reconcile' if out['ok'] else 'FAILED'}"
+        )
+        for e in out["errors"]:
+            print(f"  error: {e}")
+    return 0 if out["ok"] else 1
+
+
+def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = subparsers.add_parser(
+        "soak", help="writers, readers and embedding workers together for a while; then reconcile the counts"
+    )
+    p.add_argument("--seconds", type=float, default=120, help="how long the writers and readers run")
+    p.add_argument("--writers", type=int, default=2)
+    p.add_argument("--readers", type=int, default=2)
+    p.add_argument("--workers", type=int, default=2)
+    p.add_argument("--batch", type=int, default=20, help="new memories per write (plus 2 rewrites)")
+    p.add_argument("--keep", action="store_true", help="keep the scratch database for inspection")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_soak)
