@@ -4,6 +4,11 @@ The corpus (N memories over T tenants of Zipf-skewed sizes, created over the pas
 with the configured model and cached under ``<home>/bench``; it is loaded once into a scratch database
 ``spark_bench_<N>_<T>`` that later runs reuse. Each measured call is the Python wrapper's single round
 trip (spark.retrieve plus the query-vector cache write), timed on the client, after a warm-up.
+
+With ``baseline=True`` the same queries also run through the common Python-side hybrid
+(:mod:`spark_pg.bench_baseline`) on a second connection to the same database, the two systems alternating
+query by query (which one goes first alternates too), and both are scored against references derived from
+the synthetic corpus (:func:`quality`).
 """
 
 from __future__ import annotations
@@ -12,6 +17,7 @@ import hashlib
 import platform
 import random
 import time
+from contextlib import ExitStack
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -21,6 +27,7 @@ import numpy as np
 from tqdm import tqdm
 
 from spark_pg import schema, scratch, synthetic
+from spark_pg.bench_baseline import Phases, PythonHybrid
 from spark_pg.config import Settings
 from spark_pg.db import connect
 from spark_pg.embedding import Embedder, Vector
@@ -134,6 +141,77 @@ def _load(
             bar.update(1)
 
 
+def _percentiles(values: list[float]) -> dict[str, float]:
+    ms = np.array(values)
+    return {p: round(float(np.percentile(ms, q)), 2) for p, q in PERCENTILES} | {
+        "mean": round(float(ms.mean()), 2),
+        "max": round(float(ms.max()), 2),
+    }
+
+
+def _template(text: str) -> tuple[str, str]:
+    """The (object, context) a synthetic memory or query was built from (each occurs once in any of them)."""
+    obj = next(o for o in synthetic.OBJECTS if f" {o} " in text)
+    ctx = next(c for c in synthetic.CONTEXTS if f" {c}" in text)
+    return obj, ctx
+
+
+def quality(
+    spec: BenchSpec,
+    texts: list[str],
+    vectors: np.ndarray,
+    tenants: list[str],
+    query_texts: list[str],
+    qvecs: list[Vector],
+    results: list[list[str]],
+) -> dict[str, Any]:
+    """Score one system's result keys (query by query) against two references built from the corpus.
+
+    * **relevant** memories of a query: the tenant's memories made from the same object and the same context
+      as the query (queries are "<verb> <object> <context>", memories "<action> <object> <context>
+      [<reason>] (note i)"; the queries are not drawn from memories, so there is no single source memory).
+      ``hit_rate``: share of the queries whose tenant holds at least one relevant memory with one or more
+      in the results; ``recall_at_k``: found relevant / min(k, relevant), averaged over the same queries
+      (returning fewer than k lowers it); ``precision``: relevant share of what was returned, over the same
+      queries that returned anything.
+    * **exact cosine top-k**: the k nearest vectors of the tenant by exact cosine (what a perfect semantic
+      pool would rank first). ``exact_overlap_at_k``: results among them / min(k, tenant size), over all
+      queries. Fusion and diversity are meant to move away from it; it shows by how much.
+    Results that are not corpus memories (keys other than ``m<i>``) count as misses.
+    """
+    starts = np.cumsum([0, *tenant_sizes(spec)])
+    templates = [_template(t) for t in texts]
+    hits = recalls = overlaps = precisions = 0.0
+    eligible = answered = 0
+    for tenant, qtext, qvec, keys in zip(tenants, query_texts, qvecs, results, strict=True):
+        t = int(tenant.rsplit("-", 1)[1])
+        lo, hi = int(starts[t]), int(starts[t + 1])
+        got = {int(key[1:]) for key in keys if key.startswith("m") and key[1:].isdigit()}
+        want = _template(qtext)
+        relevant = {i for i in range(lo, hi) if templates[i] == want}
+        if relevant:
+            eligible += 1
+            found = len(got & relevant)
+            hits += found > 0
+            recalls += found / min(spec.k, len(relevant))
+            if got:
+                answered += 1
+                precisions += found / len(got)
+        block = vectors[lo:hi]
+        sims = block @ qvec / (np.linalg.norm(block, axis=1) * float(np.linalg.norm(qvec)) + 1e-12)
+        exact = {lo + int(i) for i in np.argsort(-sims, kind="stable")[: spec.k]}
+        overlaps += len(got & exact) / min(spec.k, hi - lo)
+    n = len(results)
+    return {
+        "hit_rate": round(hits / max(eligible, 1), 4),
+        "recall_at_k": round(recalls / max(eligible, 1), 4),
+        "precision": round(precisions / max(answered, 1), 4),
+        "exact_overlap_at_k": round(overlaps / max(n, 1), 4),
+        "mean_results": round(float(np.mean([len(r) for r in results])), 2),
+        "queries_with_relevant": eligible,
+    }
+
+
 def run(
     settings: Settings,
     server_url: str,
@@ -142,6 +220,7 @@ def run(
     *,
     progress: bool = True,
     fresh: bool = False,
+    baseline: bool = False,
 ) -> dict[str, Any]:
     started = time.perf_counter()
     cache = settings.home / "bench"
@@ -174,26 +253,53 @@ def run(
     rng = random.Random(spec.seed + 2)
     tenants = rng.choices([f"tenant-{t:04d}" for t in range(spec.tenants)], weights=sizes, k=spec.queries)
     timings: list[float] = []
-    returned: list[int] = []
-    with connect(url) as conn:
+    returned: list[list[str]] = []
+    base_timings: list[float] = []
+    base_returned: list[list[str]] = []
+    base_phases: list[Phases] = []
+    with ExitStack() as stack:
+        conn = stack.enter_context(connect(url))
+        # the baseline's own connection, in autocommit: one round trip per statement, as a pool would give
+        hybrid = PythonHybrid(stack.enter_context(connect(url, autocommit=True))) if baseline else None
         for j in range(min(30, spec.queries)):  # warm caches and plans
             retrieve(conn, tenants[j], query_texts[j], embedding=qvecs[j], k=spec.k, cache=False)
+            if hybrid is not None:
+                hybrid.search(tenants[j], query_texts[j], qvecs[j], spec.k)
         for j in tqdm(range(spec.queries), desc="retrieve", unit="q", disable=not progress):
-            t0 = time.perf_counter()
-            rows = retrieve(conn, tenants[j], query_texts[j], embedding=qvecs[j], k=spec.k)
-            timings.append((time.perf_counter() - t0) * 1000)
-            returned.append(len(rows))
-    ms = np.array(timings)
+            # with the baseline, the two systems alternate which goes first, query by query
+            for system in ("spark", "baseline") if j % 2 == 0 else ("baseline", "spark"):
+                if system == "spark":
+                    t0 = time.perf_counter()
+                    rows = retrieve(conn, tenants[j], query_texts[j], embedding=qvecs[j], k=spec.k)
+                    timings.append((time.perf_counter() - t0) * 1000)
+                    returned.append([r.key for r in rows])
+                elif hybrid is not None:
+                    t0 = time.perf_counter()
+                    hits = hybrid.search(tenants[j], query_texts[j], qvecs[j], spec.k)
+                    base_timings.append((time.perf_counter() - t0) * 1000)
+                    base_returned.append([h.key for h in hits])
+                    base_phases.append(hybrid.last)
+    side_by_side: dict[str, Any] = {}
+    if hybrid is not None:
+        side_by_side = {
+            "baseline": _baseline_report(
+                sizes,
+                tenants,
+                timings,
+                base_timings,
+                base_phases,
+                hybrid,
+                quality(spec, texts, vectors, tenants, query_texts, qvecs, returned),
+                quality(spec, texts, vectors, tenants, query_texts, qvecs, base_returned),
+            )
+        }
     return {
         "memories": spec.memories,
         "tenants": spec.tenants,
         "queries": spec.queries,
         "k": spec.k,
-        "retrieve_ms": {
-            p: round(float(np.percentile(ms, q)), 2) for p, q in (("p50", 50), ("p95", 95), ("p99", 99))
-        }
-        | {"mean": round(float(ms.mean()), 2), "max": round(float(ms.max()), 2)},
-        "mean_results": round(float(np.mean(returned)), 2),
+        "retrieve_ms": _percentiles(timings),
+        "mean_results": round(float(np.mean([len(r) for r in returned])), 2),
         "corpus_reused": reused,
         "seconds": {
             "embed": round(embedded_at - started, 1),
@@ -207,29 +313,133 @@ def run(
             "python": platform.python_version(),
         },
         "timings_ms": [round(t, 3) for t in timings],
+    } | side_by_side
+
+
+SIZE_BUCKETS = ((0, 1_500, "<1,500"), (1_500, 5_000, "1,500-4,999"), (5_000, 10**12, ">=5,000"))
+
+
+def _by_tenant_size(
+    sizes: list[int], tenants: list[str], timings: list[float], base_timings: list[float]
+) -> list[dict[str, Any]]:
+    """p50 / p95 of both systems per tenant-size bucket (1,500: where a tenant gets its own HNSW index)."""
+    out = []
+    size_of = [sizes[int(t.rsplit("-", 1)[1])] for t in tenants]
+    for lo, hi, label in SIZE_BUCKETS:
+        picked = [j for j, n in enumerate(size_of) if lo <= n < hi]
+        if not picked:
+            continue
+        row: dict[str, Any] = {"tenant_memories": label, "queries": len(picked)}
+        for name, series in (("retrieve_ms", timings), ("baseline_ms", base_timings)):
+            values = [series[j] for j in picked]
+            row[name] = {p: round(float(np.percentile(values, q)), 2) for p, q in PERCENTILES[:2]}
+        out.append(row)
+    return out
+
+
+def _baseline_report(
+    sizes: list[int],
+    tenants: list[str],
+    timings: list[float],
+    base_timings: list[float],
+    phases: list[Phases],
+    hybrid: PythonHybrid,
+    spark_quality: dict[str, Any],
+    base_quality: dict[str, Any],
+) -> dict[str, Any]:
+    """The "baseline" section of the bench result: latency side by side, the baseline's parts, quality."""
+    ours, theirs = _percentiles(timings), _percentiles(base_timings)
+    return {
+        "system": (
+            "python hybrid: pgvector top-n + ts_rank_cd OR-query top-n (tenant-filtered), vectors of "
+            "keyword-only candidates fetched, RRF and MMR in numpy (spark_pg/bench_baseline.py)"
+        ),
+        "fetch_k": hybrid.fetch_k,
+        "rrf_k": hybrid.rrf_k,
+        "mmr_lambda": hybrid.mmr_lambda,
+        "ef_search": hybrid.ef_search,
+        "order": "alternating query by query, first system alternating; separate connections",
+        "retrieve_ms": ours,
+        "baseline_ms": theirs,
+        "ratio": {p: round(theirs[p] / ours[p], 2) for p, _ in PERCENTILES},
+        "retrieve_faster_share": round(
+            float(np.mean([a < b for a, b in zip(timings, base_timings, strict=True)])), 4
+        ),
+        "by_tenant_size": _by_tenant_size(sizes, tenants, timings, base_timings),
+        "baseline_parts_ms": {
+            part: {
+                p: round(float(np.percentile([getattr(x, part) for x in phases], q)), 2)
+                for p, q in PERCENTILES[:2]
+            }
+            for part in ("vector_ms", "keyword_ms", "fetch_ms", "python_ms")
+        },
+        "baseline_round_trips_mean": round(float(np.mean([x.round_trips for x in phases])), 2),
+        "quality": {
+            "reference": (
+                "relevant = the tenant's memories of the query's object and context; exact = exact cosine "
+                "top-k over the tenant (bench_retrieve.quality)"
+            ),
+            "spark_retrieve": spark_quality,
+            "baseline": base_quality,
+        },
+        # per query, in the order of the top-level timings_ms (for the plot; the CLI leaves it out of --json)
+        "per_query": {
+            "baseline_ms": [round(t, 3) for t in base_timings],
+            "tenant_memories": [sizes[int(t.rsplit("-", 1)[1])] for t in tenants],
+        },
     }
 
 
 def plot(result: dict[str, Any], path: Path) -> Path:
-    """Histogram of the per-call latencies."""
+    """Histogram of the per-call latencies; with a baseline section, both systems' on shared bins."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(7, 4))
-    ax.hist(result["timings_ms"], bins=50, color="#4c72b0")
-    for name, style in (("p50", "--"), ("p95", ":"), ("p99", "-.")):
-        ax.axvline(
-            result["retrieve_ms"][name],
-            color="black",
-            linestyle=style,
-            label=f"{name} {result['retrieve_ms'][name]} ms",
+    styles = (("p50", "--"), ("p95", ":"), ("p99", "-."))
+    base = result.get("baseline")
+    title = f"{result['memories']:,} memories, {result['tenants']} tenants, k={result['k']}"
+    if base is None:
+        fig, ax = plt.subplots(figsize=(7, 4))
+        ax.hist(result["timings_ms"], bins=50, color="#4c72b0")
+        for name, style in styles:
+            ax.axvline(
+                result["retrieve_ms"][name],
+                color="black",
+                linestyle=style,
+                label=f"{name} {result['retrieve_ms'][name]} ms",
+            )
+        ax.set_xlabel("spark.retrieve round trip (ms)")
+        ax.set_ylabel("calls")
+        ax.set_title(title)
+        ax.legend()
+    else:
+        fig, (ax, by_size) = plt.subplots(1, 2, figsize=(12, 4.5))
+        per_query = base["per_query"]
+        series = (
+            ("spark.retrieve (1 round trip)", result["timings_ms"], result["retrieve_ms"], "#4c72b0"),
+            ("Python hybrid (2-3 round trips)", per_query["baseline_ms"], base["baseline_ms"], "#dd8452"),
         )
-    ax.set_xlabel("spark.retrieve round trip (ms)")
-    ax.set_ylabel("calls")
-    ax.set_title(f"{result['memories']:,} memories, {result['tenants']} tenants, k={result['k']}")
-    ax.legend()
+        top = max(max(result["timings_ms"]), max(per_query["baseline_ms"]))
+        bins = np.linspace(0, top * 1.02, 80)
+        for label, times, stats, color in series:
+            ax.hist(times, bins=bins, color=color, alpha=0.6, label=label)
+            for name, style in styles[:2]:
+                ax.axvline(stats[name], color=color, linestyle=style, label=f"{name} {stats[name]} ms")
+            by_size.scatter(per_query["tenant_memories"], times, s=8, alpha=0.5, color=color, label=label)
+        ratio = base["ratio"]
+        ax.set_xlabel(
+            f"wall time per query (ms); baseline / spark.retrieve: p50 {ratio['p50']}x, p95 {ratio['p95']}x"
+        )
+        ax.set_ylabel("calls")
+        ax.set_title(title + ", same queries interleaved")
+        ax.legend(fontsize=8)
+        by_size.set_xscale("log")
+        by_size.set_xlabel("memories of the query's tenant")
+        by_size.set_ylabel("wall time per query (ms)")
+        by_size.set_title("by tenant size")
+        by_size.legend(fontsize=8)
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.tight_layout()
     fig.savefig(path, dpi=110)

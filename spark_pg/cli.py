@@ -270,9 +270,13 @@ def cmd_bench(args: argparse.Namespace) -> int:
         spec,
         progress=not args.quiet,
         fresh=args.fresh,
+        baseline=args.baseline,
     )
     figure = bench_retrieve.plot(result, Path(args.report) / f"latency-{spec.memories}-{spec.tenants}.png")
     timings = result.pop("timings_ms")
+    base = result.get("baseline")
+    if base is not None:
+        base.pop("per_query")
     if args.json:
         print(json.dumps(result | {"plot": str(figure)}))
     else:
@@ -282,6 +286,15 @@ def cmd_bench(args: argparse.Namespace) -> int:
             f"{len(timings)} queries, k={spec.k}: p50 {ms['p50']} ms, p95 {ms['p95']} ms, p99 {ms['p99']} ms "
             f"(corpus {'reused' if result['corpus_reused'] else 'built'}; {result['seconds']['total']} s)"
         )
+        if base is not None:
+            b, r = base["baseline_ms"], base["ratio"]
+            ours, theirs = base["quality"]["spark_retrieve"], base["quality"]["baseline"]
+            print(
+                f"Python hybrid baseline, same queries, interleaved: p50 {b['p50']} ms, p95 {b['p95']} ms, "
+                f"p99 {b['p99']} ms (baseline / spark.retrieve {r['p50']}x, {r['p95']}x, {r['p99']}x); "
+                f"hit rate {ours['hit_rate']} vs {theirs['hit_rate']}, recall@{spec.k} {ours['recall_at_k']} "
+                f"vs {theirs['recall_at_k']} (spark.retrieve vs baseline)"
+            )
         print(f"latency histogram: {figure}")
     return 0
 
@@ -389,6 +402,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--k", type=int, default=8)
     p.add_argument("--fresh", action="store_true", help="rebuild the cached corpus database")
     p.add_argument("--report", default="reports/bench", help="folder for the latency plot")
+    p.add_argument(
+        "--baseline",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="also the common Python-side hybrid on the same queries, interleaved (retrieve; ~10-15 s more)",
+    )
     p.add_argument("--n", type=int, default=2000, help="memories to ingest (ingest)")
     p.add_argument("--hooks", action="store_true", help="hook latency: `spark-pg hook` processes, server up")
     p.add_argument("--parallel", type=int, default=1, help="hook processes at once (--hooks)")
