@@ -34,7 +34,8 @@ TENANTS = 8
 
 @dataclass
 class SoakReport:
-    seconds: float = 0.0
+    seconds: float = 0.0  # writers and readers running
+    drain_seconds: float = 0.0  # then one worker embedding what was left
     written: int = 0  # upserts sent (new keys and rewrites)
     keys: int = 0  # distinct keys written
     rewrites: int = 0
@@ -53,6 +54,7 @@ class SoakReport:
         return {
             "ok": self.ok,
             "seconds": round(self.seconds, 1),
+            "drain_seconds": round(self.drain_seconds, 1),
             "writes": self.written,
             "keys": self.keys,
             "rewrites": self.rewrites,
@@ -183,12 +185,14 @@ def run_soak(
                 time.sleep(1)
                 bar.n = min(int(time.monotonic() - started), int(seconds))
                 bar.refresh()
+        soak.report.seconds = time.monotonic() - started
         stop.set()
         for t in background:
             t.join(timeout=120)
+        drained = time.monotonic()
         with connect(url, autocommit=True) as conn:  # drain what the writers left
             stats.append(run_worker(conn, embedder, once=True))
-        soak.report.seconds = time.monotonic() - started
+        soak.report.drain_seconds = time.monotonic() - drained
         soak.report.embedded = sum(s.embedded for s in stats)
         soak.report.keys = len(soak.expected)
         soak.report.reconcile = _reconcile(url, soak.expected, embedder)

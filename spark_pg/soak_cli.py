@@ -30,7 +30,8 @@ def cmd_soak(args: argparse.Namespace) -> int:
     else:
         r = out["reconcile"]
         print(
-            f"{out['seconds']} s: {out['writes']} writes ({out['keys']} keys, {out['rewrites']} rewrites), "
+            f"{out['seconds']} s (then {out['drain_seconds']} s to drain the queue): {out['writes']} writes "
+            f"({out['keys']} keys, {out['rewrites']} rewrites), "
             f"{out['reads']} reads (p50 {out['read_ms'] and out['read_ms']['p50']} ms, "
             f"p95 {out['read_ms'] and out['read_ms']['p95']} ms), {out['embedded']} embedded, "
             f"{out['error_count']} errors\n"
