@@ -1,0 +1,1254 @@
+"""Hostile input (issue 6, point 5): property-based tests over the spark.* SQL functions, trigger rules, the
+ingest-file reader and the CLI.
+
+Every hostile input must get a clear refusal: in SQL an errcode of class 22 (data exception) or 23
+(integrity), never XX000 or a lost connection; in Python an exception of spark_pg.errors' hierarchy (or,
+for text psycopg cannot send, its documented client-side refusal: ``psycopg.DataError`` for NUL, and
+``UnicodeEncodeError`` for lone surrogates, which no UTF-8 driver can encode); nothing written when it is
+refused (row counts of every spark table before and after); nothing hangs (a 5 s statement_timeout on the
+connections and hypothesis deadlines).
+
+Defects found are pinned at the end of the file as ``xfail(strict=True)`` tests: each names its input, what
+happens and what should. The properties stay clear of those inputs (comments say where), so the suite is
+green and each defect is visible exactly once.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import math
+import os
+import random
+import re
+import tempfile
+import time
+import uuid
+import warnings
+from collections.abc import Iterator, Sequence
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+import yaml
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import event as hypothesis_event
+from hypothesis import strategies as st
+from hypothesis.configuration import set_hypothesis_home_dir
+from hypothesis.control import currently_in_test_context
+from psycopg import errors
+from psycopg.rows import dict_row
+
+from spark_pg.cli import main
+from spark_pg.config import Settings
+from spark_pg.db import connect
+from spark_pg.embedding import MODELS, model_dir_for
+from spark_pg.errors import IngestError
+from spark_pg.ingest import register_model
+from spark_pg.records import MemoryIn, read_file
+from spark_pg.triggers import (
+    TriggerRule,
+    TriggerRuleError,
+    load_rules,
+    parse_rules,
+    pattern_problem,
+    sync_rules,
+)
+from tests.conftest import temp_database
+
+# hypothesis keeps its caches (unicode tables, constants) outside the repository; no example database
+set_hypothesis_home_dir(
+    os.environ.get("HYPOTHESIS_STORAGE_DIRECTORY") or Path(tempfile.gettempdir()) / "spark_pg-hypothesis"
+)
+HOSTILE = settings(
+    database=None,
+    derandomize=True,  # the same examples on every run: a failure is a finding, never a flake
+    deadline=timedelta(seconds=10),  # above the 5 s statement_timeout: a hang in Python shows too
+    max_examples=50,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+
+Conn = psycopg.Connection[Any]
+SYSTEM = "_system"
+TIMEOUT_MS = 5000
+TABLES = (
+    "memories",
+    "embeddings",
+    "embed_queue",
+    "trigger_rules",
+    "trigger_shadow_hits",
+    "retrievals",
+    "retrieval_items",
+    "outcomes",
+    "query_embeddings",
+    "revaluations",
+    "fusion_weights",
+    "tenant_stats",
+    "lexeme_stats",
+    "tenant_vector_indexes",
+    "embedding_models",
+)
+COUNTS = "SELECT " + ", ".join(f"(SELECT count(*) FROM spark.{t}) AS {t}" for t in TABLES)
+
+# --- hostile values --------------------------------------------------------------------------------------
+
+INJECTIONS = (
+    "'; DROP TABLE spark.memories; --",
+    "alice' OR '1'='1",
+    "alice'); DELETE FROM spark.memories; --",
+    "$$; DROP SCHEMA spark CASCADE; $$",
+    "$fn$ || pg_sleep(10) || $fn$",
+    "\\'; SELECT pg_sleep(10); --",
+    "%s %(tenant)s {0} %%",
+    SYSTEM,
+    "_system' --",
+    "E'\\x00'",
+    "*/ SELECT 1 /*",
+    "1; COMMIT; DROP TABLE spark.memories",
+    '" OR ""="',
+    "alice\\",
+    "::vector",
+    "ARRAY['alice']",
+    "current_user",
+    "spark.system_tenant()",
+    "'); SELECT set_config('statement_timeout', '0', false); --",
+)
+ODD = (
+    "\u202eevil\u202c txt.exe",  # right-to-left override
+    "\u200f\u200e\u061c",  # direction marks
+    "مرحبا بالعالم",
+    "עִבְרִית",
+    "e\u0301\u0302\u0303\u0304\u0305" * 20,  # stacked combining marks
+    "Z\u0351\u0352\u0357\u035b\u0363\u0364",
+    "👩‍👩‍👧‍👦🎉🔥🏳️‍🌈",
+    "\ufeffbom",
+    "zero\u200bwidth",
+    "\x00",
+    "a\x00b",
+    "\t\n\r\x0b\x0c",
+    "   ",
+    "",
+    "\U0010ffff\ufffd\ufffe",
+    "\u2028\u2029\x85",
+    "İıßﬀ",
+    "x" * 129,
+)
+
+
+def hostile_text(max_size: int = 200) -> st.SearchStrategy[str]:
+    """Text psycopg can send or must refuse (NUL), never lone surrogates (see the defects below)."""
+    fixed = st.sampled_from(INJECTIONS + ODD)
+    return st.one_of(st.text(max_size=max_size), fixed, st.tuples(fixed, st.text(max_size=20)).map("".join))
+
+
+def mostly(
+    valid: st.SearchStrategy[Any], hostile: st.SearchStrategy[Any], odds: int = 3
+) -> st.SearchStrategy[Any]:
+    """``odds`` valid draws to one hostile: a hostile value then meets the rest of the call, not only the
+    first check an all-hostile call would trip."""
+    return st.sampled_from([True] * odds + [False]).flatmap(lambda ok: valid if ok else hostile)
+
+
+def sendable(strategy: st.SearchStrategy[str]) -> st.SearchStrategy[str]:
+    """Hostile text that is still a valid value: not blank, no NUL."""
+    return strategy.map(lambda s: "x" + s.replace("\x00", ""))
+
+
+def vector_literal(dim: int, fill: str, seed: int) -> str:
+    rng = random.Random(seed)
+    special = {"zero": "0", "nan": "NaN", "inf": "Infinity", "-inf": "-Infinity", "negzero": "-0"}
+    values = []
+    for i in range(dim):
+        if fill in special and i == seed % dim:
+            values.append(special[fill])
+        elif fill == "zero" or fill == "negzero":
+            values.append("0")
+        elif fill == "tiny":
+            values.append(f"{rng.choice((1, -1)) * 10 ** -rng.randint(20, 45):.1e}")
+        elif fill == "large":  # |x| <= 1e15: larger magnitudes overflow float similarity (defect D2)
+            values.append(f"{rng.uniform(-1e15, 1e15):.6e}")
+        else:
+            values.append(f"{rng.uniform(-1, 1):.5f}")
+    return "[" + ",".join(values) + "]"
+
+
+vectors = st.one_of(
+    st.none(),
+    st.builds(
+        vector_literal,
+        dim=st.sampled_from((1, 3, 383, 384, 384, 384, 385, 2000)),
+        fill=st.sampled_from(("random", "zero", "negzero", "nan", "inf", "-inf", "tiny", "large")),
+        seed=st.integers(0, 10_000),
+    ),
+    st.sampled_from(("[]", "[", "[1,2", "abc", "[1,,2]", "[1e39]", "[-1e39]", "{1,2}", "[NaN]", "[1;2]", "")),
+)
+valid_vector = st.builds(
+    vector_literal, dim=st.just(384), fill=st.sampled_from(("random", "tiny", "large")), seed=st.integers()
+)
+valid_vectors = st.one_of(st.none(), valid_vector)
+json_scalars = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(-(2**70), 2**70),
+    st.floats(allow_nan=True, allow_infinity=True),
+    hostile_text(40),
+)
+json_values = st.recursive(
+    json_scalars,
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
+    max_leaves=8,
+)
+AS_OF = ("infinity", "-infinity", "epoch", "now", "294276-12-31", "4713-01-01 BC", "2024-02-30", "soon", "")
+
+
+def params_text(keys: Sequence[str]) -> st.SearchStrategy[str | None]:
+    """A params argument as JSON text: known keys with hostile values, unknown keys, non-objects, bad JSON."""
+    value = st.one_of(json_values, st.sampled_from(AS_OF), st.integers(-5, 5000), st.floats(-1, 2))
+    objects = st.dictionaries(st.one_of(st.sampled_from(tuple(keys)), hostile_text(20)), value, max_size=5)
+    return st.one_of(
+        st.none(),
+        objects.map(json.dumps),  # NaN / Infinity come out as JSON PostgreSQL refuses: 22P02
+        json_values.map(json.dumps),
+        st.sampled_from(
+            ("", "{", "{'a': 1}", '{"a": }', "[1,", "nul", '{"k": 1e999999}', '"\\ud800"', "{}}")
+        ),
+    )
+
+
+valid_retrieve_params = st.fixed_dictionaries(
+    {},
+    optional={
+        "include_system": st.booleans(),
+        "fusion": st.sampled_from(["weighted", "rrf"]),
+        "precision_mode": st.sampled_from(["high_recall", "adaptive", "high_precision"]),
+        "min_similarity": st.floats(-1, 1),
+        "pool_random": st.integers(0, 50),
+        "recent_days": st.integers(0, 3650),
+        "half_life_days": st.floats(1, 365),
+        "w_keyword": st.floats(0, 10),
+        "trigger_text": hostile_text(300),
+        "domains": st.one_of(st.none(), st.lists(hostile_text(12), max_size=3)),
+        "as_of": st.sampled_from([None, "2020-01-01", "2030-06-01T00:00:00+14:00"]),
+        "seed": st.integers(-(2**31), 2**31 - 1),
+        "query_model": st.one_of(st.none(), hostile_text(20)),
+    },
+).map(json.dumps)
+valid_reflect_params = st.fixed_dictionaries(
+    {},
+    optional={
+        "min_score": st.floats(0, 1),
+        "kinds": st.sampled_from([["trace"], ["learning"], ["learning", "trace"]]),
+        "outcome": st.sampled_from([None, "success", "failure"]),
+        "linked_per_trace": st.integers(0, 20),
+        "pool": st.integers(1, 100),
+        "half_life_days": st.floats(1, 365),
+        "recency_floor": st.floats(0, 1),
+        "as_of": st.sampled_from([None, "2030-06-01"]),
+    },
+).map(json.dumps)
+VALID_TENANTS = ("alice", SYSTEM, "nobody", "مرحبا", "👩‍👩‍👧", *INJECTIONS[:6])
+
+
+# --- fixtures --------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def hostile_db(server_url: str, model_settings: Settings) -> Iterator[str]:
+    """A fresh install with the configured model registered, a few memories, a trace and a rule."""
+    spec = MODELS[model_settings.get_str("embedding.model")]
+    with temp_database(server_url, install=True) as url:
+        with connect(url, autocommit=True) as conn:
+            model_id = register_model(conn, spec)
+            for tenant in ("alice", SYSTEM):
+                for i, text in enumerate(
+                    (
+                        "Run alembic upgrade head on a staging copy before production.",
+                        "Deploy the release on Tuesdays, never on Fridays.",
+                        "Pin base images by digest.",
+                    )
+                ):
+                    conn.execute(
+                        """WITH m AS (INSERT INTO spark.memories
+                                          (tenant, key, text, descriptor, content_hash, kind, metadata)
+                                      VALUES (%s, %s, %s, %s, sha256(convert_to(%s, 'UTF8')), %s, %s)
+                                      RETURNING tenant, id, created_at)
+                           INSERT INTO spark.embeddings (tenant, memory_id, model_id, created_at, embedding)
+                           SELECT tenant, id, %s, created_at, %s::vector FROM m""",
+                        (
+                            tenant,
+                            f"k{i}",
+                            text,
+                            text,
+                            text,
+                            "trace" if i == 0 else "insight",
+                            '{"outcome": "failure"}' if i == 0 else "{}",
+                            model_id,
+                            vector_literal(spec.dim, "random", i),
+                        ),
+                    )
+            conn.execute("SELECT spark.put_trigger_rule('alice', 'deploy', 'deploy|alembic', ARRAY['k1'])")
+        yield url
+
+
+@pytest.fixture(scope="module")
+def db(hostile_db: str) -> Iterator[Conn]:
+    """Autocommit (each call is its own transaction, as a client's would be), 5 s statement timeout."""
+    connection = connect(hostile_db, statement_timeout_ms=TIMEOUT_MS, autocommit=True)
+    try:
+        yield connection
+    finally:
+        connection.close()
+
+
+def counts(conn: Conn) -> dict[str, int]:
+    with conn.cursor(row_factory=dict_row) as cur:
+        row = cur.execute(COUNTS).fetchone()
+    assert row is not None
+    return dict(row)
+
+
+def event(name: str) -> None:
+    """hypothesis.event (shown by --hypothesis-show-statistics), a no-op outside a property."""
+    if currently_in_test_context():
+        hypothesis_event(name)
+
+
+def strings(value: Any) -> Iterator[str]:
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, dict):
+        for k, v in value.items():
+            yield from strings(k)
+            yield from strings(v)
+    elif isinstance(value, list | tuple):
+        for v in value:
+            yield from strings(v)
+
+
+def check_refusal(exc: BaseException, inputs: Any) -> None:
+    """A clean refusal: SQLSTATE class 22/23, or psycopg's client-side refusal of NUL in a text parameter."""
+    event(f"refused: {getattr(exc, 'sqlstate', None) or type(exc).__name__}")
+    if isinstance(exc, psycopg.Error) and exc.sqlstate is not None:
+        assert exc.sqlstate[:2] in ("22", "23"), f"SQLSTATE {exc.sqlstate}: {str(exc).strip()}"
+        return
+    if isinstance(exc, psycopg.DataError) and any("\x00" in s for s in strings(inputs)):
+        return
+    raise exc
+
+
+def finite(value: Any) -> bool:
+    return value is None or math.isfinite(value)
+
+
+# --- the SQL functions -----------------------------------------------------------------------------------
+
+CALL_ARGS = (
+    "tenant => %(tenant)s, query_text => %(query)s, query_embedding => %(vec)s::vector, k => %(k)s::integer, "
+    "params => %(params)s::jsonb"
+)
+READ_CALLS = {
+    "retrieve": f"spark.retrieve({CALL_ARGS})",
+    "explain": f"spark.explain({CALL_ARGS})",
+    "reflect": f"spark.reflect({CALL_ARGS})",
+    "advise": f"spark.advise({CALL_ARGS}, session_id => %(session)s, tool_name => %(tool)s)",
+    "advise_with_warnings": f"spark.advise_with_warnings({CALL_ARGS}, session_id => %(session)s, "
+    "warning_min_score => %(wms)s::float8, warning_k => %(wk)s::integer, "
+    "reflect_params => %(rparams)s::jsonb)",
+}
+RETRIEVE_KEYS = (
+    "as_of",
+    "fusion",
+    "precision_mode",
+    "pool_random",
+    "recent_days",
+    "half_life_days",
+    "w_keyword",
+    "min_similarity",
+    "domains",
+    "trigger_text",
+    "include_system",
+    "query_model",
+    "seed",
+    "week_cap",
+)
+REFLECT_KEYS = (
+    "min_score",
+    "half_life_days",
+    "recency_floor",
+    "kinds",
+    "outcome",
+    "linked_per_trace",
+    "pool",
+    "as_of",
+)
+ints = st.one_of(st.none(), st.integers(-10, 1200), st.integers(-(2**70), 2**70))
+
+
+@pytest.mark.parametrize("fn", list(READ_CALLS))
+@HOSTILE
+@given(
+    tenant=mostly(st.sampled_from(VALID_TENANTS), st.one_of(st.none(), hostile_text(140))),
+    query=mostly(
+        st.one_of(
+            st.sampled_from(
+                ("deploy release", "alembic upgrade head on staging", "pin base images by digest")
+            ),
+            sendable(hostile_text(2000)),
+            hostile_text(100).map(lambda q: "deploy the release " + q.replace("\x00", "")),
+        ),
+        st.one_of(st.none(), hostile_text(50)),
+        odds=5,
+    ),
+    vec=mostly(valid_vectors, vectors),
+    k=mostly(st.integers(1, 50), ints),
+    retrieve_params=mostly(valid_retrieve_params, params_text(RETRIEVE_KEYS + REFLECT_KEYS)),
+    reflect_params=mostly(valid_reflect_params, params_text(REFLECT_KEYS + RETRIEVE_KEYS)),
+    session=mostly(st.one_of(st.none(), st.text(min_size=1, max_size=40)), hostile_text(300)),
+    wms=mostly(st.floats(0, 1), st.one_of(st.none(), st.floats(allow_nan=True, allow_infinity=True))),
+    wk=mostly(st.integers(0, 20), ints),
+    rparams=mostly(valid_reflect_params, params_text(REFLECT_KEYS)),
+)
+def test_read_and_advise_functions_refuse_hostile_input_cleanly(
+    db: Conn,
+    fn: str,
+    tenant: str | None,
+    query: str | None,
+    vec: str | None,
+    k: int | None,
+    retrieve_params: str | None,
+    reflect_params: str | None,
+    session: str | None,
+    wms: float | None,
+    wk: int | None,
+    rparams: str | None,
+) -> None:
+    args = {
+        "tenant": tenant,
+        "query": query,
+        "vec": vec,
+        "k": k,
+        "params": reflect_params if fn == "reflect" else retrieve_params,
+        "session": session,
+        "tool": session,
+        "wms": wms,
+        "wk": wk,
+        "rparams": rparams,
+    }
+    before = counts(db)
+    try:
+        with db.cursor(row_factory=dict_row) as cur:
+            rows = cur.execute("SELECT * FROM " + READ_CALLS[fn], args).fetchall()
+    except (psycopg.Error, UnicodeEncodeError) as exc:
+        check_refusal(exc, args)
+        assert counts(db) == before, "a refused call wrote something"
+        return
+    after = counts(db)
+    event(f"answered with {'no' if not rows else 'some'} rows")
+    for row in rows:
+        assert (
+            finite(row.get("score")) and finite(row.get("semantic_sim")) and finite(row.get("similarity"))
+        ), row
+    if fn.startswith("advise"):
+        assert after["retrievals"] == before["retrievals"] + 1
+        changed = {t for t in TABLES if after[t] != before[t]}
+        assert changed <= {"retrievals", "retrieval_items", "trigger_shadow_hits"}
+    else:
+        assert after == before, f"spark.{fn} wrote something"
+
+
+@HOSTILE
+@given(
+    tenant=mostly(st.sampled_from(VALID_TENANTS), st.one_of(st.none(), hostile_text(140))),
+    vec=mostly(valid_vector, vectors),
+    k=mostly(st.integers(1, 1000), ints),
+    min_similarity=mostly(
+        st.floats(-1, 1), st.one_of(st.none(), st.floats(allow_nan=True, allow_infinity=True))
+    ),
+)
+def test_search_semantic_refuses_hostile_input_cleanly(
+    db: Conn, tenant: str | None, vec: str | None, k: int | None, min_similarity: float | None
+) -> None:
+    args = (tenant, vec, k, min_similarity)
+    try:
+        rows = db.execute(
+            "SELECT key, similarity FROM spark.search_semantic(%s, %s::vector, %s::integer, %s::float8)", args
+        ).fetchall()
+    except (psycopg.Error, UnicodeEncodeError) as exc:
+        check_refusal(exc, args)
+        return
+    event(f"answered with {'no' if not rows else 'some'} rows")
+    assert all(finite(sim) for _, sim in rows)
+
+
+ATOMS = (
+    "a",
+    "b",
+    "deploy",
+    "rm -rf",
+    ".",
+    "\\.",
+    "*",
+    "+",
+    "?",
+    "{1,3}",
+    "{2}",
+    "{,",
+    "{0,255}",
+    "(",
+    ")",
+    "(?:",
+    "(?=",
+    "(?!",
+    "(?<=",
+    "[",
+    "]",
+    "[a-z]",
+    "[^x]",
+    "[[:alpha:]]",
+    "[[:nope:]]",
+    "|",
+    "^",
+    "$",
+    "\\1",
+    "\\2",
+    "\\m",
+    "\\y",
+    "\\w",
+    "\\d",
+    "\\s",
+    "\\",
+    "(?i)",
+    "***",
+    "x{",
+    "é",
+    "🎉",
+    "\u202e",
+    "\x00",
+)
+patterns = st.one_of(
+    st.lists(st.sampled_from(ATOMS), min_size=1, max_size=12).map("".join),
+    hostile_text(60),
+    st.text(alphabet="()[]{}*+?|\\^$.ab1,:", max_size=40),
+    st.just("x" * 501),
+)
+
+
+@HOSTILE
+@given(
+    tenant=mostly(st.sampled_from(VALID_TENANTS), st.one_of(st.none(), hostile_text(140))),
+    name=mostly(
+        st.from_regex(r"[A-Za-z0-9_.:-]{1,64}", fullmatch=True), st.one_of(st.none(), hostile_text(70))
+    ),
+    pattern=mostly(patterns, st.none(), odds=8),
+    context_pattern=st.one_of(st.none(), patterns),
+    surface=mostly(
+        st.lists(sendable(hostile_text(30)), min_size=1, max_size=5),
+        st.one_of(st.none(), st.lists(st.one_of(st.none(), hostile_text(30)), max_size=52)),
+    ),
+    priority=mostly(
+        st.sampled_from(("critical", "high", "normal", "background")), st.one_of(st.none(), hostile_text(20))
+    ),
+    confidence=mostly(st.floats(0, 1), st.one_of(st.none(), st.floats(allow_nan=True, allow_infinity=True))),
+    flag=mostly(st.booleans(), st.none()),
+    metadata=mostly(st.just("{}"), params_text(("note",))),
+    trigger_text=hostile_text(1200),
+)
+def test_put_trigger_rule_refuses_unsafe_or_bad_rules_and_accepted_ones_run(
+    db: Conn,
+    tenant: str | None,
+    name: str | None,
+    pattern: str | None,
+    context_pattern: str | None,
+    surface: list[str | None] | None,
+    priority: str | None,
+    confidence: float | None,
+    flag: bool | None,
+    metadata: str | None,
+    trigger_text: str,
+) -> None:
+    args = {
+        "tenant": tenant,
+        "name": name,
+        "pattern": pattern,
+        "cp": context_pattern,
+        "surface": surface,
+        "priority": priority,
+        "confidence": confidence,
+        "flag": flag,
+        "metadata": metadata,
+    }
+    before = counts(db)
+    try:
+        db.execute(
+            "SELECT spark.put_trigger_rule(tenant => %(tenant)s, name => %(name)s, pattern => %(pattern)s, "
+            "surface => %(surface)s::text[], context_pattern => %(cp)s, priority => %(priority)s, "
+            "interrupt => %(flag)s, confidence => %(confidence)s::real, shadow => %(flag)s, "
+            "metadata => %(metadata)s::jsonb)",
+            args,
+        )
+    except (psycopg.Error, UnicodeEncodeError) as exc:
+        check_refusal(exc, args)
+        assert counts(db) == before, "a refused rule was written"
+        return
+    event("rule accepted")
+    try:
+        # an accepted pattern runs inside retrieval: it must neither fail nor hang there
+        db.execute(
+            "SELECT count(*) FROM spark.explain(%s, 'deploy', NULL, 5, "
+            "jsonb_build_object('trigger_text', %s::text))",
+            (tenant, trigger_text.replace("\x00", "")),
+        )
+    finally:
+        db.execute("DELETE FROM spark.trigger_rules WHERE tenant = %s AND name = %s", (tenant, name))
+
+
+rule_values = st.one_of(json_values, patterns, st.lists(hostile_text(20), max_size=3))
+rule_docs = st.one_of(
+    json_values,
+    st.fixed_dictionaries(
+        {},
+        optional={
+            "version": st.one_of(st.just(1), json_scalars),
+            "rules": st.one_of(
+                json_values,
+                st.lists(
+                    st.dictionaries(
+                        st.sampled_from(
+                            (
+                                "name",
+                                "pattern",
+                                "context_pattern",
+                                "surface",
+                                "priority",
+                                "interrupt",
+                                "confidence",
+                                "shadow",
+                                "metadata",
+                                "colour",
+                            )
+                        ),
+                        rule_values,
+                        max_size=6,
+                    ),
+                    max_size=3,
+                ),
+            ),
+            "learned": json_values,
+        },
+    ),
+)
+
+
+@HOSTILE
+@given(doc=rule_docs)
+def test_trigger_rule_documents_parse_or_fail_with_trigger_rule_error(doc: Any) -> None:
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", FutureWarning)  # POSIX classes in Python's re: defect D12
+            rules = parse_rules(doc, "hostile.yaml")
+    except TriggerRuleError as exc:
+        assert "hostile.yaml" in str(exc)
+        return
+    assert all(isinstance(r, TriggerRule) and pattern_problem(r.pattern) is None for r in rules)
+
+
+# YAML text without '!' (explicit tags), '&' / '*' (aliases), digits (implicit timestamps) or characters YAML
+# calls non-printable (NUL, C0/C1 controls): those reach defects D5 and D6, pinned below
+RAW_YAML = st.text(alphabet=st.sampled_from([*"abcxyz -:[]{},\"'#|>?.\n\t_é🎉\\", "\u2028"]), max_size=300)
+
+
+@HOSTILE
+@given(doc=st.one_of(rule_docs.map(lambda d: yaml.safe_dump(d, allow_unicode=True)), RAW_YAML))
+def test_trigger_rule_files_load_or_fail_with_trigger_rule_error(tmp_path_factory: Any, doc: str) -> None:
+    path = tmp_path_factory.mktemp("rules") / "rules.yaml"
+    path.write_text(doc, encoding="utf-8")
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", FutureWarning)  # POSIX classes in Python's re: defect D12
+            rules = load_rules(path)
+    except TriggerRuleError:
+        return
+    assert all(isinstance(r, TriggerRule) for r in rules)
+
+
+@HOSTILE
+@given(
+    pattern=patterns,
+    context_pattern=st.one_of(st.none(), patterns),
+    surface=st.lists(hostile_text(30), min_size=1, max_size=3),
+    name=st.from_regex(r"[A-Za-z0-9_.:-]{1,64}", fullmatch=True),
+)
+def test_sync_rules_writes_all_or_nothing(
+    db: Conn, pattern: str, context_pattern: str | None, surface: list[str], name: str
+) -> None:
+    """Patterns and keys the Python checks may not catch meet the database's: all rules or none land."""
+    tenant = f"sync-{uuid.uuid4().hex[:8]}"
+    rules = [
+        TriggerRule(name="fine", pattern="deploy", surface=("k1",)),
+        TriggerRule(name=name, pattern=pattern, context_pattern=context_pattern, surface=tuple(surface)),
+    ]
+    before = counts(db)
+    try:
+        result = sync_rules(db, tenant, rules)
+        stored = db.execute(
+            "SELECT name FROM spark.trigger_rules WHERE tenant = %s ORDER BY name", (tenant,)
+        ).fetchall()
+    except TriggerRuleError:
+        event("refused: TriggerRuleError")
+        assert counts(db) == before
+        return
+    except (psycopg.Error, UnicodeEncodeError) as exc:  # NUL (client side) or a class 22 refusal
+        check_refusal(exc, [pattern, context_pattern, surface])
+        assert counts(db) == before
+        return
+    finally:
+        db.execute("DELETE FROM spark.trigger_rules WHERE tenant = %s", (tenant,))
+    event("rules written")
+    assert result.written == 2 and [n for (n,) in stored] == sorted({"fine", name})
+
+
+# --- ingest files ----------------------------------------------------------------------------------------
+
+FIELD_NAMES = (
+    "tenant",
+    "key",
+    "text",
+    "kind",
+    "category",
+    "source",
+    "context",
+    "created_at",
+    "importance",
+    "tier",
+    "priority",
+    "metadata",
+)
+row_values = st.one_of(
+    json_values,
+    hostile_text(100),
+    st.sampled_from(
+        ("insight", "trace", "pinned", "critical", "2024-05-01T13:56:00Z", "2024-02-30", "yesterday")
+    ),
+    st.floats(allow_nan=True, allow_infinity=True),
+)
+valid_rows = st.fixed_dictionaries(
+    {"text": mostly(sendable(hostile_text(300)), row_values, odds=20)},
+    optional={
+        "tenant": mostly(st.sampled_from(VALID_TENANTS), row_values, odds=12),
+        "key": mostly(sendable(hostile_text(40)), row_values, odds=12),
+        "kind": mostly(st.sampled_from(("insight", "trace", "rule", "note")), row_values, odds=12),
+        "category": mostly(sendable(st.text(max_size=20)), row_values, odds=12),
+        "source": mostly(st.sampled_from(("user", "agent", "مرحبا")), row_values, odds=12),
+        "context": mostly(sendable(hostile_text(100)), row_values, odds=12),
+        "created_at": mostly(
+            st.sampled_from(("2024-05-01T13:56:00Z", "2024-05-01", "1999-12-31 23:59")), row_values, odds=12
+        ),
+        "importance": mostly(st.floats(0, 1), row_values, odds=12),
+        "tier": mostly(st.sampled_from(("pinned", "active", "archive")), row_values, odds=12),
+        "priority": mostly(
+            st.sampled_from(("critical", "high", "normal", "background")), row_values, odds=12
+        ),
+        "metadata": mostly(
+            st.dictionaries(st.text(max_size=8), json_values, max_size=3), row_values, odds=12
+        ),
+    },
+)
+rows = st.lists(
+    mostly(
+        valid_rows,
+        st.dictionaries(st.one_of(st.sampled_from(FIELD_NAMES), hostile_text(10)), row_values, max_size=8)
+        | json_values,
+        odds=12,
+    ),
+    min_size=1,
+    max_size=3,
+)
+RAW_JSONL = st.text(
+    alphabet=st.sampled_from([*'{}[]":,abtex 0123456789.-\n\\', "\u2028", "\x00"]), max_size=300
+)
+
+
+def as_jsonl(items: list[Any], ascii_only: bool) -> str:
+    return "\n".join(json.dumps(item, ensure_ascii=ascii_only) for item in items) + "\n"
+
+
+def as_yaml(items: list[Any], wrapped: bool) -> str:
+    return yaml.safe_dump({"memories": items} if wrapped else items, allow_unicode=True)
+
+
+ingest_files = st.one_of(
+    st.tuples(st.just(".jsonl"), st.builds(as_jsonl, rows, st.booleans())),
+    st.tuples(st.just(".yaml"), st.builds(as_yaml, rows, st.booleans())),
+    st.tuples(st.just(".jsonl"), RAW_JSONL),
+    st.tuples(st.just(".yml"), RAW_YAML),
+    st.tuples(
+        st.sampled_from((".jsonl", ".yaml")),
+        st.builds(lambda s, n: s[:n], st.builds(as_yaml, rows, st.booleans()), st.integers(0, 400)),
+    ),
+)
+
+
+def check_records(records: list[MemoryIn]) -> None:
+    """What ingest computes next must work for every record read_file returned."""
+    for r in records:
+        assert isinstance(r, MemoryIn) and r.tenant and r.text.strip() and r.key
+        assert len(r.content_hash) == 32 and r.descriptor
+
+
+@HOSTILE
+@given(file=ingest_files, default_tenant=mostly(st.just("t"), st.one_of(st.none(), hostile_text(20))))
+def test_read_file_returns_records_or_raises_ingest_error(
+    tmp_path_factory: Any, file: tuple[str, str], default_tenant: str | None
+) -> None:
+    suffix, text = file
+    path = tmp_path_factory.mktemp("ingest") / f"memories{suffix}"
+    path.write_text(text, encoding="utf-8")
+    started = time.monotonic()
+    try:
+        records = read_file(path, default_tenant)
+    except IngestError as exc:
+        assert str(path) in str(exc)
+        event("refused")
+        return
+    finally:
+        assert time.monotonic() - started < 5
+    event(f"read {'no' if not records else 'some'} records")
+    check_records(records)
+
+
+@HOSTILE
+@given(
+    data=st.binary(max_size=200), suffix=st.sampled_from((".jsonl", ".yaml", ".yml", ".ndjson", ".txt", ""))
+)
+def test_read_file_of_arbitrary_bytes(tmp_path_factory: Any, data: bytes, suffix: str) -> None:
+    path = tmp_path_factory.mktemp("bytes") / f"memories{suffix}"
+    # no aliases, tags, digits (implicit timestamps) or non-printable characters: defects D5 and D6
+    data = bytes(b for b in data if b not in b"&*!0123456789")
+    assume(not yaml.reader.Reader.NON_PRINTABLE.search(data.decode("utf-8", "replace")))
+    path.write_bytes(data)
+    with contextlib.suppress(IngestError):
+        check_records(read_file(path, "t"))
+
+
+def test_megabyte_texts_and_files(tmp_path: Path, db: Conn) -> None:
+    big = "deploy release " * 70_000  # 1.05 MB, few distinct words (many distinct ones: defect D3)
+    before = counts(db)
+    for fn in ("retrieve", "explain", "reflect"):
+        rows = db.execute(f"SELECT count(*) FROM spark.{fn}('alice', %s)", (big,)).fetchone()
+        assert rows is not None
+    assert counts(db) == before
+    path = tmp_path / "big.jsonl"
+    path.write_text(json.dumps({"tenant": "t", "text": big}) + "\n", encoding="utf-8")
+    with pytest.raises(IngestError, match="the limit is 100000"):
+        read_file(path)
+    many = tmp_path / "many.jsonl"
+    many.write_text("".join(json.dumps({"tenant": "t", "text": f"memory {i}"}) + "\n" for i in range(5_000)))
+    assert len(read_file(many)) == 5_000
+
+
+def test_nul_and_lone_surrogates_are_refused_before_reaching_the_server(db: Conn) -> None:
+    before = counts(db)
+    for bad in ("a\x00b", "x\ud800y", "\udcff"):
+        for statement, args in (
+            ("SELECT * FROM spark.retrieve(%s, 'x')", (bad,)),
+            ("SELECT * FROM spark.retrieve('alice', %s)", (bad,)),
+            ("SELECT * FROM spark.advise('alice', 'deploy', session_id => %s)", (bad,)),
+            ("SELECT spark.put_trigger_rule('alice', 'r2', %s, ARRAY['k1'])", (bad,)),
+        ):
+            expected = psycopg.DataError if "\x00" in bad else UnicodeEncodeError
+            with pytest.raises(expected):
+                db.execute(statement, args)
+    assert counts(db) == before
+    assert db.execute("SELECT 1").fetchone() == (1,)  # the connection is still usable
+
+
+def test_sql_injection_strings_are_just_tenant_names(db: Conn) -> None:
+    """Stored, found and removed as plain names: every function binds them as values."""
+    before = counts(db)
+    for tenant in (t for t in INJECTIONS if t != SYSTEM):
+        db.execute(
+            "INSERT INTO spark.memories (tenant, key, text, descriptor, content_hash) "
+            "VALUES (%s, 'injected', 'deploy the release', 'deploy the release', '\\x00')",
+            (tenant,),
+        )
+        try:
+            for fn in ("retrieve", "explain"):
+                keys = db.execute(
+                    f"SELECT key FROM spark.{fn}(%s, 'deploy release', NULL, 8, %s::jsonb)",
+                    (tenant, '{"include_system": false}'),
+                ).fetchall()
+                assert keys == [("injected",)], (tenant, fn)
+            db.execute("SELECT spark.put_trigger_rule(%s, 'r', 'deploy', ARRAY['injected'])", (tenant,))
+        finally:
+            db.execute("DELETE FROM spark.trigger_rules WHERE tenant = %s", (tenant,))
+            db.execute("DELETE FROM spark.memories WHERE tenant = %s", (tenant,))
+    assert counts(db) == before
+
+
+# --- the CLI ---------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def cli_db(
+    hostile_db: str, model_settings: Settings, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[str]:
+    """The CLI pointed at this module's database (no user config), with a 5 s statement timeout."""
+    config = tmp_path_factory.mktemp("cli") / "config.yaml"
+    config.write_text("embedding:\n  model_dir: " + str(model_dir_for(model_settings)) + "\n")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("SPARK_PG_DATABASE_URL", hostile_db)
+        patch.setenv("SPARK_PG_CONFIG", str(config))
+        patch.setenv("SPARK_PG_DATABASE_STATEMENT_TIMEOUT_MS", str(TIMEOUT_MS))
+        yield hostile_db
+
+
+def run_cli(*argv: str) -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            code = main(list(argv))
+        except SystemExit as exc:  # argparse's usage errors (e.g. a text that starts with '-')
+            code = exc.code if isinstance(exc.code, int) else 2
+            assert code == 2
+    return code, out.getvalue(), err.getvalue()
+
+
+def check_cli_error(code: int, err: str, inputs: Sequence[Any]) -> None:
+    assert code in (1, 2), (code, err)
+    assert err.startswith(("spark-pg: error:", "spark-pg: database error", "usage:")), err
+    state = re.match(r"spark-pg: database error \[(\w{5})\]", err)
+    if state:
+        assert state.group(1)[:2] in ("22", "23"), err
+    elif err.startswith("spark-pg: database error"):
+        assert any("\x00" in s for s in strings(list(inputs))), err  # psycopg refuses NUL client side
+
+
+@HOSTILE
+@given(
+    tenant=hostile_text(140),
+    text=hostile_text(3000),
+    options=st.lists(
+        st.tuples(
+            st.sampled_from(
+                ("--key", "--kind", "--category", "--source", "--importance", "--tier", "--priority")
+            ),
+            st.one_of(
+                hostile_text(30), st.sampled_from(("nan", "inf", "-1", "0.5", "1e309", "insight", "pinned"))
+            ),
+        ),
+        max_size=3,
+    ),
+)
+def test_cli_add_refuses_or_stores_and_never_crashes(
+    cli_db: str, db: Conn, tenant: str, text: str, options: list[tuple[str, str]]
+) -> None:
+    argv = ["add", "--tenant", tenant, "--defer-embedding", *[x for pair in options for x in pair], text]
+    before = counts(db)
+    code, _, err = run_cli(*argv)
+    event(f"exit {code}")
+    if code == 0:
+        return
+    check_cli_error(code, err, argv)
+    assert counts(db) == before
+
+
+@settings(HOSTILE, max_examples=25)  # each example embeds its query
+@given(
+    tenant=st.one_of(st.just("alice"), hostile_text(140)),
+    query=st.one_of(st.just("deploy release"), hostile_text(1000)),
+    k=st.integers(-5, 2000),
+    explain=st.booleans(),
+)
+def test_cli_search_answers_or_refuses_and_never_crashes(
+    cli_db: str, db: Conn, tenant: str, query: str, k: int, explain: bool
+) -> None:
+    argv = [
+        "search",
+        "--tenant",
+        tenant,
+        "--k",
+        str(k),
+        *(["--explain"] if explain else []),
+        "--json",
+        "--",
+        query,
+    ]
+    before = counts(db)
+    code, out, err = run_cli(*argv)
+    event(f"exit {code}")
+    if code == 0:
+        assert isinstance(json.loads(out), list)
+        return
+    check_cli_error(code, err, argv)
+    assert counts(db) == before
+
+
+@HOSTILE
+@given(file=ingest_files)
+def test_cli_ingest_all_or_nothing_and_never_crashes(
+    cli_db: str, db: Conn, tmp_path_factory: Any, file: tuple[str, str]
+) -> None:
+    suffix, text = file
+    path = tmp_path_factory.mktemp("cli-ingest") / f"memories{suffix}"
+    path.write_text(text, encoding="utf-8")
+    before = counts(db)
+    code, out, err = run_cli(
+        "ingest", str(path), "--tenant", f"ing-{uuid.uuid4().hex[:6]}", "--quiet", "--defer-embedding"
+    )
+    event(f"exit {code}")
+    if code == 0:
+        assert "inserted" in out
+        return
+    check_cli_error(code, err, [text])
+    assert counts(db) == before
+
+
+# --- defects found (issue 6, point 5): pinned, each fails today -----------------------------------------
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="D1: recency 0.5 ^ (age / half_life) underflows: one memory older than ~88 years (1,074 "
+    "half-lives of 30 days) before as_of makes every retrieve/explain/advise of its tenant fail with 22003 "
+    "'value out of range: underflow'; reflect likewise past ~265 years; expected: recency clamps to "
+    "recency_floor",
+)
+@pytest.mark.parametrize(
+    ("fn", "when", "params"),
+    [
+        ("retrieve", "'1900-01-01'", "{}"),
+        ("advise", "'1900-01-01'", "{}"),
+        ("reflect", "'1700-01-01'", "{}"),
+        ("retrieve", "now()", '{"as_of": "2200-01-01"}'),
+        ("retrieve", "now() - interval '2 days'", '{"half_life_days": 0.001}'),
+    ],
+)
+def test_defect_d1_recency_underflow_breaks_retrieval(db: Conn, fn: str, when: str, params: str) -> None:
+    tenant = f"old-{uuid.uuid4().hex[:8]}"
+    try:
+        db.execute(
+            f"""INSERT INTO spark.memories (tenant, key, text, descriptor, content_hash, kind, created_at)
+                VALUES (%s, 'old', 'deploy the release', 'deploy the release', '\\x00', 'trace', {when})""",
+            (tenant,),
+        )
+        db.execute(f"SELECT * FROM spark.{fn}(%s, 'deploy release', params => %s::jsonb)", (tenant, params))
+    finally:
+        db.execute("DELETE FROM spark.retrievals WHERE tenant = %s", (tenant,))
+        db.execute("DELETE FROM spark.memories WHERE tenant = %s", (tenant,))
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="D2: a finite query vector whose components are near float's limit (3e38) passes the zero-vector "
+    "check, cosine similarity overflows to NaN, and NaN (larger than every number in PostgreSQL) passes "
+    "min_similarity and min_fusion_score: rows come back with score NaN; expected: 22023 naming "
+    "query_embedding, or a finite similarity",
+)
+@pytest.mark.parametrize("fn", ["retrieve", "search_semantic"])
+def test_defect_d2_huge_vector_gives_nan_scores(db: Conn, fn: str) -> None:
+    vec = "[" + ",".join(["3e38"] * 384) + "]"
+    column = "score" if fn == "retrieve" else "similarity"
+    args = "'alice', 'zzz', %s::vector" if fn == "retrieve" else "'alice', %s::vector"
+    try:
+        rows = db.execute(f"SELECT {column} FROM spark.{fn}({args})", (vec,)).fetchall()
+    except psycopg.Error as exc:
+        check_refusal(exc, [])
+        return
+    assert all(finite(r[0]) for r in rows), rows
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="D3: query_text has no size limit: 1 MB of distinct words fails with 54000 'string is too long "
+    "for tsvector' (class 54, not 22, not naming query_text); 420 KB (60,000 distinct words) takes ~15 s "
+    "on an empty database (time grows quadratically) and hits this test's 2 s statement_timeout (57014); "
+    "expected: "
+    "22023 naming query_text, or a cap like trigger_text's 1,000 characters",
+)
+@pytest.mark.parametrize("words", [130_000, 60_000])
+def test_defect_d3_unbounded_query_text(db: Conn, words: int) -> None:
+    rng = random.Random(words)
+    query = " ".join("".join(rng.choices("abcdefghijklmnopqrstuvwxyz", k=6)) for _ in range(words))
+    db.execute("SET statement_timeout = '2s'")
+    try:
+        db.execute("SELECT count(*) FROM spark.retrieve('alice', %s)", (query,)).fetchall()
+    except psycopg.Error as exc:
+        check_refusal(exc, [])
+    finally:
+        db.execute(f"SET statement_timeout = {TIMEOUT_MS}")
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="D4: trigger patterns made of many bounded repetitions pass both safety checks "
+    "(spark._trigger_pattern_problem and triggers.pattern_problem) but take seconds to compile in "
+    "PostgreSQL: '(a|b){0,255}' x 30 (360 characters) ~1 s, x 41 (492 characters) ~2.4 s; every fresh "
+    "connection pays it on its first retrieval with trigger text (3 such rules: 5 s), and beyond 32 "
+    "patterns the backend's regex cache thrashes on every call; expected: refused (2201B) like nested "
+    "quantifiers",
+)
+def test_defect_d4_regex_compile_blowup_is_accepted(db: Conn) -> None:
+    pattern = "(a|b){0,255}" * 30
+    problem = pattern_problem(pattern)
+    try:
+        with pytest.raises(errors.InvalidRegularExpression):
+            db.execute("SELECT spark.put_trigger_rule('alice', 'slow', %s, ARRAY['k1'])", (pattern,))
+    finally:
+        db.execute("DELETE FROM spark.trigger_rules WHERE tenant = 'alice' AND name = 'slow'")
+    assert problem is not None
+
+
+D5_FILES = {
+    "yaml-explicit-int": ("x.yaml", "- text: !!int abc\n"),
+    "yaml-explicit-float": ("x.yaml", "- text: !!float abc\n"),
+    "yaml-explicit-bool": ("x.yaml", "- text: !!bool maybe\n"),
+    "yaml-explicit-timestamp": ("x.yaml", "- text: x\n  created_at: !!timestamp abc\n"),
+    "yaml-bad-date": ("x.yaml", "- text: x\n  created_at: 2024-13-45\n"),
+    "yaml-bad-time": ("x.yaml", "- text: x\n  created_at: 2024-01-01 25:00:00\n"),
+    "yaml-deep": ("x.yaml", "- text: x\n  metadata: {a: " + "[" * 1500 + "]" * 1500 + "}\n"),
+    "json-deep": ("x.jsonl", '{"text": "x", "metadata": ' + '{"a":' * 1500 + "1" + "}" * 1500 + "}\n"),
+    "json-long-int": ("x.jsonl", '{"text": "x", "importance": ' + "1" * 5000 + "}\n"),
+    "json-lone-surrogate": ("x.jsonl", '{"text": "x\\ud800y"}\n'),
+    "yaml-lone-surrogate": ("x.yaml", '- text: "x\\ud800"\n'),
+    "yaml-nul": ("x.yaml", "- text: x\x00\n"),
+    "yaml-control-character": ("x.yaml", "- text: x\x01\n"),
+}
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="D5: read_file lets other exceptions than IngestError escape (the CLI prints a traceback): YAML "
+    "scalars whose construction fails (explicit tags !!int/!!float/!!bool/!!timestamp with bad values, "
+    "implicit timestamps with out-of-range fields) raise ValueError/KeyError/AttributeError; nesting past "
+    "the recursion limit raises RecursionError; a NUL or other control character in a YAML file raises "
+    "yaml's ReaderError (the loader is built outside read_file's try); a JSON integer over 4,300 digits "
+    "raises ValueError; a lone surrogate escape in text raises UnicodeEncodeError (default_key); expected: "
+    "IngestError naming the line",
+)
+@pytest.mark.parametrize("case", list(D5_FILES))
+def test_defect_d5_read_file_raises_other_exceptions(tmp_path: Path, case: str) -> None:
+    name, text = D5_FILES[case]
+    path = tmp_path / name
+    path.write_text(text, encoding="utf-8")
+    with pytest.raises(IngestError):
+        read_file(path, "t")
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="D5 (trigger files): load_rules catches only yaml.YAMLError, so '!!int abc' and friends raise "
+    "ValueError, not TriggerRuleError",
+)
+def test_defect_d5_load_rules_raises_other_exceptions(tmp_path: Path) -> None:
+    path = tmp_path / "rules.yaml"
+    path.write_text("rules:\n  - name: r\n    pattern: !!int abc\n    surface: [k]\n")
+    with pytest.raises(TriggerRuleError):
+        load_rules(path)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="D6: YAML aliases expand without limit: a 'billion laughs' in metadata is expanded by read_file's "
+    "JSON round trip of metadata (json.dumps): 6 levels of 9 aliases (531,441 items from 7 short lines) "
+    "are read without complaint; 8 levels (43 million) ran past a 5 s alarm in a scratch run and grow "
+    "to gigabytes; expected: IngestError (aliases refused, or metadata size capped)",
+)
+def test_defect_d6_yaml_alias_bomb_is_expanded(tmp_path: Path) -> None:
+    levels = ["    a: &a [x, x, x, x, x, x, x, x, x]"]
+    for prev, cur in zip("abcde", "bcdef", strict=True):
+        levels.append(f"    {cur}: &{cur} [" + ", ".join([f"*{prev}"] * 9) + "]")
+    path = tmp_path / "bomb.yaml"
+    path.write_text("- text: x\n  tenant: t\n  metadata:\n" + "\n".join(levels) + "\n")
+    with pytest.raises(IngestError):
+        read_file(path)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="D7: invalid UTF-8 on the command line (Python passes it as lone surrogates, e.g. '\\udcff') "
+    "crashes the CLI with a traceback: UnicodeEncodeError in add (tenant or text) and search (tenant), "
+    "TypeError from the tokenizer in search (query); expected: 'spark-pg: error: ... is not valid UTF-8', "
+    "exit 2",
+)
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ("add", "--tenant", "t", "--defer-embedding", "text \udcff"),
+        ("add", "--tenant", "t\udcff", "--defer-embedding", "text"),
+        ("search", "--tenant", "alice", "query \udcff"),
+        ("search", "--tenant", "alice\udcff", "query"),
+    ],
+)
+def test_defect_d7_cli_crashes_on_invalid_utf8_arguments(cli_db: str, argv: tuple[str, ...]) -> None:
+    code, _, err = run_cli(*argv)
+    assert code == 2 and err.startswith("spark-pg: error:")
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="D8: a k beyond PostgreSQL's integer range reaches spark.retrieve as bigint: 42883 'function "
+    "spark.retrieve(..., k => bigint, ...) does not exist' (class 42) instead of 22023 'k must be between 1 "
+    "and 1000'",
+)
+def test_defect_d8_cli_k_beyond_int4(cli_db: str) -> None:
+    code, _, err = run_cli("search", "--tenant", "alice", "--k", "99999999999", "deploy")
+    check_cli_error(code, err, [])
+    assert "k must be between 1 and 1000" in err
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason='D9: an integer param written with a fractional zero ({"pool_random": 1.0}) passes '
+    "spark._check_param, then fails the ::integer cast with 22P02 'invalid input syntax for type integer: "
+    '"1.0"\', which does not name the key; expected: accepted as 1, or 22023 naming params.pool_random',
+)
+@pytest.mark.parametrize(
+    ("fn", "params"), [("retrieve", '{"pool_random": 1.0}'), ("reflect", '{"pool": 5.0}')]
+)
+def test_defect_d9_integral_float_params(db: Conn, fn: str, params: str) -> None:
+    try:
+        db.execute(f"SELECT * FROM spark.{fn}('alice', 'deploy', params => %s::jsonb)", (params,)).fetchall()
+    except errors.InvalidParameterValue as exc:
+        assert "params." in str(exc)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="D10: read_file accepts metadata the database cannot store (NaN, Infinity, \\u0000): the file "
+    "validates, then ingest fails at the database with 22P02/22P05 (after embedding, when not deferred); "
+    "expected: IngestError naming the line and field 'metadata'",
+)
+@pytest.mark.parametrize("value", ["NaN", "Infinity", '"\\u0000"', '{"\\u0000": 1}'])
+def test_defect_d10_unstorable_metadata_passes_validation(tmp_path: Path, value: str) -> None:
+    path = tmp_path / "m.jsonl"
+    path.write_text('{"tenant": "t", "text": "x", "metadata": {"a": ' + value + "}}\n")
+    with pytest.raises(IngestError, match="metadata"):
+        read_file(path)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="D11: JSONL lines are split with str.splitlines(), which also breaks on U+2028, U+2029, U+0085, "
+    "\\v, \\f and \\x1c-\\x1e; JSON allows those raw inside strings, so a valid file is refused with 'not "
+    "valid JSON: Unterminated string'; expected: split on \\n only",
+)
+@pytest.mark.parametrize("separator", ["\u2028", "\x85"])
+def test_defect_d11_jsonl_split_on_unicode_line_breaks(tmp_path: Path, separator: str) -> None:
+    path = tmp_path / "m.jsonl"
+    path.write_text(json.dumps({"tenant": "t", "text": f"one{separator}two"}, ensure_ascii=False) + "\n")
+    assert [r.text for r in read_file(path)] == [f"one{separator}two"]
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="D12: triggers.pattern_problem checks a pattern with Python's re.compile, which reads a POSIX "
+    "class such as '[[:alpha:]]' (valid in PostgreSQL, where the pattern runs) as a possible nested set and "
+    "emits FutureWarning; wherever warnings are errors (python -W error, this test suite) parse_rules "
+    "raises FutureWarning instead of accepting the rule; expected: the check compiles without warnings",
+)
+def test_defect_d12_posix_class_warns_in_the_python_check() -> None:
+    rules = parse_rules({"rules": [{"name": "r", "pattern": "[[:alpha:]]+ deploy", "surface": ["k"]}]})
+    assert [r.pattern for r in rules] == ["[[:alpha:]]+ deploy"]

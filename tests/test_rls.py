@@ -1,0 +1,297 @@
+"""Optional row-level security (docs/security.md): the documented statements, applied as written in a
+scratch database, keep one tenant role from ever seeing another's rows; without the policies it would."""
+
+from __future__ import annotations
+
+import re
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+from psycopg import errors, sql
+
+from spark_pg.db import connect
+from tests.conftest import temp_database
+
+Conn = psycopg.Connection[Any]
+DOC = Path(__file__).resolve().parents[1] / "docs" / "security.md"
+DIM = 8
+VEC = "[" + ",".join(["1"] + ["0.1"] * (DIM - 1)) + "]"
+TEXTS = (
+    "Run alembic upgrade head on a staging copy before production.",
+    "Deploy the release on Tuesdays; never deploy on Fridays.",
+    "Rotate refresh tokens when the login session expires.",
+)
+
+
+def doc_block(tag: str) -> str:
+    """The ```sql block of docs/security.md whose first line is ``-- [tag]``."""
+    blocks = re.findall(r"```sql\n(.*?)```", DOC.read_text(encoding="utf-8"), flags=re.S)
+    found = [str(b) for b in blocks if b.startswith(f"-- [{tag}]")]
+    assert len(found) == 1, f"docs/security.md must hold one sql block starting with -- [{tag}]"
+    return found[0]
+
+
+@dataclass(frozen=True)
+class Roles:
+    group: str
+    alice: str
+    bob: str
+    app: str
+
+
+def renamed(statements: str, roles: Roles) -> str:
+    """The documented statements with this run's unique role names (roles are server-wide)."""
+    for documented, unique in (
+        ("spark_tenant", roles.group),
+        ("spark_app", roles.app),
+        ("alice", roles.alice),
+    ):
+        statements = re.sub(rf"\b{documented}\b", unique, statements)
+    return statements
+
+
+def _can_create_roles(server_url: str) -> str | None:
+    with psycopg.connect(server_url, autocommit=True) as admin:
+        row = admin.execute("SELECT rolsuper FROM pg_roles WHERE rolname = current_user").fetchone()
+    if row is None or not row[0]:
+        # a CREATEROLE non-superuser may not SET ROLE to the roles it creates on every server version
+        return "the test server's role is not a superuser: cannot create tenant roles and switch to them"
+    return None
+
+
+@pytest.fixture
+def rls_db(server_url: str) -> Iterator[tuple[str, Roles]]:
+    """A fresh install with memories of two tenants and the pack, and unique role names (dropped after)."""
+    reason = _can_create_roles(server_url)
+    if reason:
+        pytest.skip(reason)
+    suffix = uuid.uuid4().hex[:8]
+    roles = Roles(f"spark_tenant_{suffix}", f"rls_alice_{suffix}", f"rls_bob_{suffix}", f"spark_app_{suffix}")
+    try:
+        with temp_database(server_url, install=True) as url:
+            with connect(url, autocommit=True) as admin:
+                model = admin.execute("SELECT spark.register_model('rls-model', %s, 'mean', 256)", (DIM,))
+                model_id = model.fetchone()[0]  # type: ignore[index]
+                for tenant in (roles.alice, roles.bob, "_system"):
+                    add(admin, tenant, model_id)
+            yield url, roles
+    finally:
+        with psycopg.connect(server_url, autocommit=True) as admin:
+            for role in (roles.alice, roles.bob, roles.app, roles.group):
+                admin.execute(sql.SQL("DROP ROLE IF EXISTS {}").format(sql.Identifier(role)))
+
+
+def add(conn: Conn, tenant: str, model_id: int) -> None:
+    """The same keys, texts and vectors for every tenant (a tie for every pool); a trace for reflect."""
+    for i, text in enumerate(TEXTS):
+        conn.execute(
+            """WITH m AS (INSERT INTO spark.memories
+                              (tenant, key, text, descriptor, content_hash, kind, metadata)
+                          VALUES (%(t)s, %(key)s, %(text)s, %(text)s, sha256(convert_to(%(text)s, 'UTF8')),
+                                  %(kind)s, %(meta)s)
+                          RETURNING tenant, id, created_at)
+               INSERT INTO spark.embeddings (tenant, memory_id, model_id, created_at, embedding)
+               SELECT tenant, id, %(model)s, created_at, %(vec)s::vector FROM m""",
+            {
+                "t": tenant,
+                "key": f"k{i}",
+                "text": text,
+                "kind": "trace" if i == 0 else "insight",
+                "meta": '{"outcome": "failure"}' if i == 0 else "{}",
+                "model": model_id,
+                "vec": VEC,
+            },
+        )
+    if tenant != "_system":
+        conn.execute("SELECT spark.put_trigger_rule(%s, 'deploy', 'deploy', ARRAY['k1'])", (tenant,))
+
+
+@contextmanager
+def as_role(conn: Conn, role: str) -> Iterator[Conn]:
+    conn.execute(sql.SQL("SET ROLE {}").format(sql.Identifier(role)))
+    try:
+        yield conn
+    finally:
+        conn.execute("RESET ROLE")
+
+
+def tenants_of(admin: Conn, ids: list[int]) -> set[str]:
+    """The tenants of memory ids (looked up by the admin, who sees every row)."""
+    rows = admin.execute("SELECT DISTINCT tenant FROM spark.memories WHERE id = ANY(%s)", (ids,)).fetchall()
+    return {r[0] for r in rows}
+
+
+QUERY = "deploy the release alembic upgrade login session"
+READS = (
+    ("retrieve", "SELECT memory_id FROM spark.retrieve(%s, %s, NULL, 20)"),
+    ("retrieve+vec", "SELECT memory_id FROM spark.retrieve(%s, %s, %s::vector, 20)"),
+    ("explain", "SELECT memory_id FROM spark.explain(%s, %s, %s::vector, 20)"),
+    ("reflect", "SELECT memory_id FROM spark.reflect(%s, %s, %s::vector, 20)"),
+)
+WRITES = (
+    ("advise", "SELECT memory_id FROM spark.advise(%s, %s, %s::vector, 20)"),
+    (
+        "advise_with_warnings",
+        "SELECT memory_id FROM spark.advise_with_warnings(%s, %s, %s::vector, 20, warning_min_score => 0)",
+    ),
+)
+
+
+def calls(conn: Conn, tenant: str) -> dict[str, list[int] | str]:
+    """Memory ids each function returns for ``tenant``, or the SQLSTATE it raised."""
+    out: dict[str, list[int] | str] = {
+        "search_semantic": [
+            r[0]
+            for r in conn.execute(
+                "SELECT memory_id FROM spark.search_semantic(%s, %s::vector, 20)", (tenant, VEC)
+            ).fetchall()
+        ]
+    }
+    for name, statement in READS + WRITES:
+        args = (tenant, QUERY) if statement.count("%s") == 2 else (tenant, QUERY, VEC)
+        try:
+            out[name] = [r[0] for r in conn.execute(statement, args).fetchall()]
+        except psycopg.Error as exc:
+            out[name] = str(exc.sqlstate)
+    return out
+
+
+def ids(result: list[int] | str) -> list[int]:
+    assert isinstance(result, list), f"refused with {result}"
+    return result
+
+
+def direct_tenants(conn: Conn) -> dict[str, set[str]]:
+    return {
+        table: {r[0] for r in conn.execute(f"SELECT DISTINCT tenant FROM spark.{table}").fetchall()}
+        for table in ("memories", "embeddings", "trigger_rules", "retrievals")
+    }
+
+
+def test_every_tenant_table_has_a_documented_policy_and_every_function_is_invoker(
+    rls_db: tuple[str, Roles],
+) -> None:
+    url, _ = rls_db
+    policies = doc_block("rls-policies")
+    with connect(url) as admin:
+        tables = [
+            r[0]
+            for r in admin.execute(
+                """SELECT c.relname FROM pg_class c JOIN pg_attribute a ON a.attrelid = c.oid
+                   WHERE c.relnamespace = 'spark'::regnamespace AND c.relkind IN ('r', 'p')
+                     AND a.attname = 'tenant' AND NOT a.attisdropped ORDER BY 1"""
+            ).fetchall()
+        ]
+        definers = admin.execute(
+            "SELECT p.oid::regprocedure::text FROM pg_proc p WHERE p.pronamespace = 'spark'::regnamespace "
+            "AND p.prosecdef"
+        ).fetchall()
+    assert len(tables) >= 12
+    for table in tables:
+        assert f"ALTER TABLE spark.{table} ENABLE ROW LEVEL SECURITY;" in policies, table
+        assert f"CREATE POLICY tenant_own ON spark.{table} " in policies, table
+    assert definers == [], "SECURITY DEFINER functions bypass row-level security"
+
+
+def test_policies_keep_a_tenant_role_to_its_own_rows_and_the_pack(rls_db: tuple[str, Roles]) -> None:
+    url, roles = rls_db
+    with connect(url, autocommit=True) as admin:
+        admin.execute("SET statement_timeout = '10s'")
+        admin.execute(renamed(doc_block("rls-grants"), roles))
+        for tenant in (roles.alice, roles.bob):
+            admin.execute(renamed(doc_block("rls-tenant"), roles).replace(roles.alice, tenant))
+
+        # grants only, no policies: alice reads bob's memories, directly and through the functions
+        with as_role(admin, roles.alice):
+            leaked = direct_tenants(admin)
+            via = calls(admin, roles.bob)
+        assert roles.bob in leaked["memories"] and roles.bob in leaked["embeddings"]
+        for call in ("retrieve", "retrieve+vec", "explain", "search_semantic", "reflect", "advise"):
+            assert roles.bob in tenants_of(admin, ids(via[call])), call
+        admin.execute("DELETE FROM spark.retrievals")  # the log of those calls
+
+        admin.execute(renamed(doc_block("rls-policies"), roles))
+        with as_role(admin, roles.alice):
+            direct = direct_tenants(admin)
+            own = calls(admin, roles.alice)
+            foreign = calls(admin, roles.bob)
+            # another tenant's rows cannot be made, changed or removed
+            with pytest.raises(errors.InsufficientPrivilege, match="row-level security"):
+                admin.execute(
+                    "INSERT INTO spark.memories (tenant, key, text, descriptor, content_hash) "
+                    "VALUES (%s, 'planted', 'x', 'x', '\\x00')",
+                    (roles.bob,),
+                )
+            with pytest.raises(errors.InsufficientPrivilege, match="row-level security"):
+                admin.execute("SELECT spark.put_trigger_rule(%s, 'evil', 'x', ARRAY['k0'])", (roles.bob,))
+            changed = admin.execute(
+                "UPDATE spark.memories SET text = 'overwritten' WHERE tenant <> %s", (roles.alice,)
+            ).rowcount
+            removed = admin.execute(
+                "DELETE FROM spark.trigger_rules WHERE tenant <> %s", (roles.alice,)
+            ).rowcount
+        with as_role(admin, roles.bob):
+            bobs = calls(admin, roles.bob)
+            after = direct_tenants(admin)
+
+        assert direct == {
+            "memories": {roles.alice, "_system"},
+            "embeddings": {roles.alice, "_system"},
+            "trigger_rules": {roles.alice},  # the pack has no rules in this database
+            "retrievals": set(),
+        }
+        assert after["retrievals"] == {roles.bob}  # bob sees his own log, not alice's
+        assert (changed, removed) == (0, 0)
+        # alice's functions work on her rows and the pack's, bob's on his
+        assert tenants_of(admin, ids(own["search_semantic"])) == {roles.alice, "_system"}
+        for call in ("retrieve", "retrieve+vec", "explain", "reflect", "advise", "advise_with_warnings"):
+            assert roles.alice in tenants_of(admin, ids(own[call])) <= {roles.alice, "_system"}, call
+        assert tenants_of(admin, ids(bobs["search_semantic"])) == {roles.bob, "_system"}
+        assert roles.bob in tenants_of(admin, ids(bobs["retrieve+vec"])) <= {roles.bob, "_system"}
+        # asking for bob as alice: reads show the pack at most, the advise log cannot be written for him
+        for call in ("retrieve", "retrieve+vec", "explain", "search_semantic", "reflect"):
+            assert tenants_of(admin, ids(foreign[call])) <= {"_system"}, call
+        assert foreign["advise"] == foreign["advise_with_warnings"] == "42501"
+        # what the log says alice and bob were shown: their own memories or the pack's
+        items = admin.execute("SELECT DISTINCT tenant, memory_tenant FROM spark.retrieval_items").fetchall()
+        assert {t for t, _ in items} == {roles.alice, roles.bob}
+        assert all(m in (t, "_system") for t, m in items)
+        texts = admin.execute("SELECT count(*) FROM spark.memories WHERE text = 'overwritten'").fetchone()
+        assert texts == (0,)
+
+
+def test_the_setting_variant_for_a_shared_pool_role(rls_db: tuple[str, Roles]) -> None:
+    url, roles = rls_db
+    policies = renamed(doc_block("rls-policies"), roles)
+    assert "current_user::text" in policies
+    with connect(url, autocommit=True) as admin:
+        admin.execute("SET statement_timeout = '10s'")
+        admin.execute(renamed(doc_block("rls-grants"), roles))
+        admin.execute(policies.replace("current_user::text", "current_setting('spark.tenant', true)"))
+        admin.execute(
+            sql.SQL("CREATE ROLE {} LOGIN IN ROLE {}").format(
+                sql.Identifier(roles.app), sql.Identifier(roles.group)
+            )
+        )
+        with as_role(admin, roles.app):
+            unset = direct_tenants(admin)["memories"]
+            admin.execute("SELECT set_config('spark.tenant', %s, false)", (roles.alice,))
+            as_alice = direct_tenants(admin)["memories"]
+            alice_asks_bob = calls(admin, roles.bob)
+            alice_asks_alice = calls(admin, roles.alice)
+            admin.execute("SELECT set_config('spark.tenant', %s, false)", (roles.bob,))
+            as_bob = direct_tenants(admin)["memories"]
+            admin.execute("RESET spark.tenant")
+            after_reset = direct_tenants(admin)["memories"]
+        assert unset == after_reset == {"_system"}  # fail closed
+        assert as_alice == {roles.alice, "_system"} and as_bob == {roles.bob, "_system"}
+        assert tenants_of(admin, ids(alice_asks_alice["search_semantic"])) == {roles.alice, "_system"}
+        for call in ("retrieve", "retrieve+vec", "explain", "search_semantic", "reflect"):
+            assert tenants_of(admin, ids(alice_asks_bob[call])) <= {"_system"}, call
+        assert alice_asks_bob["advise"] == "42501"
