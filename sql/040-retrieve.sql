@@ -266,15 +266,18 @@ BEGIN
                         THEN coalesce((SELECT sum(lex.idf) FROM lex WHERE mm.tsv @@ lex.q)
                                       / (SELECT lex_total.total FROM lex_total), 0)
                         ELSE 0 END::double precision AS kw,
+                   -- half-lives capped at 100 (0.5 ^ 100 is 8e-31, still a real): older is as old, never an underflow
                    greatest(($5 ->> 'recency_floor')::double precision,
-                            power(0.5, greatest(0, extract(epoch FROM ($3 - mm.created_at)) / 86400.0)
-                                       / ($5 ->> 'half_life_days')::double precision))::double precision AS rec,
+                            power(0.5, least(100, greatest(0, extract(epoch FROM ($3 - mm.created_at)) / 86400.0)
+                                                   / ($5 ->> 'half_life_days')::double precision)))::double precision
+                       AS rec,
                    -- opt-in decay of unused insights: reliability halves every decay_half_life_days since the
                    -- memory was last marked (or created)
                    (mm.reliability * CASE WHEN ($5 ->> 'decay_half_life_days')::double precision > 0 THEN
-                        power(0.5, greatest(0, extract(epoch FROM ($3 - coalesce(mm.last_seen_at, mm.created_at)))
-                                                / 86400.0)::double precision
-                                   / ($5 ->> 'decay_half_life_days')::double precision)
+                        power(0.5, least(100, greatest(0, extract(epoch FROM ($3 - coalesce(mm.last_seen_at,
+                                                                                          mm.created_at)))
+                                                            / 86400.0)::double precision
+                                               / ($5 ->> 'decay_half_life_days')::double precision))
                         ELSE 1 END)::double precision AS outc,
                    -- a trigger can raise the priority of what it surfaces, never lower it
                    -- (inline: a function with a pinned search_path is a real call per row, ~15 us)

@@ -240,7 +240,7 @@ BEGIN
         FROM cand c
         CROSS JOIN LATERAL (SELECT * FROM spark.memories m1 WHERE m1.tenant = reflect.tenant AND m1.id = c.id) mm),
     rel AS (
-        SELECT sc.*, coalesce(sc.sim, sc.kw) AS relevance, power(0.5, sc.age / hl) AS rec FROM scored sc),
+        SELECT sc.*, coalesce(sc.sim, sc.kw) AS relevance, power(0.5, least(100, sc.age / hl)) AS rec FROM scored sc),
     final AS (
         SELECT r.*, r.relevance * (rf + (1 - rf) * r.rec) AS sc FROM rel r
         WHERE want IS NULL OR r.mkind <> 'trace' OR r.mout = want),
@@ -287,8 +287,8 @@ BEGIN
         FROM top t
         UNION ALL
         SELECT l.parent_rn, l.pos, l.id, l.mkey, l.mkind, l.mtext, l.mcat, NULL::text,
-               coalesce(l.sim, l.kw) * (rf + (1 - rf) * power(0.5, l.age / hl)), l.sim, l.kw,
-               power(0.5, l.age / hl), l.age, l.mcreated, l.mmeta, 'linked', coalesce(l.sim, l.kw), l.parent_key
+               coalesce(l.sim, l.kw) * (rf + (1 - rf) * power(0.5, least(100, l.age / hl))), l.sim, l.kw,
+               power(0.5, least(100, l.age / hl)), l.age, l.mcreated, l.mmeta, 'linked', coalesce(l.sim, l.kw), l.parent_key
         FROM linked l)
     SELECT (row_number() OVER (ORDER BY o.ord1, o.ord2))::integer,
            o.id, o.mkey, o.mkind, o.mtext, o.mcat, o.mout, o.sc::real, o.sim::real, o.kw::real, o.rec::real,
