@@ -39,6 +39,26 @@ $fn$;
 COMMENT ON FUNCTION spark._check_k(integer, integer) IS
     'Internal: raise 22004 for a NULL k, 22023 unless 1 <= k <= max_k; else return k.';
 
+CREATE OR REPLACE FUNCTION spark._check_query_text(query_text text)
+RETURNS text
+LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
+SET search_path = pg_catalog, @vector_schema@, pg_temp
+AS $fn$
+BEGIN
+    IF query_text IS NULL THEN
+        RAISE EXCEPTION 'query_text must not be NULL' USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    -- a query is a question, not a document: the keyword plan's cost grows with its distinct words
+    IF length(query_text) > 10000 THEN
+        RAISE EXCEPTION 'query_text is % characters; the limit is 10000', length(query_text)
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    RETURN query_text;
+END
+$fn$;
+COMMENT ON FUNCTION spark._check_query_text(text) IS
+    'Internal: raise 22004 for a NULL query_text, 22023 for one over 10,000 characters; else return it.';
+
 -- The tenant that holds the cold-start pack, visible to every tenant.
 CREATE OR REPLACE FUNCTION spark.system_tenant()
 RETURNS text

@@ -483,9 +483,7 @@ DECLARE
     restate_margin double precision;
 BEGIN
     PERFORM spark._check_tenant(tenant);
-    IF query_text IS NULL THEN
-        RAISE EXCEPTION 'query_text must not be NULL' USING ERRCODE = 'null_value_not_allowed';
-    END IF;
+    PERFORM spark._check_query_text(query_text);
     IF btrim(query_text) = '' AND query_embedding IS NULL THEN
         RAISE EXCEPTION 'query_text must not be empty when query_embedding is NULL'
             USING ERRCODE = 'invalid_parameter_value';

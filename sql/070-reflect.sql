@@ -118,9 +118,7 @@ DECLARE
     lexkeys text[];
 BEGIN
     PERFORM spark._check_tenant(tenant);
-    IF query_text IS NULL THEN
-        RAISE EXCEPTION 'query_text must not be NULL' USING ERRCODE = 'null_value_not_allowed';
-    END IF;
+    PERFORM spark._check_query_text(query_text);
     IF k IS NULL THEN
         RAISE EXCEPTION 'k must not be NULL' USING ERRCODE = 'null_value_not_allowed';
     END IF;
