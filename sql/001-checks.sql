@@ -59,6 +59,19 @@ $fn$;
 COMMENT ON FUNCTION spark._check_query_text(text) IS
     'Internal: raise 22004 for a NULL query_text, 22023 for one over 10,000 characters; else return it.';
 
+CREATE OR REPLACE FUNCTION spark._comparable_vector(v vector)
+RETURNS vector
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+SET search_path = pg_catalog, @vector_schema@, pg_temp
+AS $fn$
+    -- cosine ignores length, but float arithmetic does not: components near float's limit (3e38) made the
+    -- similarity NaN, which sorts above every number; such a vector is compared at unit length instead
+    SELECT CASE WHEN vector_norm(v) BETWEEN 1e-6 AND 1e6 THEN v ELSE l2_normalize(v) END
+$fn$;
+COMMENT ON FUNCTION spark._comparable_vector(vector) IS
+    'Internal: a query vector as it is compared: itself, or at unit length when its norm is outside 1e-6..1e6 '
+    '(the cosine is the same; the arithmetic stays finite).';
+
 -- The tenant that holds the cold-start pack, visible to every tenant.
 CREATE OR REPLACE FUNCTION spark.system_tenant()
 RETURNS text

@@ -37,6 +37,7 @@ BEGIN
         RAISE EXCEPTION 'query_embedding is the zero vector; cosine similarity is undefined'
             USING ERRCODE = 'invalid_parameter_value';
     END IF;
+    query_embedding := spark._comparable_vector(query_embedding);
     -- The ORDER BY ... LIMIT sits in a MATERIALIZED CTE so the HNSW index serves it (iterative scan keeps
     -- the tenant filter from starving it); the similarity cutoff applies outside.
     RETURN QUERY EXECUTE format($q$

@@ -137,7 +137,7 @@ BEGIN
             RAISE EXCEPTION 'query_embedding is the zero vector; cosine similarity is undefined'
                 USING ERRCODE = 'invalid_parameter_value';
         ELSE
-            qvec := query_embedding;
+            qvec := spark._comparable_vector(query_embedding);
             qsource := 'argument';
         END IF;
     ELSE
