@@ -29,15 +29,7 @@ BEGIN
     IF m.id IS NULL THEN
         RETURN;  -- no model registered yet: nothing has a vector, so nothing can match
     END IF;
-    IF vector_dims(query_embedding) <> m.dim THEN
-        RAISE EXCEPTION 'query_embedding has % dimensions; the active model % makes % dimensions',
-            vector_dims(query_embedding), m.name, m.dim USING ERRCODE = 'data_exception';
-    END IF;
-    IF vector_norm(query_embedding) = 0 THEN
-        RAISE EXCEPTION 'query_embedding is the zero vector; cosine similarity is undefined'
-            USING ERRCODE = 'invalid_parameter_value';
-    END IF;
-    query_embedding := spark._comparable_vector(query_embedding);
+    query_embedding := spark._query_vector(query_embedding, m.dim, m.name);
     -- The ORDER BY ... LIMIT sits in a MATERIALIZED CTE so the HNSW index serves it (iterative scan keeps
     -- the tenant filter from starving it); the similarity cutoff applies outside.
     RETURN QUERY EXECUTE format($q$

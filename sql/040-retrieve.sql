@@ -516,14 +516,8 @@ BEGIN
             -- never compare vectors of two models (a client still on the old model during a switch)
             qsource := format('ignored: the query was embedded by %s, the active model is %s: lexical mode',
                               p ->> 'query_model', mdl.name);
-        ELSIF vector_dims(query_embedding) <> mdl.dim THEN
-            RAISE EXCEPTION 'query_embedding has % dimensions; the active model % makes % dimensions',
-                vector_dims(query_embedding), mdl.name, mdl.dim USING ERRCODE = 'data_exception';
-        ELSIF vector_norm(query_embedding) = 0 THEN
-            RAISE EXCEPTION 'query_embedding is the zero vector; cosine similarity is undefined'
-                USING ERRCODE = 'invalid_parameter_value';
         ELSE
-            qvec := spark._comparable_vector(query_embedding);
+            qvec := spark._query_vector(query_embedding, mdl.dim, mdl.name);
             qsource := 'argument';
         END IF;
     ELSIF (p ->> 'use_cache')::boolean AND mdl.id IS NOT NULL THEN

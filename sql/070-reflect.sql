@@ -130,14 +130,8 @@ BEGIN
     IF query_embedding IS NOT NULL THEN
         IF mdl.id IS NULL THEN
             qsource := 'ignored: no embedding model registered yet (lexical fallback over the descriptors)';
-        ELSIF vector_dims(query_embedding) <> mdl.dim THEN
-            RAISE EXCEPTION 'query_embedding has % dimensions; the active model % makes % dimensions',
-                vector_dims(query_embedding), mdl.name, mdl.dim USING ERRCODE = 'data_exception';
-        ELSIF vector_norm(query_embedding) = 0 THEN
-            RAISE EXCEPTION 'query_embedding is the zero vector; cosine similarity is undefined'
-                USING ERRCODE = 'invalid_parameter_value';
         ELSE
-            qvec := spark._comparable_vector(query_embedding);
+            qvec := spark._query_vector(query_embedding, mdl.dim, mdl.name);
             qsource := 'argument';
         END IF;
     ELSE
