@@ -139,7 +139,9 @@ BEGIN
             USING ERRCODE = 'invalid_parameter_value';
     END IF;
     num := (value #>> '{}')::numeric;
-    IF num < (rng ->> 0)::numeric OR num > (rng ->> 1)::numeric OR ((rng ->> 2) = '1' AND num <> trunc(num)) THEN
+    -- an integer key takes an integer literal: 1.0 would pass a range check, then fail the ::integer cast
+    IF num < (rng ->> 0)::numeric OR num > (rng ->> 1)::numeric
+       OR ((rng ->> 2) = '1' AND (value #>> '{}') !~ '^-?[0-9]+$') THEN
         RAISE EXCEPTION 'params.% must be % from % to %, got %', key,
             CASE WHEN (rng ->> 2) = '1' THEN 'an integer' ELSE 'a number' END, rng ->> 0, rng ->> 1, num
             USING ERRCODE = 'invalid_parameter_value';
