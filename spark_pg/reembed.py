@@ -29,6 +29,7 @@ from spark_pg import queries
 from spark_pg.embedding import Embedder
 from spark_pg.errors import InputError
 from spark_pg.ingest import register_model
+from spark_pg.worker import store_vectors
 
 
 @dataclass
@@ -88,16 +89,7 @@ def build(
                 if not rows:
                     return stored
                 vectors = embedder.embed_documents([r[2] for r in rows], batch_size=min(batch, 32))
-                stored += conn.execute(
-                    queries.STORE_CLAIMED,
-                    {
-                        "model_id": model_id,
-                        "tenants": [r[0] for r in rows],
-                        "ids": [r[1] for r in rows],
-                        "hashes": [r[3] for r in rows],
-                        "vectors": vectors,
-                    },
-                ).rowcount
+                stored += store_vectors(conn, model_id, rows, vectors)
             after = (str(rows[-1][0]), int(rows[-1][1]))
             bar.update(len(rows))
 

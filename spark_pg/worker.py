@@ -18,7 +18,7 @@ from __future__ import annotations
 import signal
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from types import FrameType
 from typing import Any
@@ -63,6 +63,23 @@ def backlog(conn: psycopg.Connection[Any], max_attempts: int | None = None) -> i
     return int(row[0])
 
 
+def store_vectors(
+    conn: psycopg.Connection[Any], model_id: int, rows: Sequence[Any], vectors: Sequence[Any]
+) -> int:
+    """Store one model's vectors of rows (tenant, memory_id, descriptor, content_hash) where the memory still
+    has that content; returns how many were stored."""
+    if not rows:
+        return 0
+    args = {
+        "model_id": model_id,
+        "tenants": [r[0] for r in rows],
+        "ids": [r[1] for r in rows],
+        "hashes": [r[3] for r in rows],
+        "vectors": list(vectors),
+    }
+    return conn.execute(queries.STORE_CLAIMED, args).rowcount
+
+
 def _embed_each(embedder: Embedder, texts: list[str]) -> tuple[dict[int, Any], dict[int, str]]:
     """Embed ``texts`` as one batch or, if the batch fails, one by one: (vectors, errors) by position."""
     try:
@@ -97,18 +114,7 @@ def embed_batch(
             return 0
         vectors, errors = _embed_each(embedder, [r[2] for r in rows])
         good = sorted(vectors)
-        stored = 0
-        if good:
-            stored = conn.execute(
-                queries.STORE_CLAIMED,
-                {
-                    "model_id": model_id,
-                    "tenants": [rows[i][0] for i in good],
-                    "ids": [rows[i][1] for i in good],
-                    "hashes": [rows[i][3] for i in good],
-                    "vectors": [vectors[i] for i in good],
-                },
-            ).rowcount
+        stored = store_vectors(conn, model_id, [rows[i] for i in good], [vectors[i] for i in good])
         for i, error in errors.items():
             conn.execute(
                 queries.QUEUE_ATTEMPT_FAILED, {"tenant": rows[i][0], "id": rows[i][1], "error": error}
