@@ -24,10 +24,13 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import psycopg
+from psycopg.types.json import Jsonb
 from tqdm import tqdm
 
 from spark_pg import schema, scratch, synthetic
 from spark_pg.bench_baseline import Phases, PythonHybrid
+from spark_pg.bench_corpus import REAL_DEFAULT, corpus_vectors, embed_cached
 from spark_pg.config import Settings
 from spark_pg.db import connect
 from spark_pg.embedding import Embedder, Vector
@@ -38,6 +41,8 @@ COPY_BENCH = """COPY spark.memories (tenant, key, kind, category, text, descript
                                    created_at) FROM STDIN"""
 STAGE_VECTORS = "CREATE TEMP TABLE _bench_vectors (key text PRIMARY KEY, embedding vector) ON COMMIT DROP"
 COPY_VECTORS = "COPY _bench_vectors (key, embedding) FROM STDIN"
+BUILD_TABLE = """CREATE TABLE IF NOT EXISTS public.spark_bench_build (
+    id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY, figures jsonb NOT NULL)"""
 STORE_VECTORS = """
 INSERT INTO spark.embeddings (tenant, memory_id, model_id, created_at, embedding)
 SELECT m.tenant, m.id, %(model_id)s, m.created_at, v.embedding
@@ -54,10 +59,12 @@ class BenchSpec:
     queries: int = 300
     k: int = 8
     seed: int = 7
+    real: int = REAL_DEFAULT  # texts embedded for real; past them, vectors are derived (bench_corpus)
 
     @property
     def db_name(self) -> str:
-        return f"spark_bench2_{self.memories}_{self.tenants}_{self.seed}"  # 2: interleaved layout
+        derived = f"_r{self.real}" if self.memories > self.real else ""
+        return f"spark_bench2_{self.memories}_{self.tenants}_{self.seed}{derived}"  # 2: interleaved layout
 
 
 def tenant_sizes(spec: BenchSpec) -> list[int]:
@@ -69,32 +76,37 @@ def tenant_sizes(spec: BenchSpec) -> list[int]:
     return sizes
 
 
-def embed_cached(embedder: Embedder, texts: list[str], cache: Path, label: str, progress: bool) -> np.ndarray:
-    """Embed ``texts`` (documents) once; later runs load the .npy file."""
-    digest = hashlib.sha256(("\n".join(texts) + embedder.spec.name).encode()).hexdigest()[:16]
-    path = cache / f"{label}-{len(texts)}-{digest}.npy"
-    if path.exists():
-        cached: np.ndarray = np.load(path)
-        return cached
-    cache.mkdir(parents=True, exist_ok=True)
-    out = np.zeros((len(texts), embedder.spec.dim), dtype=np.float32)
-    step = 512
-    with tqdm(total=len(texts), desc=f"embed {label}", unit="text", disable=not progress) as bar:
-        for start in range(0, len(texts), step):
-            batch = texts[start : start + step]
-            out[start : start + len(batch)] = np.stack(embedder.embed_documents(batch, batch_size=32))
-            bar.update(len(batch))
-    tmp = path.with_suffix(".tmp.npy")
-    np.save(tmp, out)
-    tmp.replace(path)
-    return out
+def _backend_peak_rss_mb(conn: psycopg.Connection[Any]) -> float | None:
+    """Peak resident memory of this connection's server process (VmHWM), when the server runs on this host."""
+    row = conn.execute("SELECT pg_backend_pid()").fetchone()
+    try:
+        status = Path(f"/proc/{row[0] if row else 0}/status").read_text()
+    except OSError:
+        return None
+    line = next((x for x in status.splitlines() if x.startswith("VmHWM:")), None)
+    return round(int(line.split()[1]) / 1024, 1) if line else None
+
+
+def _index_bytes(conn: psycopg.Connection[Any]) -> int:
+    row = conn.execute(
+        """SELECT coalesce(sum(pg_relation_size(c.oid)), 0) FROM pg_class c JOIN pg_am a ON a.oid = c.relam
+           WHERE a.amname = 'hnsw' AND c.relnamespace = 'spark'::regnamespace"""
+    ).fetchone()
+    return int(row[0]) if row else 0
+
+
+def maintenance_work_mem_mb(memories: int) -> int:
+    """Room for the HNSW graph of ``memories`` 384-d vectors in memory (~2.2 kB each), at least 512 MB."""
+    return max(512, -(-memories * 2200 // 2**20))
 
 
 def _load(
     url: str, spec: BenchSpec, texts: list[str], vectors: np.ndarray, embedder: Embedder, progress: bool
-) -> None:
+) -> dict[str, Any]:
+    """Load the corpus with COPY, build the indexes; returns the build figures (also kept in the database)."""
     schema.install(url)
     rng = random.Random(spec.seed)
+    figures: dict[str, Any] = {"built_at": datetime.now(UTC).isoformat(timespec="seconds")}
     with connect(url) as conn:
         model_id = ensure_model(conn, embedder)
         conn.execute(f"DROP INDEX IF EXISTS spark.embeddings_hnsw_m{model_id}")  # build once, after the load
@@ -102,9 +114,12 @@ def _load(
         owner = [f"tenant-{t:04d}" for t, size in enumerate(tenant_sizes(spec)) for _ in range(size)]
         created = [NOW - timedelta(days=rng.random() * 365) for _ in texts]
         order = sorted(range(len(texts)), key=lambda i: created[i])
+        started = time.perf_counter()
         with (
             conn.cursor() as cur,
-            tqdm(total=len(texts), desc="load", unit="mem", disable=not progress) as bar,
+            tqdm(
+                total=2 * len(texts), desc="load (rows, then vectors)", unit="row", disable=not progress
+            ) as bar,
         ):
             with cur.copy(COPY_BENCH) as copy:
                 for n, i in enumerate(order, 1):
@@ -124,21 +139,64 @@ def _load(
                     )
                     if n % 1000 == 0:
                         bar.update(1000)
+            bar.update(len(texts) % 1000)
             cur.execute(STAGE_VECTORS)
             with cur.copy(COPY_VECTORS) as copy:
-                for i in order:
+                for n, i in enumerate(order, 1):
                     copy.write_row((f"m{i}", vectors[i]))
+                    if n % 1000 == 0:
+                        bar.update(1000)
             cur.execute(STORE_VECTORS, {"model_id": model_id})
             bar.update(len(texts) % 1000)
         conn.commit()
-        with tqdm(total=1, desc="build HNSW index", disable=not progress) as bar:
-            conn.execute("SET maintenance_work_mem = '512MB'")
+        load_s = time.perf_counter() - started
+        figures["load_s"] = round(load_s, 1)
+        figures["load_rows_per_s"] = round(len(texts) / load_s)
+        notices: list[str] = []
+        conn.add_notice_handler(lambda d: notices.append(str(d.message_primary)))
+        mwm = maintenance_work_mem_mb(spec.memories)
+        with tqdm(total=1, desc="build the shared HNSW index", disable=not progress) as bar:
+            conn.execute(f"SET maintenance_work_mem = '{mwm}MB'")
+            started = time.perf_counter()
             conn.execute("SELECT spark.ensure_model_index(%s::smallint)", (model_id,))
             conn.commit()
-            conn.autocommit = True  # VACUUM (visibility map for index-only counts) runs outside a transaction
-            conn.execute("VACUUM ANALYZE spark.memories")
-            conn.execute("VACUUM ANALYZE spark.embeddings")
+            figures["index_build_s"] = round(time.perf_counter() - started, 1)
             bar.update(1)
+        figures["index_bytes"] = _index_bytes(conn)
+        with tqdm(total=1, desc="tenant statistics and per-tenant HNSW indexes", disable=not progress) as bar:
+            started = time.perf_counter()
+            conn.execute("SELECT spark.refresh_tenant_stats()")
+            conn.commit()
+            figures["tenant_indexes_s"] = round(time.perf_counter() - started, 1)
+            bar.update(1)
+        figures["all_index_bytes"] = _index_bytes(conn)
+        counted = conn.execute("SELECT count(*) FROM spark.tenant_vector_indexes").fetchone()
+        figures["tenant_indexes"] = counted[0] if counted else 0
+        figures["maintenance_work_mem_mb"] = mwm
+        figures["backend_peak_rss_mb"] = _backend_peak_rss_mb(conn)
+        figures["notices"] = [n for n in notices if "hnsw" in n.lower()]
+        conn.commit()
+        conn.autocommit = True  # VACUUM (visibility map for index-only counts) runs outside a transaction
+        started = time.perf_counter()
+        conn.execute("VACUUM ANALYZE spark.memories")
+        conn.execute("VACUUM ANALYZE spark.embeddings")
+        figures["vacuum_s"] = round(time.perf_counter() - started, 1)
+        sized = conn.execute(
+            "SELECT pg_total_relation_size('spark.memories') + pg_relation_size('spark.embeddings')"
+        ).fetchone()
+        figures["table_bytes"] = sized[0] if sized else 0
+        conn.execute(BUILD_TABLE)
+        conn.execute("INSERT INTO public.spark_bench_build (figures) VALUES (%s)", (Jsonb(figures),))
+    return figures
+
+
+def build_figures(url: str) -> dict[str, Any] | None:
+    """The figures recorded when the corpus database at ``url`` was built (None for older ones)."""
+    with connect(url) as conn:
+        if conn.execute("SELECT to_regclass('public.spark_bench_build')").fetchone() == (None,):
+            return None
+        row = conn.execute("SELECT figures FROM public.spark_bench_build ORDER BY id DESC LIMIT 1").fetchone()
+        return dict(row[0]) if row else None
 
 
 def _percentiles(values: list[float]) -> dict[str, float]:
@@ -212,6 +270,17 @@ def quality(
     }
 
 
+def workload(
+    spec: BenchSpec, embedder: Embedder, cache: Path, progress: bool
+) -> tuple[list[str], list[str], list[Vector]]:
+    """The measured calls: (tenant, query text, query vector) each; tenants drawn by size."""
+    query_texts = synthetic.queries(spec.queries, spec.seed + 1)
+    qvecs: list[Vector] = list(embed_cached(embedder, query_texts, cache, "queries", progress))
+    rng = random.Random(spec.seed + 2)
+    names = [f"tenant-{t:04d}" for t in range(spec.tenants)]
+    return rng.choices(names, weights=tenant_sizes(spec), k=spec.queries), query_texts, qvecs
+
+
 def run(
     settings: Settings,
     server_url: str,
@@ -224,8 +293,9 @@ def run(
 ) -> dict[str, Any]:
     started = time.perf_counter()
     cache = settings.home / "bench"
-    texts = synthetic.texts(spec.memories, spec.seed)
-    vectors = embed_cached(embedder, texts, cache, "corpus", progress)
+    texts, vectors, derivation = corpus_vectors(
+        embedder, spec.memories, spec.seed, cache, spec.real, progress
+    )
     embedded_at = time.perf_counter()
     url = scratch.with_dbname(server_url, spec.db_name)
     if fresh and scratch.exists(server_url, spec.db_name):
@@ -233,25 +303,23 @@ def run(
     reused = scratch.exists(server_url, spec.db_name)
     if reused:
         schema.install(url)  # measure the current functions
+        with connect(url) as conn:  # a reused corpus may predate the counts
+            with tqdm(total=1, desc="tenant statistics and indexes", disable=not progress) as bar:
+                conn.execute("SELECT spark.refresh_tenant_stats()")
+                bar.update(1)
+            conn.commit()
+        build = build_figures(url)
     else:
         scratch.create(server_url, spec.db_name)
         try:
-            _load(url, spec, texts, vectors, embedder, progress)
+            build = _load(url, spec, texts, vectors, embedder, progress)
         except BaseException:
             scratch.drop(server_url, spec.db_name)
             raise
-    with connect(url) as conn:  # the load bypassed ingest; a reused corpus may predate the counts
-        with tqdm(total=1, desc="tenant statistics and indexes", disable=not progress) as bar:
-            conn.execute("SELECT spark.refresh_tenant_stats()")
-            bar.update(1)
-        conn.commit()
     loaded_at = time.perf_counter()
 
-    query_texts = synthetic.queries(spec.queries, spec.seed + 1)
-    qvecs: list[Vector] = list(embed_cached(embedder, query_texts, cache, "queries", progress))
+    tenants, query_texts, qvecs = workload(spec, embedder, cache, progress)
     sizes = tenant_sizes(spec)
-    rng = random.Random(spec.seed + 2)
-    tenants = rng.choices([f"tenant-{t:04d}" for t in range(spec.tenants)], weights=sizes, k=spec.queries)
     timings: list[float] = []
     returned: list[list[str]] = []
     base_timings: list[float] = []
@@ -301,6 +369,8 @@ def run(
         "retrieve_ms": _percentiles(timings),
         "mean_results": round(float(np.mean([len(r) for r in returned])), 2),
         "corpus_reused": reused,
+        "build": build,
+        "vectors": derivation.as_json(),
         "seconds": {
             "embed": round(embedded_at - started, 1),
             "load": round(loaded_at - embedded_at, 1),

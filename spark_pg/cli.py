@@ -257,12 +257,17 @@ def cmd_bench(args: argparse.Namespace) -> int:
             f"{platform.machine()}, batch_size {batch})"
         )
         return 0
+    if args.what == "scale":
+        from spark_pg.bench_scale import main as bench_scale_main
+
+        return bench_scale_main(args, load_settings())
     from spark_pg import bench_retrieve
     from spark_pg.db import database_url
     from spark_pg.embedding import load_embedder
 
     settings = load_settings()
-    spec = bench_retrieve.BenchSpec(args.memories, args.tenants, args.queries, args.k)
+    tenants = args.tenants if args.tenants is not None else 100
+    spec = bench_retrieve.BenchSpec(args.memories, tenants, args.queries, args.k, real=args.real)
     result = bench_retrieve.run(
         settings,
         database_url(settings),
@@ -394,10 +399,32 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("demo", help="start, migrate, seed, load a sample and run a few queries")
     p.set_defaults(func=cmd_demo)
 
-    p = sub.add_parser("bench", help="benchmarks: retrieve latency (default) or ingest throughput")
-    p.add_argument("what", nargs="?", choices=("retrieve", "ingest"), default="retrieve")
+    p = sub.add_parser(
+        "bench",
+        help="benchmarks: retrieve latency (default), ingest throughput, or scale (10k to 1M memories)",
+    )
+    p.add_argument("what", nargs="?", choices=("retrieve", "ingest", "scale"), default="retrieve")
+    p.add_argument(
+        "--sizes",
+        default="10000,100000,1000000",
+        help="corpus sizes, comma-separated (scale; tenants: size/1000, "
+        "at least 100, unless --tenants is given)",
+    )
+    p.add_argument("--clients", type=int, default=8, help="concurrent clients (scale)")
+    p.add_argument(
+        "--seconds", type=float, default=20.0, help="length of the concurrent run per size (scale)"
+    )
+    p.add_argument(
+        "--ingest-sample", type=int, default=500, help="memories ingested per size (scale; 0: skip)"
+    )
+    p.add_argument(
+        "--real",
+        type=int,
+        default=100_000,
+        help="corpus texts embedded for real; vectors past them are derived (docs/performance.md)",
+    )
     p.add_argument("--memories", type=int, default=100_000, help="corpus size (retrieve)")
-    p.add_argument("--tenants", type=int, default=100, help="tenants, Zipf-skewed sizes (retrieve)")
+    p.add_argument("--tenants", type=int, help="tenants, Zipf-skewed sizes (retrieve: default 100)")
     p.add_argument("--queries", type=int, default=300, help="measured calls (retrieve, --hooks)")
     p.add_argument("--k", type=int, default=8)
     p.add_argument("--fresh", action="store_true", help="rebuild the cached corpus database")
@@ -464,6 +491,10 @@ def build_parser() -> argparse.ArgumentParser:
     from spark_pg.soak_cli import add_parser as add_soak_parser
 
     add_soak_parser(sub)
+
+    from spark_pg.faults_cli import add_parser as add_faults_parser
+
+    add_faults_parser(sub)
 
     p = sub.add_parser("config", help="show the effective tuneables")
     p.set_defaults(func=cmd_config)

@@ -87,14 +87,18 @@ CATEGORIES = ("security", "git", "testing", "deployment", "database", "debugging
 KINDS = ("insight", "preference", "decision", "rule", "episode", "failure", "learning")
 
 
-def texts(n: int, seed: int = 7) -> list[str]:
-    """n distinct texts of 8-20 words."""
+def templates(n: int, seed: int = 7) -> list[tuple[str, str, str, str]]:
+    """The (action, object, context, reason) of each of the n texts of :func:`texts` (reason may be "")."""
     rng = random.Random(seed)
-    out = []
-    for i in range(n):
-        parts = [rng.choice(ACTIONS), rng.choice(OBJECTS), rng.choice(CONTEXTS), rng.choice(REASONS)]
-        out.append(" ".join(p for p in parts if p) + f" (note {i})")
-    return out
+    return [
+        (rng.choice(ACTIONS), rng.choice(OBJECTS), rng.choice(CONTEXTS), rng.choice(REASONS))
+        for _ in range(n)
+    ]
+
+
+def texts(n: int, seed: int = 7) -> list[str]:
+    """n distinct texts of 8-20 words: a template of :func:`templates` and a note number."""
+    return [" ".join(p for p in parts if p) + f" (note {i})" for i, parts in enumerate(templates(n, seed))]
 
 
 def queries(n: int, seed: int = 11) -> list[str]:

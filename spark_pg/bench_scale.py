@@ -1,0 +1,281 @@
+"""`spark-pg bench scale`: spark.retrieve from 10,000 to 1,000,000 memories, one client and eight.
+
+For each corpus size it runs :func:`spark_pg.bench_retrieve.run` (corpus built once per size and reused:
+COPY load, HNSW builds and their figures; single-client latency; the Python-side hybrid on the same queries),
+then the same calls from ``clients`` concurrent connections for ``seconds`` (throughput and latency under
+load), then the product write path at that size: ``ingest`` of a sample with embedding, and the same
+sample written with deferred embedding (the database's share alone). Vectors past ``real`` texts are derived
+from real ones (:mod:`spark_pg.bench_corpus`). The report goes to JSON and a plot of latency against corpus
+size.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from tqdm import tqdm
+
+from spark_pg import bench_retrieve, scratch, synthetic
+from spark_pg.bench_corpus import REAL_DEFAULT
+from spark_pg.bench_retrieve import BenchSpec
+from spark_pg.config import Settings
+from spark_pg.db import connect
+from spark_pg.embedding import Embedder, Vector
+from spark_pg.ingest import ingest
+from spark_pg.records import MemoryIn
+from spark_pg.retrieve import retrieve
+
+SIZES = (10_000, 100_000, 1_000_000)
+
+
+@dataclass(frozen=True)
+class ScaleSpec:
+    sizes: tuple[int, ...] = SIZES
+    tenants: int | None = None  # None: max(100, size // 1000) per size
+    queries: int = 300
+    k: int = 8
+    clients: int = 8
+    seconds: float = 20.0
+    ingest_sample: int = 500
+    real: int = REAL_DEFAULT
+    baseline: bool = True
+
+    def bench(self, size: int) -> BenchSpec:
+        tenants = self.tenants if self.tenants is not None else max(100, size // 1000)
+        return BenchSpec(size, tenants, self.queries, self.k, real=self.real)
+
+
+def _ms(values: list[float]) -> dict[str, float]:
+    arr = np.array(values)
+    return {f"p{q}": round(float(np.percentile(arr, q)), 2) for q in (50, 95, 99)}
+
+
+def concurrent(
+    url: str,
+    calls: list[tuple[str, str, Vector]],
+    k: int,
+    clients: int,
+    seconds: float,
+    progress: bool,
+) -> dict[str, Any]:
+    """``clients`` connections each calling retrieve over ``calls`` (from its own offset) for ``seconds``."""
+    latencies: list[list[float]] = [[] for _ in range(clients)]
+    errors: list[BaseException] = []
+    start_gate = threading.Barrier(clients + 1)
+    stop = threading.Event()
+
+    def client(c: int) -> None:
+        try:
+            with connect(url) as conn:
+                for tenant, text, vec in calls[:5]:  # warm this connection's plans
+                    retrieve(conn, tenant, text, embedding=vec, k=k, cache=False)
+                start_gate.wait()
+                j = c * len(calls) // clients
+                while not stop.is_set():
+                    tenant, text, vec = calls[j % len(calls)]
+                    t0 = time.perf_counter()
+                    retrieve(conn, tenant, text, embedding=vec, k=k)
+                    latencies[c].append((time.perf_counter() - t0) * 1000)
+                    j += 1
+        except BaseException as exc:  # reported below; the barrier must not hang the others
+            errors.append(exc)
+            start_gate.abort()
+
+    threads = [threading.Thread(target=client, args=(c,), daemon=True) for c in range(clients)]
+    for t in threads:
+        t.start()
+    with contextlib.suppress(threading.BrokenBarrierError):
+        start_gate.wait()
+    began = time.perf_counter()
+    with tqdm(total=round(seconds), desc=f"{clients} clients", unit="s", disable=not progress) as bar:
+        while time.perf_counter() - began < seconds and not errors:
+            time.sleep(1)
+            bar.update(1)
+    stop.set()
+    for t in threads:
+        t.join()
+    elapsed = time.perf_counter() - began
+    if errors:
+        raise errors[0]
+    done = [x for per in latencies for x in per]
+    return {
+        "clients": clients,
+        "seconds": round(elapsed, 1),
+        "calls": len(done),
+        "calls_per_s": round(len(done) / elapsed, 1),
+        "latency_ms": _ms(done),
+    }
+
+
+def ingest_sample(url: str, embedder: Embedder, n: int, progress: bool) -> dict[str, Any]:
+    """Memories/s through the product write path at this corpus size, into a scratch tenant deleted after."""
+    texts = [f"{t} (sample {uuid.uuid4().hex[:6]})" for t in synthetic.texts(n, seed=99)]
+    embedder.embed_query("warm up")  # model load is not ingest time
+    out: dict[str, Any] = {"memories": n}
+    with connect(url) as conn:
+        for label, model in (("with_embedding", embedder), ("deferred_embedding", None)):
+            tenant = f"bench-ingest-{uuid.uuid4().hex[:8]}"
+            records = [MemoryIn(tenant=tenant, key=f"s{i}", text=t) for i, t in enumerate(texts)]
+            try:
+                started = time.perf_counter()
+                ingest(conn, records, model, progress=progress, label=f"ingest {label}")
+                out[f"{label}_per_s"] = round(n / (time.perf_counter() - started), 1)
+            finally:
+                with conn.transaction():
+                    conn.execute("DELETE FROM spark.memories WHERE tenant = %s", (tenant,))
+                    conn.execute("DELETE FROM spark.tenant_stats WHERE tenant = %s", (tenant,))
+    return out
+
+
+def run(
+    settings: Settings, server_url: str, embedder: Embedder, spec: ScaleSpec, *, progress: bool = True
+) -> dict[str, Any]:
+    rows = []
+    for size in spec.sizes:
+        bench = spec.bench(size)
+        result = bench_retrieve.run(
+            settings, server_url, embedder, bench, progress=progress, baseline=spec.baseline
+        )
+        url = scratch.with_dbname(server_url, bench.db_name)
+        tenants, texts, qvecs = bench_retrieve.workload(bench, embedder, settings.home / "bench", progress)
+        row: dict[str, Any] = {
+            "memories": size,
+            "tenants": bench.tenants,
+            "largest_tenant": bench_retrieve.tenant_sizes(bench)[0],
+            "single_client_ms": result["retrieve_ms"],
+            "mean_results": result["mean_results"],
+            "build": result["build"],
+            "vectors": result["vectors"],
+            "corpus_reused": result["corpus_reused"],
+        }
+        base = result.get("baseline")
+        if base is not None:
+            row["baseline_ms"] = base["baseline_ms"]
+            row["baseline_ratio"] = base["ratio"]
+            row["recall_at_k"] = {
+                "spark_retrieve": base["quality"]["spark_retrieve"]["recall_at_k"],
+                "baseline": base["quality"]["baseline"]["recall_at_k"],
+            }
+        calls = list(zip(tenants, texts, qvecs, strict=True))
+        row["concurrent"] = concurrent(url, calls, bench.k, spec.clients, spec.seconds, progress)
+        if spec.ingest_sample > 0:
+            row["ingest"] = ingest_sample(url, embedder, spec.ingest_sample, progress)
+        rows.append(row)
+    return {
+        "sizes": rows,
+        "k": spec.k,
+        "queries": spec.queries,
+        "model": embedder.spec.name,
+        "machine": {"cores": __import__("os").cpu_count()},
+    }
+
+
+def format_table(report: dict[str, Any]) -> str:
+    """The Markdown table of docs/performance.md."""
+    lines = [
+        "| memories | tenants (largest) | p50 / p95 / p99 ms, 1 client | 8 clients: calls/s, p95 ms | "
+        "hybrid ÷ retrieve p50 / p95 | load rows/s | HNSW build s (shared + per-tenant) | index MB | "
+        "ingest/s (embedding, deferred) |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in report["sizes"]:
+        one, b = r["single_client_ms"], r.get("build") or {}
+        conc = r["concurrent"]
+        ratio = r.get("baseline_ratio", {})
+        ing = r.get("ingest", {})
+        lines.append(
+            f"| {r['memories']:,} | {r['tenants']} ({r['largest_tenant']:,}) | {one['p50']} / {one['p95']} / "
+            f"{one['p99']} | {conc['calls_per_s']}, {conc['latency_ms']['p95']} | "
+            f"{ratio.get('p50', '-')} / {ratio.get('p95', '-')} | {b.get('load_rows_per_s', '-')} | "
+            f"{b.get('index_build_s', '-')} + {b.get('tenant_indexes_s', '-')} | "
+            f"{round(b['all_index_bytes'] / 2**20) if 'all_index_bytes' in b else '-'} | "
+            f"{ing.get('with_embedding_per_s', '-')}, {ing.get('deferred_embedding_per_s', '-')} |"
+        )
+    return "\n".join(lines)
+
+
+def plot(report: dict[str, Any], path: Path) -> Path:
+    """Latency percentiles against corpus size (log x), one client and under load, with the baseline."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = report["sizes"]
+    sizes = [r["memories"] for r in rows]
+    fig, (ax, tput) = plt.subplots(1, 2, figsize=(12, 4.5))
+    for q, style in (("p50", "-o"), ("p95", "-s"), ("p99", "-^")):
+        ax.plot(
+            sizes, [r["single_client_ms"][q] for r in rows], style, color="#4c72b0", label=f"{q}, 1 client"
+        )
+    ax.plot(
+        sizes,
+        [r["concurrent"]["latency_ms"]["p95"] for r in rows],
+        "--s",
+        color="#55a868",
+        label=f"p95, {rows[0]['concurrent']['clients']} clients",
+    )
+    if all("baseline_ms" in r for r in rows):
+        ax.plot(
+            sizes, [r["baseline_ms"]["p95"] for r in rows], ":s", color="#dd8452", label="p95, Python hybrid"
+        )
+    ax.axhline(25, color="grey", linewidth=0.8, label="target p95 25 ms at 1M")
+    ax.set_xscale("log")
+    ax.set_xlabel("memories in the database")
+    ax.set_ylabel("spark.retrieve round trip (ms)")
+    ax.set_title(f"latency against corpus size (k={report['k']})")
+    ax.legend(fontsize=8)
+    tput.bar([f"{s:,}" for s in sizes], [r["concurrent"]["calls_per_s"] for r in rows], color="#55a868")
+    tput.set_ylabel("retrieve calls per second")
+    tput.set_title(f"throughput, {rows[0]['concurrent']['clients']} concurrent clients")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def main(args: Any, settings: Settings) -> int:
+    """`spark-pg bench scale`: run, print the table (or JSON), write the JSON report and the plot."""
+    import json
+
+    from spark_pg.db import database_url
+    from spark_pg.embedding import load_embedder
+    from spark_pg.errors import InputError
+
+    try:
+        sizes = tuple(int(x) for x in args.sizes.split(","))
+    except ValueError as exc:
+        raise InputError(f"--sizes must be comma-separated integers, got {args.sizes!r}") from exc
+    if not sizes or min(sizes) < 100 or args.clients < 1 or args.seconds <= 0 or args.real < 1:
+        raise InputError(
+            "--sizes must each be at least 100, --clients and --real at least 1, --seconds above 0"
+        )
+    spec = ScaleSpec(
+        sizes=sizes,
+        tenants=args.tenants,
+        queries=args.queries,
+        k=args.k,
+        clients=args.clients,
+        seconds=args.seconds,
+        ingest_sample=args.ingest_sample,
+        real=args.real,
+        baseline=args.baseline,
+    )
+    report = run(settings, database_url(settings), load_embedder(settings), spec, progress=not args.quiet)
+    folder = Path(args.report)
+    figure = plot(report, folder / "scale.png")
+    (folder / "scale.json").write_text(json.dumps(report, indent=1))
+    if args.json:
+        print(json.dumps(report | {"plot": str(figure)}))
+    else:
+        print(format_table(report))
+        print(f"plot: {figure}; report: {folder / 'scale.json'}")
+    return 0

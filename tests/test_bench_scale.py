@@ -1,0 +1,84 @@
+"""`spark-pg bench scale`: derived corpus vectors (spark_pg/bench_corpus.py) and one tiny end-to-end run."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from spark_pg import bench_scale, scratch, synthetic
+from spark_pg.bench_corpus import LEVELS, derive
+from spark_pg.bench_retrieve import BenchSpec
+from spark_pg.config import Settings
+from spark_pg.embedding import load_embedder
+
+
+def _fake_real(templates: list[tuple[str, str, str, str]], dim: int = 64) -> np.ndarray:
+    """Unit vectors where texts of one template sit together (a shared direction, a little of their own)."""
+    rng = np.random.default_rng(1)
+    direction = {t: rng.normal(size=dim) for t in sorted(set(templates))}
+    rows = np.stack([direction[t] + 0.3 * rng.normal(size=dim) for t in templates]).astype(np.float32)
+    out: np.ndarray = rows / np.linalg.norm(rows, axis=1, keepdims=True)
+    return out
+
+
+def test_derived_vectors_keep_the_real_ones_and_sit_by_a_same_template_source() -> None:
+    templates = synthetic.templates(6000, seed=3)
+    real = _fake_real(templates[:4000])
+    vectors, how = derive(real, templates, seed=5, progress=False)
+    assert vectors.shape == (6000, 64)
+    assert np.array_equal(vectors[:4000], real)
+    assert np.allclose(np.linalg.norm(vectors, axis=1), 1, atol=1e-5)
+    assert how.real == 4000 and how.derived == 2000 and sum(how.sources.values()) == 2000
+    assert set(how.sources) <= set(LEVELS)
+    # the noise puts a derived vector at about the measured same-template cosine from its source: for each
+    # derived text with a full-template twin among the real ones, the best such twin is about that close
+    twins: dict[tuple[str, str, str, str], list[int]] = {}
+    for i, t in enumerate(templates[:4000]):
+        twins.setdefault(t, []).append(i)
+    sims = [
+        float(np.max(real[twins[t]] @ vectors[4000 + j]))
+        for j, t in enumerate(templates[4000:])
+        if t in twins
+    ]
+    assert len(sims) > 100
+    assert abs(float(np.median(sims)) - how.template_cosine) < 0.06
+    # and far from unrelated texts
+    assert float(np.median(real[:200] @ vectors[4000:4200].T)) < 0.3
+
+
+def test_a_corpus_no_larger_than_the_real_vectors_is_all_real() -> None:
+    templates = synthetic.templates(50)
+    real = _fake_real(templates)
+    vectors, how = derive(real, templates, seed=1, progress=False)
+    assert np.array_equal(vectors, real) and how.derived == 0 and how.sources == {}
+
+
+def test_a_tiny_scale_run_reports_every_figure(server_url: str, model_settings: Settings) -> None:
+    spec = bench_scale.ScaleSpec(
+        sizes=(400,), tenants=3, queries=12, clients=2, seconds=1.0, ingest_sample=4, real=300, baseline=True
+    )
+    name = spec.bench(400).db_name
+    try:
+        report = bench_scale.run(
+            model_settings, server_url, load_embedder(model_settings), spec, progress=False
+        )
+    finally:
+        if scratch.exists(server_url, name):
+            scratch.drop(server_url, name)
+    (row,) = report["sizes"]
+    assert row["memories"] == 400 and row["tenants"] == 3 and row["largest_tenant"] > 133
+    assert row["vectors"]["real_vectors"] == 300 and row["vectors"]["derived_vectors"] == 100
+    build = row["build"]
+    assert build["load_rows_per_s"] > 0 and build["index_build_s"] >= 0 and build["index_bytes"] > 0
+    assert build["maintenance_work_mem_mb"] == 512
+    assert row["concurrent"]["clients"] == 2 and row["concurrent"]["calls"] > 2
+    assert row["single_client_ms"]["p50"] > 0 and row["baseline_ratio"]["p50"] > 0
+    assert row["ingest"]["with_embedding_per_s"] > 0 and row["ingest"]["deferred_embedding_per_s"] > 0
+    table = bench_scale.format_table(report)
+    assert table.count("\n") == 2 and "| 400 | 3 (" in table
+
+
+@pytest.mark.parametrize("memories", [1_000, 100_000, 1_000_000])
+def test_scratch_names_say_when_vectors_are_derived(memories: int) -> None:
+    spec = BenchSpec(memories, 100, real=100_000)
+    assert spec.db_name.endswith("_r100000") == (memories > 100_000)
