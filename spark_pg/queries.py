@@ -101,14 +101,25 @@ WITH cache AS (
     FROM spark.active_model() m
     WHERE %(cache)s AND m.id IS NOT NULL AND %(embedding)s::vector IS NOT NULL
       AND vector_dims(%(embedding)s::vector) = m.dim AND spark._check_tenant(%(tenant)s) IS NOT NULL
+      {async_commit}
     ON CONFLICT (tenant, model_id, query_hash) DO UPDATE SET last_used_at = now(), uses = e.uses + 1
 )"""
 
-RETRIEVE = f"""{_CACHE_QUERY_VECTOR}
+# retrieve writes nothing but the cache, which is best effort: its transaction does not wait for the WAL
+# flush at commit (synchronous_commit off for that transaction only; a crash can lose the last few cache
+# entries, nothing else). advise also logs the retrieval, so it commits as usual.
+# Only when the call is its own transaction (RETRIEVE_OWN_TRANSACTION): inside a caller's transaction the
+# setting would cover the caller's writes too.
+_RETRIEVE_SELECT = f"""
 SELECT memory_id, key, text, category, kind, system_default, created_at, score, semantic_sim, keyword_score,
        recency, outcome, trigger_conf, priority, pools, why
 FROM spark.retrieve({_RETRIEVE_ARGS})
 """
+RETRIEVE = _CACHE_QUERY_VECTOR.format(async_commit="") + _RETRIEVE_SELECT
+RETRIEVE_OWN_TRANSACTION = (
+    _CACHE_QUERY_VECTOR.format(async_commit="AND set_config('synchronous_commit', 'off', true) IS NOT NULL")
+    + _RETRIEVE_SELECT
+)
 
 EXPLAIN = f"""
 SELECT rank, status, memory_id, key, text, category, kind, system_default, created_at, score, semantic_sim,
@@ -118,7 +129,7 @@ ORDER BY rank NULLS LAST, score DESC
 """
 
 # the advisor's call: spark.advise (retrieve + log), with the query vector cached like RETRIEVE's
-ADVISE = f"""{_CACHE_QUERY_VECTOR}
+ADVISE = f"""{_CACHE_QUERY_VECTOR.format(async_commit="")}
 SELECT * FROM spark.advise({_RETRIEVE_ARGS}, session_id => %(session)s, tool_name => %(tool)s,
                            intent_family => %(family)s)
 """
@@ -295,7 +306,7 @@ ORDER BY rank
 """
 
 # the advisor's call with past-failure warnings: spark.advise and spark.reflect in one round trip (sql/070)
-ADVISE_WITH_WARNINGS = f"""{_CACHE_QUERY_VECTOR}
+ADVISE_WITH_WARNINGS = f"""{_CACHE_QUERY_VECTOR.format(async_commit="")}
 SELECT * FROM spark.advise_with_warnings({_RETRIEVE_ARGS}, session_id => %(session)s, tool_name => %(tool)s,
                                          intent_family => %(family)s,
                                          warning_min_score => %(warning_min_score)s,

@@ -83,9 +83,14 @@ def retrieve(
     params: Mapping[str, Any] | None = None,
     cache: bool = True,
 ) -> list[Retrieved]:
-    """Call ``spark.retrieve`` once (and cache the query vector in the same statement)."""
+    """Call ``spark.retrieve`` once (and cache the query vector in the same statement).
+
+    Called outside a transaction, the call is its own transaction and the cache write does not wait for the
+    WAL flush (queries.RETRIEVE_OWN_TRANSACTION); inside the caller's transaction it commits with it."""
+    own = conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+    statement = queries.RETRIEVE_OWN_TRANSACTION if own else queries.RETRIEVE
     with conn.transaction(), conn.cursor(row_factory=class_row(Retrieved)) as cur:
-        cur.execute(queries.RETRIEVE, _params(tenant, query, embedding, k, params or {}, cache))
+        cur.execute(statement, _params(tenant, query, embedding, k, params or {}, cache))
         return cur.fetchall()
 
 

@@ -5,7 +5,9 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
+from psycopg.types.json import Jsonb
 
+from spark_pg import queries
 from spark_pg.cli import main
 from spark_pg.client import SparkClient
 from spark_pg.config import Settings
@@ -52,6 +54,41 @@ def test_the_agent_query_can_be_replayed_from_sql_by_text(client: SparkClient, t
             "SELECT uses FROM spark.query_embeddings WHERE tenant = %s AND query_text = %s", (tenant, query)
         ).fetchone()
     assert again == (2,)
+
+
+def test_the_cache_write_skips_the_wal_flush_only_for_a_call_of_its_own(
+    client: SparkClient, db_url: str, tenant: str
+) -> None:
+    """A retrieve that is its own transaction commits its cache entry without waiting for the WAL flush; one
+    inside the caller's transaction leaves the caller's synchronous_commit alone (it covers their writes)."""
+    query = "fixing game physics that stutters"
+    vec = client.embedder.embed_query(query)
+    conn = client.conn
+    conn.commit()
+    with conn.transaction():
+        retrieve(conn, tenant, query, embedding=vec, params={"include_system": False})
+        assert conn.execute("SELECT current_setting('synchronous_commit')").fetchone() == ("on",)
+    retrieve(conn, tenant, query + " again", embedding=vec, params={"include_system": False})
+    assert conn.execute("SELECT current_setting('synchronous_commit')").fetchone() == ("on",)  # local: reset
+    conn.rollback()
+    with SparkClient(client.settings, url=db_url) as other:  # both entries are committed
+        cached = other.conn.execute(
+            "SELECT query_text FROM spark.query_embeddings WHERE tenant = %s ORDER BY query_text", (tenant,)
+        ).fetchall()
+    assert [q for (q,) in cached] == [query, query + " again"]
+    with conn.transaction():  # what the wrapper sends for a call of its own turns the flush wait off
+        conn.execute(
+            queries.RETRIEVE_OWN_TRANSACTION,
+            {
+                "tenant": tenant,
+                "query": "third",
+                "embedding": vec,
+                "k": 3,
+                "params": Jsonb({}),
+                "cache": True,
+            },
+        ).fetchall()
+        assert conn.execute("SELECT current_setting('synchronous_commit')").fetchone() == ("off",)
 
 
 def test_explain_lists_surfaced_first_then_the_dropped_with_reasons(client: SparkClient, tenant: str) -> None:
