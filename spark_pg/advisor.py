@@ -27,6 +27,7 @@ from spark_pg import queries
 from spark_pg.embedding import Embedder
 from spark_pg.intent import ACTIONABILITY_GATE, Intent, extract_intent
 from spark_pg.records import PRIORITIES
+from spark_pg.retrieve import one_statement
 from spark_pg.traces.reflect import Reflection, query_text, reflect
 
 # past-failure warnings and reflection (config: reflection.warning_min_score, reflection.top_k)
@@ -154,7 +155,7 @@ class Advisor:
             "reflect_params": Jsonb(dict(opts.reflect_params)),
         }
         sql = queries.ADVISE_WITH_WARNINGS if opts.warnings and opts.warning_k > 0 else queries.ADVISE
-        with self.conn.transaction(), self.conn.cursor(row_factory=dict_row) as cur:
+        with one_statement(self.conn), self.conn.cursor(row_factory=dict_row) as cur:
             rows = cur.execute(sql, args).fetchall()
         advice = [self._advice(row) for row in rows]
         # warnings first; a warned trace is not repeated as advice (traces score 0 on actionability anyway)

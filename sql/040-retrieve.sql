@@ -82,6 +82,38 @@ COMMENT ON FUNCTION spark._why(integer, text, jsonb, text, double precision, jso
                                 double precision, double precision, text, timestamptz, text, text) IS
     'Internal: the why object of one spark.retrieve / spark.explain row.';
 
+CREATE OR REPLACE FUNCTION spark._terms(
+    p jsonb, sim double precision, kw double precision, rec double precision, outc double precision,
+    trig double precision, prio double precision, system_default boolean, pool_ranks jsonb)
+RETURNS jsonb
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+SET search_path = pg_catalog, @vector_schema@, pg_temp
+AS $fn$
+    -- computed for the rows returned only (spark._candidates ranks without it)
+    SELECT CASE WHEN p ->> 'fusion' = 'rrf' THEN (
+                SELECT jsonb_object_agg(e.key, round((spark._pool_weight(p, e.key)
+                                                      / ((p ->> 'rrf_k')::double precision
+                                                         + e.value::double precision))::numeric, 5))
+                FROM jsonb_each_text(pool_ranks) e)
+           ELSE jsonb_build_object(
+                'similarity', round(((p ->> 'w_similarity')::double precision * coalesce(sim, 0))::numeric, 4),
+                'keyword', round(((p ->> 'w_keyword')::double precision * kw)::numeric, 4),
+                'recency', round(((p ->> 'w_recency')::double precision * rec)::numeric, 4),
+                'outcome', round(((p ->> 'w_outcome')::double precision * outc)::numeric, 4))
+                || CASE WHEN trig > 0
+                        THEN jsonb_build_object('trigger', round(((p ->> 'w_trigger')::double precision
+                                                                  * trig)::numeric, 4))
+                        ELSE '{}' END END
+           || jsonb_build_object('priority_factor', 1 + prio)
+           || CASE WHEN system_default
+                   THEN jsonb_build_object('pack_factor', round((p ->> '_pack_factor')::numeric, 3))
+                   ELSE '{}' END
+$fn$;
+COMMENT ON FUNCTION spark._terms(jsonb, double precision, double precision, double precision, double precision,
+                                 double precision, double precision, boolean, jsonb) IS
+    'Internal: the terms of one row''s fused score for its why (p: the effective params of spark.retrieve; the '
+    'signals; system_default: a cold-start pack memory, scaled by _pack_factor; pool_ranks: pool -> rank).';
+
 CREATE OR REPLACE FUNCTION spark._semantic_pool(
     tenants text[], qvec vector, as_of timestamptz, pool integer, exact_scan_max integer, model_id smallint,
     dim integer)
@@ -174,8 +206,7 @@ RETURNS TABLE (id bigint, key text, text text, category text, kind text, system_
                kw double precision, rec double precision, outc double precision, prio double precision,
                pools text[], pool_ranks jsonb, trig double precision, trig_rules text[], trig_prio text,
                trig_interrupt boolean, adomain text, act real, domain_ok boolean, act_ok boolean, tier text,
-               r_sim bigint, r_kw bigint, r_rec bigint, r_out bigint,
-               score double precision, passed_by text, terms jsonb, gate_status text, pre_status text)
+               score double precision, passed_by text, gate_status text, pre_status text)
 LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, @vector_schema@, pg_temp
 SET plan_cache_mode = 'force_generic_plan'
@@ -299,14 +330,6 @@ BEGIN
             CROSS JOIN LATERAL (SELECT * FROM spark.memories m1
                                 WHERE m1.tenant = ANY($1) AND m1.id = cand.id LIMIT 1) mm
             LEFT JOIN spark.embeddings ev ON ev.tenant = mm.tenant AND ev.memory_id = mm.id AND ev.model_id = $15),
-        ranked AS (
-            SELECT sig.*,
-                   CASE WHEN sig.sim IS NOT NULL THEN rank() OVER (PARTITION BY sig.sim IS NULL ORDER BY sig.sim DESC) END
-                       AS r_sim,
-                   CASE WHEN sig.kw > 0 THEN rank() OVER (PARTITION BY sig.kw > 0 ORDER BY sig.kw DESC) END AS r_kw,
-                   rank() OVER (ORDER BY sig.rec DESC) AS r_rec,
-                   rank() OVER (ORDER BY sig.outc DESC) AS r_out
-            FROM sig),
         w AS (
             SELECT ($5 ->> 'w_similarity')::double precision AS ws, ($5 ->> 'w_keyword')::double precision AS wk,
                    ($5 ->> 'w_recency')::double precision AS wr, ($5 ->> 'w_outcome')::double precision AS wo,
@@ -331,24 +354,8 @@ BEGIN
                    CASE WHEN ranked.trig > 0 THEN 'trigger'
                         WHEN 'pinned' = ANY(ranked.pools) THEN 'pinned'
                         WHEN ranked.kw > 0 THEN 'keyword match'
-                        WHEN ranked.sim >= $9 THEN 'similarity' END AS passed_by,
-                   CASE WHEN w.fusion = 'rrf' THEN (
-                            SELECT jsonb_object_agg(e.key, round((spark._pool_weight($5, e.key)
-                                                                  / (w.rk + e.value::double precision))::numeric, 5))
-                            FROM jsonb_each_text(ranked.pool_ranks) e)
-                        ELSE jsonb_build_object(
-                            'similarity', round((w.ws * coalesce(ranked.sim, 0))::numeric, 4),
-                            'keyword', round((w.wk * ranked.kw)::numeric, 4),
-                            'recency', round((w.wr * ranked.rec)::numeric, 4),
-                            'outcome', round((w.wo * ranked.outc)::numeric, 4))
-                             || CASE WHEN ranked.trig > 0
-                                     THEN jsonb_build_object('trigger', round((w.wt * ranked.trig)::numeric, 4))
-                                     ELSE '{}' END END
-                   || jsonb_build_object('priority_factor', 1 + ranked.prio)
-                   || CASE WHEN ranked.system_default
-                           THEN jsonb_build_object('pack_factor', round(($5 ->> '_pack_factor')::numeric, 3))
-                           ELSE '{}' END AS terms
-            FROM ranked, w),
+                        WHEN ranked.sim >= $9 THEN 'similarity' END AS passed_by
+            FROM sig AS ranked, w),
         gated AS (
             SELECT fused.*,
                    CASE WHEN fused.passed_by IS NULL THEN
@@ -437,14 +444,13 @@ DECLARE
     week_cap integer;
     cat_cap integer;
     m_max integer;
-    c record;
     n integer := 0;
     -- every candidate (index i)
     ids bigint[] := '{}'; keys text[] := '{}'; texts text[] := '{}'; cats_all text[] := '{}';
     kinds text[] := '{}'; sysd boolean[] := '{}'; created timestamptz[] := '{}'; scores_all double precision[] := '{}';
     sims double precision[] := '{}'; kws double precision[] := '{}'; recs double precision[] := '{}';
     outs double precision[] := '{}'; prios double precision[] := '{}'; prio_labels text[] := '{}';
-    poolz text[] := '{}'; pool_ranks jsonb[] := '{}'; terms jsonb[] := '{}'; passed text[] := '{}';
+    poolz text[] := '{}'; pool_ranks jsonb[] := '{}'; passed text[] := '{}';
     pre text[] := '{}'; trigs double precision[] := '{}'; t_rules text[] := '{}'; t_prio text[] := '{}';
     t_int boolean[] := '{}'; adomains text[] := '{}'; acts real[] := '{}';
     -- survivors of the gates, best first (index s into these arrays; rows_all index in surv)
@@ -589,32 +595,41 @@ BEGIN
         -- a lexeme too common to match on: it still counts in every candidate's keyword score
         skipped_note := jsonb_build_object('keyword_skipped', to_jsonb(kplan.skipped));
     END IF;
-    FOR c IN SELECT * FROM spark._candidates(tenants, qvec, at, tsq, p, tenant, cutoff, query_text, min_sim, min_fuse,
-                                             ratio, kplan.lexq, coalesce(sem_ids, '{}'), coalesce(sem_dist, '{}'),
-                                             mdl.id, kplan.lexkeys, kplan.lexdf,
-                                             spark._trigger_text(p, query_text))
-    LOOP
-        n := n + 1;
-        ids[n] := c.id; keys[n] := c.key; texts[n] := c.text; cats_all[n] := c.category; kinds[n] := c.kind;
-        sysd[n] := c.system_default; created[n] := c.created_at; scores_all[n] := c.score; sims[n] := c.sim;
-        kws[n] := c.kw; recs[n] := c.rec; outs[n] := c.outc; prios[n] := c.prio; prio_labels[n] := c.prio_label;
-        poolz[n] := array_to_string(c.pools, ','); pool_ranks[n] := c.pool_ranks; terms[n] := c.terms;
-        passed[n] := c.passed_by; pre[n] := c.pre_status; trigs[n] := c.trig;
-        t_rules[n] := array_to_string(c.trig_rules, ','); t_prio[n] := c.trig_prio;
-        t_int[n] := c.trig_interrupt; adomains[n] := c.adomain; acts[n] := c.act;
-        IF c.pre_status IS NULL AND ns < m_max THEN
-            ns := ns + 1;
-            surv[ns] := n;
-            embs[ns] := c.emb;
-            hashes[ns] := c.content_hash;
-            scores[ns] := c.score;
-            weeks[ns] := to_char(c.created_at, 'IYYY-"W"IW');
-            cats[ns] := c.category;
-            sstatus[ns] := NULL;
-            maxsim[ns] := 0;
-            penalty[ns] := 0;
-        END IF;
-    END LOOP;
+    -- every candidate into arrays in one statement (a row-by-row loop costs ~1 ms more); the survivors of the
+    -- gates, best first, capped at m_max, also get their vectors, hashes, weeks and categories
+    SELECT count(*)::integer,
+           coalesce(array_agg(c.id ORDER BY c.ordinality), '{}'), coalesce(array_agg(c.key ORDER BY c.ordinality), '{}'),
+           coalesce(array_agg(c.text ORDER BY c.ordinality), '{}'), coalesce(array_agg(c.category ORDER BY c.ordinality), '{}'),
+           coalesce(array_agg(c.kind ORDER BY c.ordinality), '{}'),
+           coalesce(array_agg(c.system_default ORDER BY c.ordinality), '{}'),
+           coalesce(array_agg(c.created_at ORDER BY c.ordinality), '{}'), coalesce(array_agg(c.score ORDER BY c.ordinality), '{}'),
+           coalesce(array_agg(c.sim ORDER BY c.ordinality), '{}'), coalesce(array_agg(c.kw ORDER BY c.ordinality), '{}'),
+           coalesce(array_agg(c.rec ORDER BY c.ordinality), '{}'), coalesce(array_agg(c.outc ORDER BY c.ordinality), '{}'),
+           coalesce(array_agg(c.prio ORDER BY c.ordinality), '{}'), coalesce(array_agg(c.prio_label ORDER BY c.ordinality), '{}'),
+           coalesce(array_agg(array_to_string(c.pools, ',') ORDER BY c.ordinality), '{}'),
+           coalesce(array_agg(c.pool_ranks ORDER BY c.ordinality), '{}'),
+           coalesce(array_agg(c.passed_by ORDER BY c.ordinality), '{}'), coalesce(array_agg(c.pre_status ORDER BY c.ordinality), '{}'),
+           coalesce(array_agg(c.trig ORDER BY c.ordinality), '{}'),
+           coalesce(array_agg(array_to_string(c.trig_rules, ',') ORDER BY c.ordinality), '{}'),
+           coalesce(array_agg(c.trig_prio ORDER BY c.ordinality), '{}'), coalesce(array_agg(c.trig_interrupt ORDER BY c.ordinality), '{}'),
+           coalesce(array_agg(c.adomain ORDER BY c.ordinality), '{}'), coalesce(array_agg(c.act ORDER BY c.ordinality), '{}'),
+           coalesce(array_agg(c.ordinality::integer ORDER BY c.ordinality) FILTER (WHERE c.pre_status IS NULL), '{}'),
+           coalesce(array_agg(c.emb ORDER BY c.ordinality) FILTER (WHERE c.pre_status IS NULL), '{}'),
+           coalesce(array_agg(c.content_hash ORDER BY c.ordinality) FILTER (WHERE c.pre_status IS NULL), '{}'),
+           coalesce(array_agg(to_char(c.created_at, 'IYYY-"W"IW') ORDER BY c.ordinality) FILTER (WHERE c.pre_status IS NULL), '{}')
+    INTO n, ids, keys, texts, cats_all, kinds, sysd, created, scores_all, sims, kws, recs, outs, prios, prio_labels,
+         poolz, pool_ranks, passed, pre, trigs, t_rules, t_prio, t_int, adomains, acts, surv, embs, hashes, weeks
+    FROM spark._candidates(tenants, qvec, at, tsq, p, tenant, cutoff, query_text, min_sim, min_fuse,
+                           ratio, kplan.lexq, coalesce(sem_ids, '{}'), coalesce(sem_dist, '{}'),
+                           mdl.id, kplan.lexkeys, kplan.lexdf,
+                           spark._trigger_text(p, query_text)) WITH ORDINALITY c;
+    ns := least(cardinality(surv), m_max);
+    surv := surv[1:ns]; embs := embs[1:ns]; hashes := hashes[1:ns]; weeks := weeks[1:ns];
+    scores := ARRAY(SELECT scores_all[x] FROM unnest(surv) x);
+    cats := ARRAY(SELECT cats_all[x] FROM unnest(surv) x);
+    sstatus := array_fill(NULL::text, ARRAY[ns]);
+    maxsim := array_fill(0::double precision, ARRAY[ns]);
+    penalty := array_fill(0::double precision, ARRAY[ns]);
 
     IF ns > 0 THEN
         -- pairwise similarity of the survivors in one statement (NULL where a vector is missing)
@@ -688,7 +703,9 @@ BEGIN
         keyword_score := kws[i]; recency := recs[i]; outcome := outs[i]; trigger_conf := trigs[i];
         priority := prios[i]; pools := string_to_array(poolz[i], ',');
         why := spark._why(rank, status, pool_ranks[i], p ->> 'fusion', scores_all[i],
-                          terms[i] || jsonb_build_object('mmr_penalty', round(penalty[j]::numeric, 4)),
+                          spark._terms(p, sims[i], kws[i], recs[i], outs[i], trigs[i], prios[i], sysd[i],
+                                       pool_ranks[i])
+                          || jsonb_build_object('mmr_penalty', round(penalty[j]::numeric, 4)),
                           min_sim, passed[i], min_fuse, ratio, prio_labels[i], created[i], qsource, mode)
                || jsonb_build_object('semantic_scan', sem_scan) || skipped_note || fitted_note || mode_note
                || spark._why_advice(trigs[i], t_rules[i], t_prio[i], t_int[i], adomains[i], acts[i]);
@@ -711,8 +728,10 @@ BEGIN
         system_default := sysd[i]; created_at := created[i]; score := scores_all[i]; semantic_sim := sims[i];
         keyword_score := kws[i]; recency := recs[i]; outcome := outs[i]; trigger_conf := trigs[i];
         priority := prios[i]; pools := string_to_array(poolz[i], ',');
-        why := spark._why(NULL, status, pool_ranks[i], p ->> 'fusion', scores_all[i], terms[i], min_sim, passed[i],
-                          min_fuse, ratio, prio_labels[i], created[i], qsource, mode)
+        why := spark._why(NULL, status, pool_ranks[i], p ->> 'fusion', scores_all[i],
+                          spark._terms(p, sims[i], kws[i], recs[i], outs[i], trigs[i], prios[i], sysd[i],
+                                       pool_ranks[i]),
+                          min_sim, passed[i], min_fuse, ratio, prio_labels[i], created[i], qsource, mode)
                || jsonb_build_object('semantic_scan', sem_scan) || skipped_note || fitted_note || mode_note
                || spark._why_advice(trigs[i], t_rules[i], t_prio[i], t_int[i], adomains[i], acts[i]);
         RETURN NEXT;

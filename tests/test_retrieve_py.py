@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+import psycopg
 import pytest
 from psycopg.types.json import Jsonb
 
@@ -89,6 +90,23 @@ def test_the_cache_write_skips_the_wal_flush_only_for_a_call_of_its_own(
             },
         ).fetchall()
         assert conn.execute("SELECT current_setting('synchronous_commit')").fetchone() == ("off",)
+
+
+def test_a_call_of_its_own_is_one_round_trip_and_leaves_the_connection_as_it_was(
+    client: SparkClient, tenant: str
+) -> None:
+    """On an idle connection retrieve and explain run as one statement in autocommit mode (no BEGIN and COMMIT
+    round trips), then hand the connection back unchanged, also when the call fails."""
+    conn = client.conn
+    conn.commit()
+    assert not conn.autocommit
+    retrieve(conn, tenant, "game physics", params={"include_system": False})
+    explain(conn, tenant, "game physics", params={"include_system": False})
+    assert not conn.autocommit
+    assert conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE  # nothing left open
+    with pytest.raises(psycopg.errors.InvalidParameterValue):
+        retrieve(conn, tenant, "game physics", k=5000)
+    assert not conn.autocommit and conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
 
 
 def test_explain_lists_surfaced_first_then_the_dropped_with_reasons(client: SparkClient, tenant: str) -> None:
