@@ -391,7 +391,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("search", help="hybrid retrieval (spark.retrieve) over a tenant's memories")
     p.add_argument("query")
     p.add_argument("--tenant", default="default")
-    p.add_argument("--k", type=int)
+    p.add_argument("--k", type=_k_arg)
     p.add_argument("--explain", action="store_true", help="every candidate, with why it was kept or dropped")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_search)
@@ -426,7 +426,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--memories", type=int, default=100_000, help="corpus size (retrieve)")
     p.add_argument("--tenants", type=int, help="tenants, Zipf-skewed sizes (retrieve: default 100)")
     p.add_argument("--queries", type=int, default=300, help="measured calls (retrieve, --hooks)")
-    p.add_argument("--k", type=int, default=8)
+    p.add_argument("--k", type=_k_arg, default=8)
     p.add_argument("--fresh", action="store_true", help="rebuild the cached corpus database")
     p.add_argument("--report", default="reports/bench", help="folder for the latency plot")
     p.add_argument(
@@ -498,6 +498,22 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _k_arg(text: str) -> int:
+    """``--k``: an integer PostgreSQL's integer can hold. spark._check_k checks the range, but a k past
+    2**31 - 1 would reach the database as a bigint, which no spark.retrieve takes (42883): refuse it here,
+    in _check_k's words (its bound is the retrieval.k config key's)."""
+    try:
+        k = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid int value: {text!r}") from None
+    if not -(2**31) <= k <= 2**31 - 1:
+        from spark_pg.config import KEY_BY_NAME
+
+        key = KEY_BY_NAME["retrieval.k"]
+        raise argparse.ArgumentTypeError(f"k must be between {key.lo:g} and {key.hi:g}, got {k}")
+    return k
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     console = argv is None
     argv = sys.argv[1:] if argv is None else list(argv)
@@ -510,6 +526,17 @@ def main(argv: Sequence[str] | None = None) -> int:
 
             os._exit(status)
         return status
+    for arg in argv:  # bytes that are not UTF-8 arrive as lone surrogates (PEP 383): refuse them once, here
+        try:
+            arg.encode("utf-8")
+        except UnicodeEncodeError:
+            try:  # show the bytes as given: '\udcff' was the byte 0xff
+                raw = arg.encode("utf-8", "surrogateescape")
+            except UnicodeEncodeError:
+                raw = arg.encode("utf-8", "backslashreplace")
+            shown = raw.decode("utf-8", "backslashreplace")
+            print(f"spark-pg: error: argument '{shown}' is not valid UTF-8", file=sys.stderr)
+            return 2
     import psycopg
 
     args = build_parser().parse_args(argv)

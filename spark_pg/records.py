@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime
@@ -51,6 +53,106 @@ FIELDS = (
 )
 UNTAGGED_KINDS = frozenset({"episode"})  # dialog turns: their category says nothing of their content
 MAX_TEXT = 100_000  # characters; longer texts belong in a document store, not in a memory
+MAX_DEPTH = 100  # nesting levels of a YAML document or of metadata; deeper would run out of stack
+
+
+class StrictYamlLoader(yaml.SafeLoader):
+    """yaml.SafeLoader for files people write (memories, trigger rules), failing only with yaml.YAMLError.
+
+    - An alias (``*name``) is refused: aliases expand without limit ("billion laughs": 7 lines can stand
+      for millions of items) and hand-written data has no need of them.
+    - Nesting deeper than :data:`MAX_DEPTH` is refused (composing recurses: deeper runs out of stack).
+    - A scalar its tag cannot build (``!!int abc``, ``!!timestamp abc``, ``2024-13-45``) is a
+      ``ConstructorError`` at its line, not the ValueError / KeyError / AttributeError PyYAML raises.
+
+    NUL and other non-printable characters raise ``yaml.reader.ReaderError`` as soon as the loader is built:
+    build it inside the ``try`` (see :func:`yaml_error_line`).
+    """
+
+    def __init__(self, stream: str) -> None:
+        super().__init__(stream)
+        self._depth = 0
+
+    def compose_node(self, parent: yaml.Node | None, index: int) -> yaml.Node | None:
+        self.check_event()  # makes the next event current_event
+        event: Any = self.current_event
+        mark: Any = event.start_mark
+        if isinstance(event, yaml.AliasEvent):
+            raise yaml.composer.ComposerError(
+                None, None, f"uses an alias (*{event.anchor}): aliases are not allowed", mark
+            )
+        self._depth += 1
+        try:
+            if self._depth > MAX_DEPTH:
+                raise yaml.composer.ComposerError(None, None, f"nests deeper than {MAX_DEPTH} levels", mark)
+            return super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
+
+    def construct_object(self, node: yaml.Node, deep: bool = False) -> Any:
+        try:
+            return super().construct_object(node, deep)
+        except yaml.YAMLError:
+            raise
+        except (ValueError, TypeError, KeyError, AttributeError, OverflowError, IndexError) as exc:
+            kind = str(node.tag).rsplit(":", 1)[-1]
+            value = node.value if isinstance(node, yaml.ScalarNode) else type(node).__name__
+            raise yaml.constructor.ConstructorError(
+                None, None, f"{value!r} is not a valid {kind} ({exc})", node.start_mark
+            ) from None
+
+
+def yaml_error_line(exc: yaml.YAMLError, text: str) -> int:
+    """The 1-based line a YAML error points at: where the unclosed construct began if the parser says, else
+    where it gave up; for a reader error (a non-printable character), that character's line."""
+    mark = getattr(exc, "context_mark", None) or getattr(exc, "problem_mark", None)
+    if mark is not None:
+        return int(mark.line) + 1
+    if isinstance(exc, yaml.reader.ReaderError):
+        return text.count("\n", 0, max(exc.position, 0)) + 1
+    return 1
+
+
+def yaml_error_message(exc: yaml.YAMLError) -> str:
+    if isinstance(exc, yaml.reader.ReaderError):
+        return f"unacceptable character U+{exc.character:04X}: {exc.reason}"
+    return str(getattr(exc, "problem", None) or exc)
+
+
+def _string_problem(value: str) -> str | None:
+    """Why PostgreSQL cannot store ``value`` as text, or None."""
+    if "\x00" in value:
+        return "must not contain NUL characters"
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        return f"contains a lone surrogate ({value[exc.start]!a}), which is not valid Unicode text"
+    return None
+
+
+def json_problem(value: Any) -> str | None:
+    """Why PostgreSQL's jsonb cannot store ``value`` (NaN or an infinity, NUL or a lone surrogate in a key or
+    a string, nesting deeper than :data:`MAX_DEPTH`), or None. Iterative: any depth is safe to check."""
+    stack: list[tuple[Any, int]] = [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        if depth > MAX_DEPTH:
+            return f"nests deeper than {MAX_DEPTH} levels"
+        if isinstance(item, Mapping):
+            for key, inner in item.items():
+                problem = _string_problem(key) if isinstance(key, str) else None
+                if problem:
+                    return f"key {key!a} {problem}"
+                stack.append((inner, depth + 1))
+        elif isinstance(item, list | tuple):
+            stack.extend((inner, depth + 1) for inner in item)
+        elif isinstance(item, float) and not math.isfinite(item):
+            return f"holds {item}, which PostgreSQL's jsonb cannot store (numbers must be finite)"
+        elif isinstance(item, str):
+            problem = _string_problem(item)
+            if problem:
+                return f"value {item[:40]!a} {problem}"
+    return None
 
 
 @dataclass(frozen=True)
@@ -121,8 +223,9 @@ def _text(
         raise IngestError(where[0], where[1], name, "must not be empty")
     if len(value) > max_len:
         raise IngestError(where[0], where[1], name, f"is {len(value)} characters; the limit is {max_len}")
-    if "\x00" in value:
-        raise IngestError(where[0], where[1], name, "must not contain NUL characters")
+    problem = _string_problem(value)
+    if problem:
+        raise IngestError(where[0], where[1], name, problem)
     return value
 
 
@@ -183,6 +286,9 @@ def validate_row(row: Any, source: str, line: int, default_tenant: str | None = 
     metadata = row.get("metadata") or {}
     if not isinstance(metadata, Mapping):
         raise IngestError(source, line, "metadata", f"must be an object, not {type(metadata).__name__}")
+    problem = json_problem(metadata)  # what the database would refuse (22P02 / 22P05), here with the line
+    if problem:
+        raise IngestError(source, line, "metadata", problem)
     try:
         metadata = json.loads(json.dumps(metadata, default=str))
     except (TypeError, ValueError) as exc:
@@ -205,19 +311,17 @@ def validate_row(row: Any, source: str, line: int, default_tenant: str | None = 
 
 def _yaml_rows(path: Path, text: str) -> list[tuple[int, Any]]:
     """The rows of a YAML list (or ``{memories: [...]}``), each with the line its item starts on."""
-    loader = yaml.SafeLoader(text)
+    loader: StrictYamlLoader | None = None
     try:
+        loader = StrictYamlLoader(text)  # a non-printable character is refused here already
         root = loader.get_single_node()
         data = loader.construct_document(root) if root is not None else None
     except yaml.YAMLError as exc:
-        # where the unclosed construct began, if the parser says; else where it gave up
-        mark = getattr(exc, "context_mark", None) or getattr(exc, "problem_mark", None)
-        line = mark.line + 1 if mark is not None else 1
-        raise IngestError(
-            str(path), line, None, f"is not valid YAML: {getattr(exc, 'problem', exc)}"
-        ) from None
+        line = yaml_error_line(exc, text)
+        raise IngestError(str(path), line, None, f"is not valid YAML: {yaml_error_message(exc)}") from None
     finally:
-        loader.dispose()
+        if loader is not None:
+            loader.dispose()
     if isinstance(data, dict) and set(data) == {"memories"} and isinstance(root, yaml.MappingNode):
         data = data["memories"]
         root = root.value[0][1]
@@ -230,8 +334,11 @@ def _yaml_rows(path: Path, text: str) -> list[tuple[int, Any]]:
 
 def _jsonl_rows(path: Path, text: str) -> list[tuple[int, Any]]:
     rows = []
-    for number, raw in enumerate(text.splitlines(), start=1):
-        if not raw.strip():
+    # lines end at \n (or \r\n) only: JSON strings may hold U+2028, U+0085, \f ... raw, which
+    # str.splitlines() would also break on
+    for number, raw in enumerate(text.split("\n"), start=1):
+        raw = raw.removesuffix("\r")
+        if not raw.strip(" \t\r"):  # JSON's whitespace
             continue
         try:
             rows.append((number, json.loads(raw)))
@@ -239,6 +346,12 @@ def _jsonl_rows(path: Path, text: str) -> list[tuple[int, Any]]:
             raise IngestError(
                 str(path), number, None, f"is not valid JSON: {exc.msg} at column {exc.colno}"
             ) from None
+        except ValueError:  # an integer longer than Python converts (sys.set_int_max_str_digits)
+            raise IngestError(
+                str(path), number, None, f"has an integer over {sys.get_int_max_str_digits()} digits"
+            ) from None
+        except RecursionError:
+            raise IngestError(str(path), number, None, "nests too deeply to read") from None
     return rows
 
 

@@ -12,13 +12,14 @@ The file format follows the seeds::
         interrupt: true                            # may block the call (advisor, opt-in)
     learned: []                                    # written by the system, not by hand
 
-Patterns run inside every retrieval, so a pattern that could be slow is refused here, with the rule's name,
-before it reaches the database (which checks again: ``spark._trigger_pattern_problem``).
+Patterns run inside every retrieval, so a pattern that could be slow to run or to compile is refused here,
+with the rule's name, before it reaches the database (which checks again: ``spark._trigger_pattern_problem``).
 """
 
 from __future__ import annotations
 
 import re
+import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,7 +31,7 @@ from psycopg.types.json import Jsonb
 
 from spark_pg import queries
 from spark_pg.errors import InputError
-from spark_pg.records import PRIORITIES
+from spark_pg.records import PRIORITIES, StrictYamlLoader, json_problem, yaml_error_line, yaml_error_message
 
 RULE_KEYS = frozenset(
     {
@@ -48,6 +49,12 @@ RULE_KEYS = frozenset(
 FILE_KEYS = frozenset({"version", "rules", "learned"})
 NAME = re.compile(r"^[A-Za-z0-9_.:-]{1,64}$")
 MAX_PATTERN = 500
+# PostgreSQL compiles a bounded repetition x{m,n} by copying x n times, and its NFA clean-up grows faster
+# than the copies (each optional copy can be skipped, so its empty transitions reach all those after it):
+# '(a|b){0,255}' x 30 took ~1 s to compile. Written out, a pattern may be at most twice the length limit.
+MAX_WRITTEN_OUT = 2 * MAX_PATTERN
+_BOUND = re.compile(r"\{([0-9]+)(,([0-9]*))?\}")  # {m} {m,} {m,n}: PostgreSQL's bounds ({,n} is literal)
+_HUGE = 100_000  # any bound count with more than 6 digits (PostgreSQL allows 255 at most)
 _UNSAFE = (
     (re.compile(r"\\[1-9]"), "uses a backreference (\\1 ... \\9), which can take exponential time"),
     (re.compile(r"\(\?[=!<]"), "uses a lookaround ((?=, (?!, (?<), which is not allowed"),
@@ -81,6 +88,60 @@ class TriggerRule:
     metadata: Mapping[str, Any] | None = None
 
 
+def _count(digits: str) -> int:
+    return _HUGE if len(digits) > 6 else min(int(digits), _HUGE)
+
+
+def written_out_size(pattern: str) -> int:
+    """How many atoms (a character, an escape, a bracket expression) ``pattern`` has once every bounded
+    repetition is written out: ``(a|b){0,255}`` is 510, ``((a|b){2}c){3}`` is 15. A group counts its atoms;
+    ``{m}`` and ``{m,n}`` multiply what they follow by m and n, ``{m,}`` by m + 1; ``*``, ``+`` and ``?``
+    copy nothing. Stops counting once past :data:`MAX_WRITTEN_OUT`. The database's copy of this count is
+    spark._trigger_pattern_problem (sql/045-triggers.sql): change both together."""
+    saved: list[int] = []  # the count before each open group
+    total = 0  # atoms so far in the innermost open group (or the pattern)
+    last = 0  # atoms of the piece a bound would repeat (0: none, e.g. after | or ^)
+    i, n = 0, len(pattern)
+    while i < n:
+        c = pattern[i]
+        i += 1
+        if c == "\\":
+            i += 1
+            total, last = total + 1, 1
+        elif c == "[":  # to its closing ], past [:class:] [=x=] [.x.], escapes, and a leading ] or ^]
+            i += 1 if pattern[i : i + 1] == "^" else 0
+            i += 1 if pattern[i : i + 1] == "]" else 0
+            while i < n and pattern[i] != "]":
+                if pattern[i] == "[" and pattern[i + 1 : i + 2] in (":", "=", "."):
+                    end = pattern.find(pattern[i + 1] + "]", i + 2)
+                    i = n if end < 0 else end + 2
+                else:
+                    i += 2 if pattern[i] == "\\" else 1
+            i += 1
+            total, last = total + 1, 1
+        elif c == "(":
+            saved.append(total)
+            total, last = 0, 0
+        elif c == ")" and saved:
+            last = total
+            total = saved.pop() + total
+        elif c == "{" and (bound := _BOUND.match(pattern, i - 1)):
+            low, comma, high = bound.groups()
+            times = _count(low) if comma is None else _count(high) if high else _count(low) + 1
+            times = max(times, 1)  # x{0} still gets compiled
+            total, last = total + last * (times - 1), last * times
+            i = bound.end()
+            if total + sum(saved) > MAX_WRITTEN_OUT:
+                break
+        elif c in "*+?":
+            pass
+        elif c in "|^$":
+            last = 0
+        else:
+            total, last = total + 1, 1
+    return total + sum(saved)
+
+
 def pattern_problem(pattern: str) -> str | None:
     """Why ``pattern`` cannot be a trigger pattern, or None when it can (mirrors the database's check)."""
     if not pattern:
@@ -90,9 +151,18 @@ def pattern_problem(pattern: str) -> str | None:
     for check, problem in _UNSAFE:
         if check.search(pattern):
             return problem
+    if written_out_size(pattern) > MAX_WRITTEN_OUT:
+        return (
+            f"repeats too much: with its bounded repetitions ({{m,n}}) written out it is over "
+            f"{MAX_WRITTEN_OUT} atoms long, which compiles slowly"
+        )
     try:
-        re.compile(pattern)
-    except re.error as exc:
+        with warnings.catch_warnings():
+            # Python's re reads a POSIX class ([[:alpha:]], valid where the pattern runs) as a possible
+            # nested set and warns; the warning is about Python's future syntax, not this pattern
+            warnings.simplefilter("ignore", FutureWarning)
+            re.compile(pattern)
+    except (re.error, OverflowError, RecursionError) as exc:  # Overflow: a count past Python's limit
         return f"is not a valid regular expression: {exc}"
     return None
 
@@ -106,7 +176,7 @@ def _rule(raw: Any, where: str, source: str, *, origin: str) -> TriggerRule:
             source, where, f"name must be 1 to 64 letters, digits or _ . : -, got {name!r}"
         )
     where = f"rule {name!r}"
-    unknown = sorted(set(raw) - RULE_KEYS)
+    unknown = sorted((k for k in raw if k not in RULE_KEYS), key=repr)
     if unknown:
         raise TriggerRuleError(
             source, where, f"unknown key {unknown[0]!r}; allowed: {', '.join(sorted(RULE_KEYS))}"
@@ -147,6 +217,9 @@ def _rule(raw: Any, where: str, source: str, *, origin: str) -> TriggerRule:
     metadata = raw.get("metadata") or {}
     if not isinstance(metadata, Mapping):
         raise TriggerRuleError(source, where, "metadata must be a mapping")
+    problem = json_problem(metadata)
+    if problem:
+        raise TriggerRuleError(source, where, f"metadata {problem}")
     pattern = patterns["pattern"]
     assert pattern is not None
     return TriggerRule(
@@ -169,7 +242,7 @@ def parse_rules(data: Any, source: str = "<rules>") -> list[TriggerRule]:
         return []
     if not isinstance(data, Mapping):
         raise TriggerRuleError(source, "file", "must be a mapping with a 'rules' list")
-    unknown = sorted(set(data) - FILE_KEYS)
+    unknown = sorted((k for k in data if k not in FILE_KEYS), key=repr)
     if unknown:
         raise TriggerRuleError(
             source, "file", f"unknown key {unknown[0]!r}; allowed: {', '.join(sorted(FILE_KEYS))}"
@@ -193,11 +266,24 @@ def load_rules(path: str | Path) -> list[TriggerRule]:
     """Read and validate a trigger rule YAML file."""
     path = Path(path)
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise TriggerRuleError(str(path), "file", f"is not UTF-8 text: {exc.reason}") from None
     except OSError as exc:
         raise TriggerRuleError(str(path), "file", f"cannot be read: {exc.strerror}") from None
+    # the memories files' loader: no aliases, bounded nesting, bad tagged values as YAML errors
+    loader: StrictYamlLoader | None = None
+    try:
+        loader = StrictYamlLoader(text)
+        data = loader.get_single_data()
     except yaml.YAMLError as exc:
-        raise TriggerRuleError(str(path), "file", f"is not valid YAML: {exc}") from None
+        line = yaml_error_line(exc, text)
+        raise TriggerRuleError(
+            str(path), f"line {line}", f"is not valid YAML: {yaml_error_message(exc)}"
+        ) from None
+    finally:
+        if loader is not None:
+            loader.dispose()
     return parse_rules(data, str(path))
 
 

@@ -5,6 +5,18 @@ RETURNS text
 LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
 SET search_path = pg_catalog, @vector_schema@, pg_temp
 AS $fn$
+DECLARE
+    max_written_out CONSTANT integer := 1000;  -- twice the length limit
+    n integer;
+    i integer := 1;
+    c text;
+    saved bigint[] := '{}';  -- the count before each open group
+    total bigint := 0;       -- atoms so far in the innermost open group (or the pattern)
+    last bigint := 0;        -- atoms of the piece a bound would repeat (0: none, e.g. after | or ^)
+    bound text[];
+    digits text;
+    times bigint;
+    closing integer;
 BEGIN
     -- patterns run inside every retrieval: refuse what could make one slow, not only what is invalid
     IF pattern IS NULL OR pattern = '' THEN
@@ -18,6 +30,71 @@ BEGIN
     ELSIF pattern ~ '\([^()]*[+*}][^()]*\)[+*{]' THEN
         RETURN 'nests quantifiers (like (a+)+), which can take exponential time';
     END IF;
+    -- and what would compile slowly: the regex compiler copies x{m,n}'s x n times, and its NFA clean-up
+    -- grows faster than the copies ('(a|b){0,255}' x 30: ~1 s). Count the atoms (a character, an escape, a
+    -- bracket expression) of the pattern with every bounded repetition written out: {m} and {m,n} multiply
+    -- what they follow by m and n, {m,} by m + 1. The same count as spark_pg.triggers.written_out_size:
+    -- change both together.
+    n := length(pattern);
+    WHILE i <= n LOOP
+        c := substr(pattern, i, 1);
+        i := i + 1;
+        IF c = '\' THEN
+            i := i + 1;
+            total := total + 1;
+            last := 1;
+        ELSIF c = '[' THEN  -- to its closing ], past [:class:] [=x=] [.x.], escapes, and a leading ] or ^]
+            IF substr(pattern, i, 1) = '^' THEN
+                i := i + 1;
+            END IF;
+            IF substr(pattern, i, 1) = ']' THEN
+                i := i + 1;
+            END IF;
+            WHILE i <= n AND substr(pattern, i, 1) <> ']' LOOP
+                IF substr(pattern, i, 1) = '[' AND substr(pattern, i + 1, 1) IN (':', '=', '.') THEN
+                    closing := strpos(substr(pattern, i + 2), substr(pattern, i + 1, 1) || ']');
+                    i := CASE WHEN closing = 0 THEN n + 1 ELSE i + closing + 3 END;
+                ELSE
+                    i := i + CASE WHEN substr(pattern, i, 1) = '\' THEN 2 ELSE 1 END;
+                END IF;
+            END LOOP;
+            i := i + 1;
+            total := total + 1;
+            last := 1;
+        ELSIF c = '(' THEN
+            saved := saved || total;
+            total := 0;
+            last := 0;
+        ELSIF c = ')' AND cardinality(saved) > 0 THEN
+            last := total;
+            total := saved[cardinality(saved)] + total;
+            saved := saved[1:cardinality(saved) - 1];
+        ELSIF c = '{' AND substr(pattern, i - 1) ~ '^\{[0-9]+(,[0-9]*)?\}' THEN
+            bound := regexp_match(substr(pattern, i - 1), '^\{([0-9]+)(,([0-9]*))?\}');
+            digits := CASE WHEN bound[2] IS NULL OR bound[3] = '' THEN bound[1] ELSE bound[3] END;
+            -- a count of more than 6 digits is taken as 100000 (PostgreSQL allows 255 at most)
+            times := CASE WHEN length(digits) > 6 THEN 100000 ELSE least(digits::bigint, 100000) END;
+            IF bound[2] IS NOT NULL AND bound[3] = '' THEN
+                times := times + 1;
+            END IF;
+            times := greatest(times, 1);  -- x{0} still gets compiled
+            total := total + last * (times - 1);
+            last := last * times;
+            i := i - 1 + length('{' || bound[1] || coalesce(bound[2], '') || '}');
+            EXIT WHEN total + (SELECT coalesce(sum(s), 0) FROM unnest(saved) s) > max_written_out;
+        ELSIF c IN ('*', '+', '?') THEN
+            NULL;
+        ELSIF c IN ('|', '^', '$') THEN
+            last := 0;
+        ELSE
+            total := total + 1;
+            last := 1;
+        END IF;
+    END LOOP;
+    IF total + (SELECT coalesce(sum(s), 0) FROM unnest(saved) s) > max_written_out THEN
+        RETURN format('repeats too much: with its bounded repetitions ({m,n}) written out it is over %s atoms '
+                      'long, which compiles slowly', max_written_out);
+    END IF;
     BEGIN
         PERFORM '' ~* pattern;
     EXCEPTION WHEN invalid_regular_expression THEN
@@ -28,7 +105,8 @@ END
 $fn$;
 COMMENT ON FUNCTION spark._trigger_pattern_problem(text) IS
     'Internal: why pattern cannot be a trigger pattern (empty, over 500 characters, a backreference, a '
-    'lookaround, nested quantifiers, invalid), or NULL when it can.';
+    'lookaround, nested quantifiers, over 1000 atoms with its bounded repetitions written out, invalid), or '
+    'NULL when it can.';
 
 CREATE OR REPLACE FUNCTION spark.put_trigger_rule(
     tenant text, name text, pattern text, surface text[], context_pattern text DEFAULT NULL,

@@ -8,9 +8,9 @@ for text psycopg cannot send, its documented client-side refusal: ``psycopg.Data
 refused (row counts of every spark table before and after); nothing hangs (a 5 s statement_timeout on the
 connections and hypothesis deadlines).
 
-Defects found are pinned at the end of the file as ``xfail(strict=True)`` tests: each names its input, what
-happens and what should. The properties stay clear of those inputs (comments say where), so the suite is
-green and each defect is visible exactly once.
+Defects found are tested at the end of the file (D1 ... D12), each with a docstring saying what it was and
+how it is fixed. A defect still open would be pinned there as an ``xfail(strict=True)`` test naming its input,
+what happens and what should, with the properties kept clear of that input (a comment saying where).
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ from typing import Any
 import psycopg
 import pytest
 import yaml
-from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import event as hypothesis_event
 from hypothesis import strategies as st
 from hypothesis.configuration import set_hypothesis_home_dir
@@ -139,7 +139,8 @@ ODD = (
 
 
 def hostile_text(max_size: int = 200) -> st.SearchStrategy[str]:
-    """Text psycopg can send or must refuse (NUL), never lone surrogates (see the defects below)."""
+    """Text psycopg can send or must refuse (NUL), never lone surrogates (no UTF-8 driver can send them; D5,
+    D7 and D10 below test them where they can arrive: in files and on the command line)."""
     fixed = st.sampled_from(INJECTIONS + ODD)
     return st.one_of(st.text(max_size=max_size), fixed, st.tuples(fixed, st.text(max_size=20)).map("".join))
 
@@ -646,18 +647,51 @@ rule_docs = st.one_of(
 @given(doc=rule_docs)
 def test_trigger_rule_documents_parse_or_fail_with_trigger_rule_error(doc: Any) -> None:
     try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", FutureWarning)  # POSIX classes in Python's re: defect D12
-            rules = parse_rules(doc, "hostile.yaml")
+        rules = parse_rules(doc, "hostile.yaml")
     except TriggerRuleError as exc:
         assert "hostile.yaml" in str(exc)
         return
     assert all(isinstance(r, TriggerRule) and pattern_problem(r.pattern) is None for r in rules)
 
 
-# YAML text without '!' (explicit tags), '&' / '*' (aliases), digits (implicit timestamps) or characters YAML
-# calls non-printable (NUL, C0/C1 controls): those reach defects D5 and D6, pinned below
-RAW_YAML = st.text(alphabet=st.sampled_from([*"abcxyz -:[]{},\"'#|>?.\n\t_é🎉\\", "\u2028"]), max_size=300)
+# YAML text with explicit tags, anchors and aliases, digits (implicit timestamps, huge integers) and
+# characters YAML calls non-printable (NUL, C0/C1 controls): what defects D5 and D6 were about
+RAW_YAML = st.one_of(
+    st.text(
+        alphabet=st.sampled_from(
+            [*"abcxyz -:[]{},\"'#|>?.\n\t_é🎉\\!&*0123456789", "\u2028", "\x00", "\x85"]
+        ),
+        max_size=300,
+    ),
+    st.lists(
+        st.sampled_from(
+            (
+                "- text: x\n",
+                "  created_at: ",
+                "2024-13-45",
+                "2024-01-01 25:00:00",
+                "!!int ",
+                "!!float ",
+                "!!bool ",
+                "!!timestamp ",
+                "!!binary ",
+                "!!set ",
+                "!!omap ",
+                "&a ",
+                "*a",
+                "metadata: ",
+                "[",
+                "]",
+                "{a: ",
+                "}",
+                "abc",
+                "9" * 5000,
+                "\n",
+            )
+        ),
+        max_size=30,
+    ).map("".join),
+)
 
 
 @HOSTILE
@@ -666,9 +700,7 @@ def test_trigger_rule_files_load_or_fail_with_trigger_rule_error(tmp_path_factor
     path = tmp_path_factory.mktemp("rules") / "rules.yaml"
     path.write_text(doc, encoding="utf-8")
     try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", FutureWarning)  # POSIX classes in Python's re: defect D12
-            rules = load_rules(path)
+        rules = load_rules(path)
     except TriggerRuleError:
         return
     assert all(isinstance(r, TriggerRule) for r in rules)
@@ -825,9 +857,6 @@ def test_read_file_returns_records_or_raises_ingest_error(
 )
 def test_read_file_of_arbitrary_bytes(tmp_path_factory: Any, data: bytes, suffix: str) -> None:
     path = tmp_path_factory.mktemp("bytes") / f"memories{suffix}"
-    # no aliases, tags, digits (implicit timestamps) or non-printable characters: defects D5 and D6
-    data = bytes(b for b in data if b not in b"&*!0123456789")
-    assume(not yaml.reader.Reader.NON_PRINTABLE.search(data.decode("utf-8", "replace")))
     path.write_bytes(data)
     with contextlib.suppress(IngestError):
         check_records(read_file(path, "t"))
@@ -1006,7 +1035,7 @@ def test_cli_ingest_all_or_nothing_and_never_crashes(
     assert counts(db) == before
 
 
-# --- defects found (issue 6, point 5): fixed ones test the fix, the others are pinned (strict xfail) ------
+# --- defects found (issue 6, point 5), each now tested as fixed ---------------------------------------------
 
 
 @pytest.mark.parametrize(
@@ -1064,24 +1093,97 @@ def test_d3_an_oversized_query_text_is_refused_fast(db: Conn, words: int) -> Non
         db.execute(f"SET statement_timeout = {TIMEOUT_MS}")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="D4: trigger patterns made of many bounded repetitions pass both safety checks "
-    "(spark._trigger_pattern_problem and triggers.pattern_problem) but take seconds to compile in "
-    "PostgreSQL: '(a|b){0,255}' x 30 (360 characters) ~1 s, x 41 (492 characters) ~2.4 s; every fresh "
-    "connection pays it on its first retrieval with trigger text (3 such rules: 5 s), and beyond 32 "
-    "patterns the backend's regex cache thrashes on every call; expected: refused (2201B) like nested "
-    "quantifiers",
+D4_REFUSED = (
+    "(a|b){0,255}" * 30,  # ~1 s to compile on a fresh connection
+    "(a|b){0,255}" * 41,  # ~2.4 s
+    "a{0,255}" * 30,
+    "(a|b){0,255}" * 2,
+    "((a|b){0,10}c){0,100}",  # nested bounds multiply
+    "(((a){0,9}b){0,9}c){0,9}d{0,200}",
+    "[[:alpha:]]{0,50}" * 21,
+    "x{99999999999}",  # past PostgreSQL's 255 as well
 )
-def test_defect_d4_regex_compile_blowup_is_accepted(db: Conn) -> None:
-    pattern = "(a|b){0,255}" * 30
+D4_ACCEPTED = (  # the largest of their kinds under the limit
+    "(a|b){0,255}",
+    "a{0,16}" * 62,
+    "(a|b){0,12}" * 41,
+    "[[:alpha:]]{0,50}" * 20,
+    "[0-9a-f]{40}|[a-z]{1,255}[0-9]{1,255}",
+    "(((a){0,9}b){0,9}c){0,9}",
+    "(deploy|release|rollback|kubectl|helm|terraform|ansible|docker|compose|nginx){0,14}",
+)
+
+
+@pytest.mark.parametrize("pattern", D4_REFUSED)
+def test_d4_patterns_that_compile_slowly_are_refused_by_both_checks(db: Conn, pattern: str) -> None:
+    """Was D4: many bounded repetitions ('(a|b){0,255}' x 30: ~1 s to compile, x 41: ~2.4 s, on every fresh
+    connection) passed both checks; now both refuse a pattern over 1000 atoms with its bounded repetitions
+    written out (2201B in the database)."""
     problem = pattern_problem(pattern)
+    assert problem is not None and problem.startswith("repeats too much"), problem
     try:
-        with pytest.raises(errors.InvalidRegularExpression):
+        with pytest.raises(errors.InvalidRegularExpression, match="repeats too much") as info:
             db.execute("SELECT spark.put_trigger_rule('alice', 'slow', %s, ARRAY['k1'])", (pattern,))
     finally:
         db.execute("DELETE FROM spark.trigger_rules WHERE tenant = 'alice' AND name = 'slow'")
-    assert problem is not None
+    assert problem in str(info.value)  # the same words from both checks
+
+
+@pytest.mark.parametrize("pattern", D4_ACCEPTED)
+def test_d4_patterns_under_the_repetition_limit_are_accepted_and_compile_fast(
+    hostile_db: str, pattern: str
+) -> None:
+    assert pattern_problem(pattern) is None
+    with connect(hostile_db, statement_timeout_ms=TIMEOUT_MS, autocommit=True) as fresh:
+        assert fresh.execute("SELECT spark._trigger_pattern_problem(%s)", (pattern,)).fetchone() == (None,)
+    with connect(hostile_db, statement_timeout_ms=TIMEOUT_MS, autocommit=True) as fresh:  # an empty cache
+        started = time.monotonic()
+        fresh.execute("SELECT 'deploy' ~* %s", (pattern,))
+        assert time.monotonic() - started < 0.5  # ~30 ms at most idle; the refused ones take 0.3 to 2.4 s
+
+
+REPETITION_ATOMS = (
+    "a",
+    "b",
+    "(",
+    ")",
+    "(a|b)",
+    "|",
+    "[[:alpha:]]",
+    "[]a]",
+    "[^]{]",
+    "\\w",
+    "\\{",
+    "^",
+    "*",
+    "?",
+    "{0,255}",
+    "{3}",
+    "{2,}",
+    "{0,12}",
+    "{1,100}",
+    "{,5}",
+    "{0,0000005}",
+    "{",
+    "[[:x",
+    "[=a=]",
+)
+
+
+@settings(HOSTILE, max_examples=300)
+@given(pattern=st.lists(st.sampled_from(REPETITION_ATOMS), min_size=1, max_size=60).map("".join))
+def test_d4_both_checks_count_repetitions_alike(db: Conn, pattern: str) -> None:
+    """spark._trigger_pattern_problem and triggers.pattern_problem refuse the same patterns for repeating
+    too much, in the same words (each also compiles the pattern, where Python's re and PostgreSQL's
+    differ: only the repetition verdicts are compared)."""
+    ours = pattern_problem(pattern)
+    theirs = db.execute("SELECT spark._trigger_pattern_problem(%s)", (pattern,)).fetchone()
+    assert theirs is not None
+    repeats = [p is not None and p.startswith("repeats too much") for p in (ours, theirs[0])]
+    event(f"refused for repeating: {repeats[0]}")
+    assert repeats[0] == repeats[1], (ours, theirs[0])
+    if repeats[0]:
+        assert ours == theirs[0]
 
 
 D5_FILES = {
@@ -1101,61 +1203,57 @@ D5_FILES = {
 }
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="D5: read_file lets other exceptions than IngestError escape (the CLI prints a traceback): YAML "
-    "scalars whose construction fails (explicit tags !!int/!!float/!!bool/!!timestamp with bad values, "
-    "implicit timestamps with out-of-range fields) raise ValueError/KeyError/AttributeError; nesting past "
-    "the recursion limit raises RecursionError; a NUL or other control character in a YAML file raises "
-    "yaml's ReaderError (the loader is built outside read_file's try); a JSON integer over 4,300 digits "
-    "raises ValueError; a lone surrogate escape in text raises UnicodeEncodeError (default_key); expected: "
-    "IngestError naming the line",
-)
 @pytest.mark.parametrize("case", list(D5_FILES))
-def test_defect_d5_read_file_raises_other_exceptions(tmp_path: Path, case: str) -> None:
+def test_d5_read_file_raises_only_ingest_error_naming_the_line(tmp_path: Path, case: str) -> None:
+    """Was D5: YAML values their tag cannot build (!!int abc, 2024-13-45 ...) raised ValueError / KeyError /
+    AttributeError, deep nesting RecursionError, a NUL in YAML ReaderError (the loader was built outside the
+    try), a JSON integer over 4,300 digits ValueError, a lone surrogate UnicodeEncodeError. Now the YAML
+    loader turns them into YAML errors at their line, nesting is capped at 100 levels, and JSON's number
+    and depth limits and lone surrogates are IngestErrors too."""
     name, text = D5_FILES[case]
     path = tmp_path / name
     path.write_text(text, encoding="utf-8")
-    with pytest.raises(IngestError):
+    with pytest.raises(IngestError, match=rf"{re.escape(str(path))} line [12]\b"):
         read_file(path, "t")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="D5 (trigger files): load_rules catches only yaml.YAMLError, so '!!int abc' and friends raise "
-    "ValueError, not TriggerRuleError",
+@pytest.mark.parametrize(
+    ("text", "line"),
+    [
+        ("rules:\n  - name: r\n    pattern: !!int abc\n    surface: [k]\n", 3),
+        ("rules:\n  - name: r\n    pattern: x\x00\n    surface: [k]\n", 3),
+        ("rules:\n  - name: r\n    pattern: x\n    surface: " + "[" * 200 + "]" * 200 + "\n", 4),
+        ("rules:\n  - &r {name: r, pattern: x, surface: [k]}\n  - *r\n", 3),
+        ("rules:\n  - {name: r, pattern: x, surface: [k], 1: a, null: b}\n", 0),
+    ],
 )
-def test_defect_d5_load_rules_raises_other_exceptions(tmp_path: Path) -> None:
+def test_d5_load_rules_raises_only_trigger_rule_error(tmp_path: Path, text: str, line: int) -> None:
+    """Was D5 (trigger files): load_rules caught only yaml.YAMLError, so '!!int abc' and friends raised
+    ValueError (and mixed key types TypeError); rule files now use the ingest files' loader."""
     path = tmp_path / "rules.yaml"
-    path.write_text("rules:\n  - name: r\n    pattern: !!int abc\n    surface: [k]\n")
-    with pytest.raises(TriggerRuleError):
+    path.write_text(text, encoding="utf-8")
+    with pytest.raises(TriggerRuleError, match=f"line {line}:" if line else "unknown key") as info:
         load_rules(path)
+    assert str(path) in str(info.value)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="D6: YAML aliases expand without limit: a 'billion laughs' in metadata is expanded by read_file's "
-    "JSON round trip of metadata (json.dumps): 6 levels of 9 aliases (531,441 items from 7 short lines) "
-    "are read without complaint; 8 levels (43 million) ran past a 5 s alarm in a scratch run and grow "
-    "to gigabytes; expected: IngestError (aliases refused, or metadata size capped)",
-)
-def test_defect_d6_yaml_alias_bomb_is_expanded(tmp_path: Path) -> None:
+def test_d6_yaml_aliases_are_refused(tmp_path: Path) -> None:
+    """Was D6: aliases expanded without limit (a 'billion laughs' in metadata: 6 levels of 9 aliases, 531,441
+    items from 7 short lines, were read; 8 levels ran for gigabytes); the YAML loader now refuses aliases."""
     levels = ["    a: &a [x, x, x, x, x, x, x, x, x]"]
     for prev, cur in zip("abcde", "bcdef", strict=True):
         levels.append(f"    {cur}: &{cur} [" + ", ".join([f"*{prev}"] * 9) + "]")
     path = tmp_path / "bomb.yaml"
     path.write_text("- text: x\n  tenant: t\n  metadata:\n" + "\n".join(levels) + "\n")
-    with pytest.raises(IngestError):
+    started = time.monotonic()
+    with pytest.raises(IngestError, match=r"bomb\.yaml line 5: .*alias \(\*a\)"):
         read_file(path)
+    assert time.monotonic() - started < 1
+    plain = tmp_path / "plain.yaml"  # an anchor alone expands nothing: still fine
+    plain.write_text("- text: &t x\n  tenant: t\n")
+    assert [r.text for r in read_file(plain)] == ["x"]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="D7: invalid UTF-8 on the command line (Python passes it as lone surrogates, e.g. '\\udcff') "
-    "crashes the CLI with a traceback: UnicodeEncodeError in add (tenant or text) and search (tenant), "
-    "TypeError from the tokenizer in search (query); expected: 'spark-pg: error: ... is not valid UTF-8', "
-    "exit 2",
-)
 @pytest.mark.parametrize(
     "argv",
     [
@@ -1163,23 +1261,33 @@ def test_defect_d6_yaml_alias_bomb_is_expanded(tmp_path: Path) -> None:
         ("add", "--tenant", "t\udcff", "--defer-embedding", "text"),
         ("search", "--tenant", "alice", "query \udcff"),
         ("search", "--tenant", "alice\udcff", "query"),
+        ("ingest", "memories-\udcff.jsonl"),
+        ("search", "--tenant", "alice", "lone \ud800"),
     ],
 )
-def test_defect_d7_cli_crashes_on_invalid_utf8_arguments(cli_db: str, argv: tuple[str, ...]) -> None:
-    code, _, err = run_cli(*argv)
-    assert code == 2 and err.startswith("spark-pg: error:")
+def test_d7_invalid_utf8_arguments_are_refused(cli_db: str, db: Conn, argv: tuple[str, ...]) -> None:
+    """Was D7: invalid UTF-8 on the command line (Python passes it as lone surrogates) crashed add and search
+    with a traceback (UnicodeEncodeError, or TypeError from the tokenizer); main() now refuses any such
+    argument before a command runs."""
+    before = counts(db)
+    code, out, err = run_cli(*argv)
+    assert code == 2 and out == ""
+    assert err.startswith("spark-pg: error: argument ") and err.rstrip().endswith("is not valid UTF-8"), err
+    assert counts(db) == before
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="D8: a k beyond PostgreSQL's integer range reaches spark.retrieve as bigint: 42883 'function "
-    "spark.retrieve(..., k => bigint, ...) does not exist' (class 42) instead of 22023 'k must be between 1 "
-    "and 1000'",
-)
-def test_defect_d8_cli_k_beyond_int4(cli_db: str) -> None:
-    code, _, err = run_cli("search", "--tenant", "alice", "--k", "99999999999", "deploy")
+@pytest.mark.parametrize("k", ["99999999999", "2147483648", "-2147483649", "-99999999999999999999"])
+def test_d8_a_k_beyond_int4_is_refused_like_any_other_bad_k(cli_db: str, k: str) -> None:
+    """Was D8: a k beyond PostgreSQL's integer reached spark.retrieve as a bigint: 42883 'function
+    spark.retrieve(..., k => bigint, ...) does not exist'; the CLI's --k now refuses it in _check_k's
+    words."""
+    code, _, err = run_cli("search", "--tenant", "alice", "--k", k, "deploy")
     check_cli_error(code, err, [])
-    assert "k must be between 1 and 1000" in err
+    assert f"k must be between 1 and 1000, got {int(k)}" in err
+    code, _, err = run_cli(
+        "search", "--tenant", "alice", "--k", "2147483647", "deploy"
+    )  # int4: the database's
+    assert code == 1 and "[22023]" in err and "k must be between 1 and 1000" in err
 
 
 @pytest.mark.parametrize(
@@ -1192,40 +1300,46 @@ def test_d9_an_integer_param_written_as_a_float_names_the_key(db: Conn, fn: str,
         db.execute(f"SELECT * FROM spark.{fn}('alice', 'deploy', params => %s::jsonb)", (params,)).fetchall()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="D10: read_file accepts metadata the database cannot store (NaN, Infinity, \\u0000): the file "
-    "validates, then ingest fails at the database with 22P02/22P05 (after embedding, when not deferred); "
-    "expected: IngestError naming the line and field 'metadata'",
+@pytest.mark.parametrize(
+    "value",
+    [
+        "NaN",
+        "Infinity",
+        "-Infinity",
+        "1e999",
+        '"\\u0000"',
+        '{"\\u0000": 1}',
+        '["\\udc00"]',
+        "[" * 101 + "]" * 101,
+    ],
 )
-@pytest.mark.parametrize("value", ["NaN", "Infinity", '"\\u0000"', '{"\\u0000": 1}'])
-def test_defect_d10_unstorable_metadata_passes_validation(tmp_path: Path, value: str) -> None:
+def test_d10_metadata_the_database_cannot_store_is_refused(tmp_path: Path, value: str) -> None:
+    """Was D10: metadata with NaN, Infinity or \\u0000 passed validation and failed at the database (22P02 /
+    22P05, after embedding); read_file now refuses it, and lone surrogates and nesting past 100 levels, naming
+    the line and field."""
     path = tmp_path / "m.jsonl"
-    path.write_text('{"tenant": "t", "text": "x", "metadata": {"a": ' + value + "}}\n")
-    with pytest.raises(IngestError, match="metadata"):
+    path.write_text(
+        '{"tenant": "t", "text": "ok"}\n{"tenant": "t", "text": "x", "metadata": {"a": ' + value + "}}\n"
+    )
+    with pytest.raises(IngestError, match=r"m\.jsonl line 2, field 'metadata'"):
         read_file(path)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="D11: JSONL lines are split with str.splitlines(), which also breaks on U+2028, U+2029, U+0085, "
-    "\\v, \\f and \\x1c-\\x1e; JSON allows those raw inside strings, so a valid file is refused with 'not "
-    "valid JSON: Unterminated string'; expected: split on \\n only",
-)
-@pytest.mark.parametrize("separator", ["\u2028", "\x85"])
-def test_defect_d11_jsonl_split_on_unicode_line_breaks(tmp_path: Path, separator: str) -> None:
+@pytest.mark.parametrize("separator", ["\u2028", "\u2029", "\x85"])  # \v \f \x1c-\x1e: escaped in JSON
+def test_d11_jsonl_lines_end_at_newline_only(tmp_path: Path, separator: str) -> None:
+    """Was D11: JSONL was split with str.splitlines(), which also breaks on U+2028, U+2029 and U+0085, which
+    JSON allows raw inside strings, so a valid file was refused; lines now end at \\n (or \\r\\n) only."""
     path = tmp_path / "m.jsonl"
-    path.write_text(json.dumps({"tenant": "t", "text": f"one{separator}two"}, ensure_ascii=False) + "\n")
-    assert [r.text for r in read_file(path)] == [f"one{separator}two"]
+    rows = [{"tenant": "t", "text": f"one{separator}two"}, {"tenant": "t", "text": "three"}]
+    path.write_bytes("\r\n".join(json.dumps(r, ensure_ascii=False) for r in rows).encode() + b"\r\n")
+    assert [r.text for r in read_file(path)] == [f"one{separator}two", "three"]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="D12: triggers.pattern_problem checks a pattern with Python's re.compile, which reads a POSIX "
-    "class such as '[[:alpha:]]' (valid in PostgreSQL, where the pattern runs) as a possible nested set and "
-    "emits FutureWarning; wherever warnings are errors (python -W error, this test suite) parse_rules "
-    "raises FutureWarning instead of accepting the rule; expected: the check compiles without warnings",
-)
-def test_defect_d12_posix_class_warns_in_the_python_check() -> None:
-    rules = parse_rules({"rules": [{"name": "r", "pattern": "[[:alpha:]]+ deploy", "surface": ["k"]}]})
-    assert [r.pattern for r in rules] == ["[[:alpha:]]+ deploy"]
+def test_d12_posix_classes_pass_the_python_check_without_warnings() -> None:
+    """Was D12: Python's re.compile warned (FutureWarning) on POSIX classes such as '[[:alpha:]]', valid in
+    PostgreSQL, so parse_rules raised wherever warnings are errors; the check now compiles without them."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        rules = parse_rules({"rules": [{"name": "r", "pattern": "[[:alpha:]]+ deploy", "surface": ["k"]}]})
+        assert [r.pattern for r in rules] == ["[[:alpha:]]+ deploy"]
+        assert pattern_problem("[[:digit:][:space:]]{2} x") is None

@@ -12,7 +12,15 @@ from typing import Any
 import pytest
 
 from spark_pg.errors import IngestError, InputError
-from spark_pg.records import FIELDS, MAX_TEXT, MemoryIn, default_key, read_file, validate_row
+from spark_pg.records import (
+    FIELDS,
+    MAX_DEPTH,
+    MAX_TEXT,
+    MemoryIn,
+    default_key,
+    read_file,
+    validate_row,
+)
 
 SRC = "rows.jsonl"
 
@@ -201,6 +209,23 @@ BAD_ROWS: list[Any] = [
     pytest.param({"tenant": "t", "text": "x", "metadata": [1]}, "metadata", "not list", id="meta-list"),
     pytest.param({"tenant": "t", "text": "x", "metadata": "a=b"}, "metadata", "not str", id="meta-str"),
     pytest.param({"tenant": "t", "text": "x", "metadata": 3}, "metadata", "not int", id="meta-int"),
+    pytest.param({"tenant": "t", "text": "x\ud800"}, "text", "lone surrogate", id="surrogate-text"),
+    pytest.param({"tenant": "t", "text": "x", "key": "\udcff"}, "key", "lone surrogate", id="surrogate-key"),
+    pytest.param(
+        {"tenant": "t", "text": "x", "metadata": {"a": math.inf}}, "metadata", "must be finite", id="meta-inf"
+    ),
+    pytest.param(
+        {"tenant": "t", "text": "x", "metadata": {"a": [1, math.nan]}}, "metadata", "nan", id="meta-nan"
+    ),
+    pytest.param(
+        {"tenant": "t", "text": "x", "metadata": {"a\x00": 1}}, "metadata", "NUL", id="meta-nul-key"
+    ),
+    pytest.param(
+        {"tenant": "t", "text": "x", "metadata": {"a": {"b": "\udc00"}}},
+        "metadata",
+        "surrogate",
+        id="meta-sur",
+    ),
     pytest.param(
         {"tenant": "t", "text": "x", "created_at": "yesterday"}, "created_at", "'yesterday'", id="time-str"
     ),
@@ -456,3 +481,54 @@ def test_missing_file(tmp_path: Path) -> None:
 @pytest.mark.parametrize(("name", "text"), [("m.jsonl", ""), ("m.jsonl", "\n \n\t\n"), ("m.ndjson", "")])
 def test_empty_jsonl(tmp_path: Path, name: str, text: str) -> None:
     assert read_file(write(tmp_path, name, text), "t") == []
+
+
+def test_metadata_nesting_is_capped_at_max_depth() -> None:
+    deep: Any = 1
+    for _ in range(MAX_DEPTH - 1):  # in the metadata object: MAX_DEPTH levels
+        deep = [deep]
+    assert validate_row({"tenant": "t", "text": "x", "metadata": {"a": deep}}, SRC, 1).metadata == {"a": deep}
+    with pytest.raises(IngestError, match=f"nests deeper than {MAX_DEPTH} levels"):
+        validate_row({"tenant": "t", "text": "x", "metadata": {"a": [deep]}}, SRC, 1)
+
+
+@pytest.mark.parametrize(
+    ("text", "line", "fragment"),
+    [
+        ("- text: a\n- text: !!int abc\n", 2, "'abc' is not a valid int"),
+        ("- text: a\n  created_at: 2024-02-30\n", 2, "'2024-02-30' is not a valid timestamp"),
+        ("- text: a\n- text: b\n  context: c\x07\n", 3, "unacceptable character U+0007"),
+        ("- text: &x a\n- text: *x\n", 2, "uses an alias (*x)"),
+        ("- text: a\n  metadata:\n    a: " + "[" * 120 + "]" * 120 + "\n", 3, "nests deeper than 100 levels"),
+    ],
+)
+def test_read_yaml_refuses_what_the_strict_loader_refuses(
+    tmp_path: Path, text: str, line: int, fragment: str
+) -> None:
+    err = ingest_error(write(tmp_path, "m.yaml", text))
+    assert (err.line, err.field) == (line, None)
+    assert "is not valid YAML" in str(err) and fragment in str(err)
+
+
+def test_read_yaml_keeps_anchors_merge_free_tags_and_timestamps(tmp_path: Path) -> None:
+    path = write(
+        tmp_path,
+        "m.yaml",
+        "- text: &t !!str 42\n  created_at: 2024-05-01 13:56:00\n"
+        "  metadata: {n: !!int '7', when: 2024-05-01}\n",
+    )
+    [record] = read_file(path, "t")
+    assert record.text == "42" and record.created_at == datetime(2024, 5, 1, 13, 56, tzinfo=UTC)
+    assert record.metadata == {"n": 7, "when": "2024-05-01"}
+
+
+@pytest.mark.parametrize(
+    ("line", "fragment"),
+    [("1" * 5000, "an integer over"), ("[" * 5000 + "]" * 5000, "nests too deeply")],
+)
+def test_read_jsonl_refuses_what_python_cannot_read(tmp_path: Path, line: str, fragment: str) -> None:
+    path = write(
+        tmp_path, "m.jsonl", '{"tenant": "t", "text": "a"}\n{"text": "b", "metadata": {"a": ' + line + "}}\n"
+    )
+    err = ingest_error(path)
+    assert (err.line, err.field) == (2, None) and fragment in str(err)

@@ -20,6 +20,7 @@ from spark_pg.triggers import (
     parse_rules,
     pattern_problem,
     sync_rules,
+    written_out_size,
 )
 from tests.conftest import rolled_back, temp_database
 
@@ -58,12 +59,56 @@ def rule(**fields: Any) -> dict[str, Any]:
         (rule(confidence=1.5), "confidence"),
         (rule(colour="red"), "unknown key 'colour'"),
         (rule(name="has space"), "name must be"),
+        (rule(pattern="(a|b){0,255}" * 2), "repeats too much"),
+        (rule(context_pattern="((ab){0,40}c){0,40}"), "context_pattern .* repeats too much"),
+        (rule(metadata={"note": float("nan")}), "metadata holds nan"),
+        (rule(metadata={"note\x00": 1}), "metadata key"),
+        ({**rule(), 1: "a", None: "b"}, "unknown key 1"),
     ],
 )
 def test_a_bad_rule_is_refused_with_its_name(raw: dict[str, Any], message: str) -> None:
     with pytest.raises(TriggerRuleError, match=message) as info:
         parse_rules({"version": 1, "rules": [raw]}, "rules.yaml")
     assert "rules.yaml" in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("pattern", "size"),
+    [
+        ("deploy", 6),
+        ("deploy|release", 13),
+        ("(a|b){0,255}", 510),
+        ("((a|b){2}c){3}", 15),
+        ("a{3}", 3),
+        ("a{2,}", 3),
+        ("a{2,5}b{0}", 6),
+        ("a{,5}", 5),  # PostgreSQL reads {,5} as text: 5 atoms
+        ("\\w{40}", 40),
+        ("[[:alpha:]]{10}", 10),
+        ("[]a]{10}", 10),
+        ("[^]a\\]]{10}", 10),
+        ("[[.-.]x]{4}", 4),
+        ("^(a){4}|b*c+d?", 7),
+        ("a{000004}", 4),
+        ("a{0000004}", 100_000),  # over 6 digits: counted as 100000, past any limit (PostgreSQL's is 255)
+    ],
+)
+def test_written_out_size(pattern: str, size: int) -> None:
+    assert written_out_size(pattern) == size
+
+
+@pytest.mark.parametrize(
+    "pattern",
+    [
+        "[[:alpha:]]+ deploy",
+        "[[:digit:]]{4}-[[:digit:]]{2}",
+        "[0-9a-f]{40}",
+        "(release|deploy) (to|on) [a-z]{2,12}",
+    ],
+)
+def test_reasonable_patterns_pass_both_checks(conn: Conn, pattern: str) -> None:
+    assert pattern_problem(pattern) is None
+    assert conn.execute("SELECT spark._trigger_pattern_problem(%s)", (pattern,)).fetchone() == (None,)
 
 
 def test_file_level_errors() -> None:
@@ -102,6 +147,7 @@ def test_the_pack_rules_file_is_valid_and_safe(tmp_path: Path) -> None:
         (("t", "r", "(a*)*b", ["k"]), errors.InvalidRegularExpression),
         (("t", "r", r"(x)\1", ["k"]), errors.InvalidRegularExpression),
         (("t", "r", "deploy(", ["k"]), errors.InvalidRegularExpression),
+        (("t", "r", "(a|b){0,255}" * 30, ["k"]), errors.InvalidRegularExpression),
         (("t", "bad name", "deploy", ["k"]), errors.InvalidParameterValue),
         (("t", "r", "deploy", []), errors.InvalidParameterValue),
         ((None, "r", "deploy", ["k"]), errors.NullValueNotAllowed),
