@@ -289,26 +289,40 @@ BEGIN
             SELECT pl.id, array_agg(pl.pool ORDER BY pl.pool) AS pools,
                    jsonb_object_agg(pl.pool, pl.rnk) AS pool_ranks
             FROM pools pl GROUP BY pl.id),
-        sig AS (
+        -- the params each candidate needs, read from the jsonb once (not once per row: ~1 us per lookup)
+        w AS MATERIALIZED (
+            SELECT ($5 ->> 'w_similarity')::double precision AS ws, ($5 ->> 'w_keyword')::double precision AS wk,
+                   ($5 ->> 'w_recency')::double precision AS wr, ($5 ->> 'w_outcome')::double precision AS wo,
+                   ($5 ->> 'w_trigger')::double precision AS wt,
+                   ($5 ->> 'rrf_k')::double precision AS rk, $5 ->> 'fusion' AS fusion,
+                   ($5 ->> 'recency_floor')::double precision AS rfloor,
+                   ($5 ->> 'half_life_days')::double precision AS hl,
+                   ($5 ->> 'decay_half_life_days')::double precision AS dhl,
+                   $5 -> 'domains' AS domains, $5 -> 'domains' = 'null' AS any_domain,
+                   ($5 ->> 'min_actionability')::double precision AS min_act,
+                   ($5 ->> '_pack_factor')::double precision AS pack,
+                   ($5 ->> 'domain_min')::integer AS domain_min,
+                   (SELECT lex_total.total FROM lex_total) AS lex_total),
+        -- every signal once per candidate (materialized: the fusion and the gates read them several times)
+        sig AS MATERIALIZED (
             SELECT mm.id, mm.key, mm.text, mm.category, mm.kind, mm.tenant <> $6 AS system_default,
                    mm.created_at, mm.content_hash, ev.embedding AS emb, mm.priority AS prio_label,
                    (1 - (ev.embedding <=> $2))::double precision AS sim,
                    CASE WHEN $4 IS NOT NULL AND mm.tsv @@ $4
-                        THEN coalesce((SELECT sum(lex.idf) FROM lex WHERE mm.tsv @@ lex.q)
-                                      / (SELECT lex_total.total FROM lex_total), 0)
+                        THEN coalesce((SELECT sum(lex.idf) FROM lex WHERE mm.tsv @@ lex.q) / w.lex_total, 0)
                         ELSE 0 END::double precision AS kw,
                    -- half-lives capped at 100 (0.5 ^ 100 is 8e-31, still a real): older is as old, never an underflow
-                   greatest(($5 ->> 'recency_floor')::double precision,
+                   greatest(w.rfloor,
                             power(0.5, least(100, greatest(0, extract(epoch FROM ($3 - mm.created_at)) / 86400.0)
-                                                   / ($5 ->> 'half_life_days')::double precision)))::double precision
+                                                   / w.hl)))::double precision
                        AS rec,
                    -- opt-in decay of unused insights: reliability halves every decay_half_life_days since the
                    -- memory was last marked (or created)
-                   (mm.reliability * CASE WHEN ($5 ->> 'decay_half_life_days')::double precision > 0 THEN
+                   (mm.reliability * CASE WHEN w.dhl > 0 THEN
                         power(0.5, least(100, greatest(0, extract(epoch FROM ($3 - coalesce(mm.last_seen_at,
                                                                                           mm.created_at)))
                                                             / 86400.0)::double precision
-                                               / ($5 ->> 'decay_half_life_days')::double precision))
+                                               / w.dhl))
                         ELSE 1 END)::double precision AS outc,
                    -- a trigger can raise the priority of what it surfaces, never lower it
                    -- (inline: a function with a pinned search_path is a real call per row, ~15 us)
@@ -318,23 +332,19 @@ BEGIN
                    cand.pools, cand.pool_ranks,
                    coalesce(tg.conf, 0) AS trig, tg.rules AS trig_rules, tg.priority AS trig_prio,
                    tg.interrupt AS trig_interrupt, mm.action_domain AS adomain, mm.actionability AS act,
-                   $5 -> 'domains' = 'null' OR coalesce(mm.action_domain, 'general') = 'general'
-                       OR $5 -> 'domains' ? mm.action_domain OR tg.id IS NOT NULL OR mm.tier = 'pinned'
+                   w.any_domain OR coalesce(mm.action_domain, 'general') = 'general'
+                       OR w.domains ? mm.action_domain OR tg.id IS NOT NULL OR mm.tier = 'pinned'
                        AS domain_ok,
-                   mm.actionability IS NULL OR mm.actionability >= ($5 ->> 'min_actionability')::double precision
+                   mm.actionability IS NULL OR mm.actionability >= w.min_act
                        OR tg.id IS NOT NULL OR mm.tier = 'pinned' AS act_ok,
                    mm.tier
             FROM cand
+            CROSS JOIN w
             LEFT JOIN trig tg ON tg.id = cand.id
             -- one primary-key probe per candidate (a join could scan the whole tenant)
             CROSS JOIN LATERAL (SELECT * FROM spark.memories m1
                                 WHERE m1.tenant = ANY($1) AND m1.id = cand.id LIMIT 1) mm
             LEFT JOIN spark.embeddings ev ON ev.tenant = mm.tenant AND ev.memory_id = mm.id AND ev.model_id = $15),
-        w AS (
-            SELECT ($5 ->> 'w_similarity')::double precision AS ws, ($5 ->> 'w_keyword')::double precision AS wk,
-                   ($5 ->> 'w_recency')::double precision AS wr, ($5 ->> 'w_outcome')::double precision AS wo,
-                   ($5 ->> 'w_trigger')::double precision AS wt,
-                   ($5 ->> 'rrf_k')::double precision AS rk, $5 ->> 'fusion' AS fusion),
         fused AS (
             SELECT ranked.*,
                    CASE WHEN w.fusion = 'rrf' THEN
@@ -349,7 +359,7 @@ BEGIN
                         + w.wt * ranked.trig
                    END * (1 + ranked.prio)
                    -- the cold-start pack yields as the tenant's own memories grow
-                   * CASE WHEN ranked.system_default THEN ($5 ->> '_pack_factor')::double precision ELSE 1 END
+                   * CASE WHEN ranked.system_default THEN w.pack ELSE 1 END
                    AS score,
                    CASE WHEN ranked.trig > 0 THEN 'trigger'
                         WHEN 'pinned' = ANY(ranked.pools) THEN 'pinned'
@@ -374,7 +384,7 @@ BEGIN
             SELECT gated.id,
                    CASE WHEN gated.gate_status IS NULL AND NOT gated.domain_ok
                              AND count(*) FILTER (WHERE gated.gate_status IS NULL AND gated.domain_ok)
-                                     OVER () >= ($5 ->> 'domain_min')::integer THEN
+                                     OVER () >= (SELECT w.domain_min FROM w) THEN
                             format('dropped: action domain %s is not one of %s', gated.adomain, $5 -> 'domains')
                    END AS dom_status
             FROM gated),
