@@ -55,6 +55,24 @@ MAX_PATTERN = 500
 MAX_WRITTEN_OUT = 2 * MAX_PATTERN
 _BOUND = re.compile(r"\{([0-9]+)(,([0-9]*))?\}")  # {m} {m,} {m,n}: PostgreSQL's bounds ({,n} is literal)
 _HUGE = 100_000  # any bound count with more than 6 digits (PostgreSQL allows 255 at most)
+_MAX_BOUND = 255  # PostgreSQL's largest repetition count (RE_DUPMAX)
+_CHR_MAX = 0x7FFFFFFE  # PostgreSQL's largest character code in an escape
+# PostgreSQL's ARE escapes that Python's re lacks or reads otherwise, as Python of the same shape: the
+# constraint escapes \m (start of a word), \M (end of one), \y (either) and \Y (not a word boundary) are
+# zero-width like Python's \b (which, like PostgreSQL, refuses a quantifier on one); \b, \B and \e are the
+# characters backspace, backslash and escape in PostgreSQL
+_CONSTRAINTS = {"m": r"(?=\w)\b", "M": r"(?<=\w)\b", "y": r"\b", "Y": r"\B", "A": r"\A", "Z": r"\Z"}
+_CHARACTERS = {"b": 0x08, "B": 0x5C, "e": 0x1B}
+# PostgreSQL's [:class:] names
+_CLASSES = frozenset({"alnum", "alpha", "ascii", "blank", "cntrl", "digit", "graph", "lower", "print"})
+_CLASSES |= {"punct", "space", "upper", "xdigit", "word"}
+_OPTIONS = re.compile(r"\(\?([bceimnpqstwx]+)\)")  # PostgreSQL's embedded options (only at the start)
+_SAME = frozenset("afnrtvdswDSW0123456789")  # \0: octal alike; \1 to \9 are refused before (backreferences)
+_DIGITS = {
+    "x": re.compile(r"[0-9A-Fa-f]{1,255}"),
+    "u": re.compile(r"[0-9A-Fa-f]{4}"),
+    "U": re.compile(r"[0-9A-Fa-f]{8}"),
+}
 _UNSAFE = (
     (re.compile(r"\\[1-9]"), "uses a backreference (\\1 ... \\9), which can take exponential time"),
     (re.compile(r"\(\?[=!<]"), "uses a lookaround ((?=, (?!, (?<), which is not allowed"),
@@ -142,6 +160,137 @@ def written_out_size(pattern: str) -> int:
     return total + sum(saved)
 
 
+def _python_char(code: int) -> str:
+    return f"\\U{min(code, 0x10FFFF):08x}"  # past Unicode: only the syntax is checked, any character will do
+
+
+def as_python_pattern(pattern: str) -> tuple[str, list[int]] | str:
+    r"""``pattern`` (a PostgreSQL ARE) rewritten for Python's ``re``, to check its syntax there, and where
+    each character of the rewrite came from in ``pattern`` (plus its end); or, as a str, why PostgreSQL
+    refuses it where Python would not.
+
+    One walk, escape by escape (``\\m`` is a backslash, then an m). Outside a bracket expression the
+    constraint escapes ``\m \M \y \Y`` (and ``[[:<:]] [[:>:]]``, older spellings of ``\m \M``) become
+    zero-width Python of the same shape (_CONSTRAINTS); inside one PostgreSQL refuses them (and ``\A \Z``).
+    ``\b \B \e \cX \xhhh \uhhhh \Uhhhhhhhh`` become the character they stand for; any other escaped ASCII
+    letter or digit PostgreSQL does not know is refused (Python reads some, like ``\N{...}``). A ``{`` not
+    followed by a digit is text, as in PostgreSQL (Python reads ``{,5}`` as a bound); one followed by a
+    digit must be a bound with counts up to 255. In a bracket expression ``[:class:]`` must name a class
+    and ``[=x=]`` hold one character. Python's own syntax that PostgreSQL lacks is refused: ``(?`` groups
+    other than ``(?:`` and ``(?#comment)`` (options only at the start), possessive quantifiers (``a*+``).
+    The directors ``***=`` (the rest is text) and ``***:`` are read. Not mirrored (the database refuses
+    them): a range chained to another (``[a-c-e]``), an unknown named character (``[[.ab.]]``)."""
+    if pattern.startswith("***="):
+        return "", [len(pattern)]
+    out: list[str] = []
+    where: list[int] = []
+
+    def put(text: str, at: int) -> None:
+        out.append(text)
+        where.extend([at] * len(text))
+
+    i, n = (4, len(pattern)) if pattern.startswith("***:") else (0, len(pattern))
+    if options := _OPTIONS.match(pattern, i):
+        letters = options.group(1)
+        if "q" in letters:  # the rest is text
+            return "", [n]
+        if "b" in letters or "e" in letters:
+            return f"has the embedded option {options.group()}, which leaves the advanced syntax checked here"
+        if letters.rfind("x") > letters.rfind("t"):  # expanded syntax (t: tight, the default), as Python's
+            put("(?x)", i)
+        i = options.end()
+    bracket = -1  # where the open bracket expression's contents start, or -1 outside one
+    quantified = False  # the last piece was a quantifier (so a + would make it possessive)
+    while i < n:
+        at, c = i, pattern[i]
+        i += 1
+        if c == "\\" and i < n:
+            e = pattern[i]
+            i += 1
+            if e in _CONSTRAINTS:
+                if bracket >= 0:
+                    return f"has the constraint escape \\{e} inside a bracket expression (at position {at})"
+                put(_CONSTRAINTS[e], at)
+            elif e in _CHARACTERS:
+                put(_python_char(_CHARACTERS[e]), at)
+            elif e == "c" and i < n:
+                put(_python_char(ord(pattern[i]) & 0o37), at)
+                i += 1
+            elif e in _DIGITS and (digits := _DIGITS[e].match(pattern, i)):
+                code = int(digits.group(), 16) & 0xFFFFFFFF  # PostgreSQL's count wraps at 32 bits
+                if code > _CHR_MAX:
+                    return (
+                        f"has the escape \\{e}{digits.group()} past the largest character (at position {at})"
+                    )
+                put(_python_char(code), at)
+                i = digits.end()
+            elif e.isascii() and e.isalnum() and e not in _SAME:
+                return f"has the invalid escape \\{e} (at position {at})"
+            else:
+                put(c + e, at)
+            quantified = False
+        elif bracket >= 0:
+            if c == "[" and pattern[i : i + 1] in (":", "=", "."):
+                kind = pattern[i]
+                end = pattern.find(kind + "]", i + 1)
+                if end < 0:
+                    return f"has an unclosed [{kind} in a bracket expression (at position {at})"
+                name, i = pattern[i + 1 : end], end + 2
+                if kind == ":" and name not in _CLASSES:
+                    return f"has the unknown character class [:{name}:] (at position {at})"
+                if not name or (kind == "=" and len(name) != 1):
+                    return f"has the invalid collating element [{kind}{name}{kind}] (at position {at})"
+                # a class (not a range's end, like \w in Python), or a character: [.space.] is one too
+                put(_python_char(ord(name) if len(name) == 1 else 0) if kind == "." else r"\w", at)
+                continue
+            if c == "]" and at > bracket:
+                bracket = -1
+            put(c, at)
+        elif c == "[" and pattern.startswith(("[[:<:]]", "[[:>:]]"), at):  # PostgreSQL's older \m and \M
+            put(_CONSTRAINTS["m" if pattern[at + 4] == "<" else "M"], at)
+            i = at + 7
+            quantified = False
+        elif c == "[":
+            i += 1 if pattern[i : i + 1] == "^" else 0
+            bracket = i  # a ] right after [ or [^ is a character
+            put(pattern[at:i], at)
+            quantified = False
+        elif c == "(" and pattern[i : i + 1] == "?":
+            if pattern[i + 1 : i + 2] == "#":  # a comment, to the next )
+                end = pattern.find(")", i)
+                i = n if end < 0 else end + 1
+                put(pattern[at:i], at)
+            elif pattern[i + 1 : i + 2] in (":", "=", "!", "<"):  # lookarounds are refused before
+                put(pattern[at : i + 2], at)
+                i += 2
+            else:
+                return f"has the group {pattern[at : i + 2]} PostgreSQL does not know (at position {at})"
+            quantified = False
+        elif c in "*+?":
+            if c == "+" and quantified:
+                return f"has a possessive quantifier (+ after a quantifier, at position {at})"
+            put(c, at)
+            quantified = True
+        elif c == "{" and "0" <= pattern[i : i + 1] <= "9":  # a bound: {m} {m,} {m,n}, 0 <= m <= n <= 255
+            bound = _BOUND.match(pattern, at)
+            if bound is None and "}" not in pattern[i:]:
+                return f"has an unclosed bound {{ (at position {at})"
+            low, _, high = bound.groups() if bound else ("", None, None)
+            if bound is None or int(low) > _MAX_BOUND or (high and not int(low) <= int(high) <= _MAX_BOUND):
+                return (
+                    f"has an invalid repetition count {{m,n}} (at position {at}; 0 <= m <= n <= {_MAX_BOUND})"
+                )
+            put(bound.group(), at)
+            i = bound.end()
+            quantified = True
+        else:
+            # a { is text, as in PostgreSQL; Python would read {,5} as a bound
+            put("\\{" if c == "{" else c, at)
+            quantified = False
+    where.append(n)
+    return "".join(out), where
+
+
 def pattern_problem(pattern: str) -> str | None:
     """Why ``pattern`` cannot be a trigger pattern, or None when it can (mirrors the database's check)."""
     if not pattern:
@@ -156,13 +305,20 @@ def pattern_problem(pattern: str) -> str | None:
             f"repeats too much: with its bounded repetitions ({{m,n}}) written out it is over "
             f"{MAX_WRITTEN_OUT} atoms long, which compiles slowly"
         )
+    python = as_python_pattern(pattern)
+    if isinstance(python, str):
+        return f"is not a valid regular expression: {python}"
+    rewritten, where = python
     try:
         with warnings.catch_warnings():
             # Python's re reads a POSIX class ([[:alpha:]], valid where the pattern runs) as a possible
             # nested set and warns; the warning is about Python's future syntax, not this pattern
             warnings.simplefilter("ignore", FutureWarning)
-            re.compile(pattern)
-    except (re.error, OverflowError, RecursionError) as exc:  # Overflow: a count past Python's limit
+            re.compile(rewritten)
+    except re.error as exc:
+        at = "" if exc.pos is None else f" at position {where[min(exc.pos, len(where) - 1)]}"
+        return f"is not a valid regular expression: {exc.msg}{at}"
+    except (OverflowError, RecursionError) as exc:  # Overflow: a count past Python's limit
         return f"is not a valid regular expression: {exc}"
     return None
 

@@ -111,6 +111,139 @@ def test_reasonable_patterns_pass_both_checks(conn: Conn, pattern: str) -> None:
     assert conn.execute("SELECT spark._trigger_pattern_problem(%s)", (pattern,)).fetchone() == (None,)
 
 
+# PostgreSQL's ARE syntax where Python's re differs; accepted: by both checks, refused: by both
+ARE_ACCEPTED = (
+    r"\mdeploy\M",  # \m start of a word, \M end of one (Python's re: "bad escape \m")
+    r"\ystaging\y",  # \y a word boundary
+    r"\Yx",  # \Y not one
+    r"\mmigrat",  # what spark.propose_triggers writes: \m<stem>
+    r"\\m",  # a backslash, then m
+    r"x\\\mdeploy",  # a backslash, then \m
+    r"(\mrm\M|\mdrop\M)\s+(-rf|table)",
+    r"(?:\m)*",  # a group of a constraint may repeat
+    r"[[:<:]]deploy[[:>:]]",  # PostgreSQL's older spellings of \m and \M
+    r"\Adeploy\Z",
+    r"[\b]\b\B\e\cA",  # backspace, backspace, backslash, escape, control-A
+    r"\x41\x4142\u0041\U00000041\x0000000041",  # \x takes any number of hex digits
+    r"\<\>",  # any other escaped non-alphanumeric is that character
+    r"[\w\d\s]\W\D\S",
+    r"deploy{,5}",  # {,5} is text in PostgreSQL (a bound in Python)
+    r"\m{,5}",
+    r"a{x}",
+    r"a{255}",
+    r"(?i)\mdeploy",
+    r"***:\mdeploy",
+    r"***=\q(?P<n>",  # ***= : the rest is text
+    r"(?#comment)\mdeploy",
+    r"a+?b*?c??",  # non-greedy quantifiers
+)
+ARE_REFUSED = (
+    r"[\m]",  # constraint escapes are refused inside a bracket expression
+    r"[\M]",
+    r"[\y]",
+    r"[\Y]",
+    r"[\A]",
+    r"\m*",  # and cannot be repeated
+    r"\M+",
+    r"\y?",
+    r"\Y{2}",
+    r"[[:<:]]*",
+    r"\q",  # an escaped letter PostgreSQL does not know (Python reads \N{...} and, in 3.14, \z)
+    r"\z",
+    r"\N{LATIN SMALL LETTER A}",
+    r"\x",
+    r"\u41",
+    r"\x7fffffff",  # past PostgreSQL's largest character
+    "x\\",  # a trailing backslash
+    r"a{256}",  # past PostgreSQL's largest count (Python allows it)
+    r"a{2,1}",
+    r"a{1,2,3}",
+    r"a{1",
+    r"a*+",  # possessive quantifiers and atomic groups: Python only
+    r"a{2}+",
+    r"(?>a)",
+    r"(?P<n>a)",  # other groups of Python's
+    r"(?i:a)",
+    r"a(?i)",
+    r"[[:nope:]]",
+    r"[^[:alpha:]",  # unbalanced, though Python reads [^[:alpha:] as a set
+    r"[[=ab=]]",
+)
+
+
+@pytest.mark.parametrize("pattern", ARE_ACCEPTED)
+def test_postgresql_only_syntax_passes_both_checks(conn: Conn, pattern: str) -> None:
+    assert pattern_problem(pattern) is None
+    assert conn.execute("SELECT spark._trigger_pattern_problem(%s)", (pattern,)).fetchone() == (None,)
+
+
+@pytest.mark.parametrize("pattern", ARE_REFUSED)
+def test_what_postgresql_refuses_python_refuses_too(conn: Conn, pattern: str) -> None:
+    problem = pattern_problem(pattern)
+    assert problem is not None and problem.startswith("is not a valid regular expression"), problem
+    theirs = conn.execute("SELECT spark._trigger_pattern_problem(%s)", (pattern,)).fetchone()
+    assert theirs is not None and theirs[0] is not None
+    assert theirs[0].startswith("is not a valid regular expression")
+
+
+def test_word_boundary_rules_load_and_match_as_in_postgresql(conn: Conn, tmp_path: Path) -> None:
+    path = tmp_path / "rules.yaml"
+    path.write_text(
+        "rules:\n"
+        "  - {name: deploy, pattern: '\\mdeploy\\M', context_pattern: '\\mbash\\M', surface: [k1]}\n"
+        "  - {name: staging, pattern: '\\ystaging\\y', surface: [k1]}\n"
+        "  - {name: inner, pattern: 'ta\\Yx', surface: [k1]}\n"
+        "  - {name: slash, pattern: 'C:\\\\mnt', surface: [k1]}\n"
+        "learned:\n"
+        "  - {name: 'learned:migrat', pattern: '\\mmigrat', surface: [k1]}\n"
+    )
+    rules = {r.name: r for r in load_rules(path)}
+    assert rules["deploy"].pattern == r"\mdeploy\M" and rules["slash"].pattern == r"C:\\mnt"
+    sync_rules(conn, "acme", list(rules.values()))
+    stored = dict(
+        conn.execute("SELECT name, pattern FROM spark.trigger_rules WHERE tenant = 'acme'").fetchall()
+    )
+    assert stored == {name: r.pattern for name, r in rules.items()}
+
+    def matches(text: str, pattern: str) -> bool:
+        row = conn.execute("SELECT %s ~* %s", (text, pattern)).fetchone()
+        return row is not None and bool(row[0])
+
+    assert matches("Bash: Deploy now", r"\mdeploy\M") and not matches("redeploy", r"\mdeploy\M")
+    assert not matches("deployment", r"\mdeploy\M")
+    assert matches("to staging.", r"\ystaging\y") and not matches("prestaging", r"\ystaging\y")
+    assert matches("taxes", r"ta\Yx") and not matches("ta x", r"ta\Yx")
+    assert matches(r"C:\mnt", r"C:\\mnt") and not matches("C:mnt", r"C:\\mnt")
+    assert matches("run the migrations", r"\mmigrat") and not matches("remigrate", r"\mmigrat")
+
+
+def test_python_errors_point_into_the_pattern_as_written() -> None:
+    # \m is rewritten longer for Python; the position is still the one in the rule file
+    assert pattern_problem(r"\mdeploy(") == (
+        "is not a valid regular expression: missing ), unterminated subpattern at position 8"
+    )
+    assert (
+        pattern_problem(r"\mdeploy\M*")
+        == "is not a valid regular expression: nothing to repeat at position 10"
+    )
+    problem = pattern_problem(r"[a\m]")
+    assert problem is not None and "\\m inside a bracket expression (at position 2)" in problem
+    with pytest.raises(TriggerRuleError, match=r"'r1': pattern .* constraint escape \\m inside a bracket"):
+        parse_rules({"rules": [rule(pattern=r"[\m]")]})
+
+
+@pytest.mark.parametrize(("pattern", "verdict"), [(r"(\mabc){250}", None), (r"(\mabcd){250}", "repeats")])
+def test_a_constraint_escape_counts_alike_in_both_checks(
+    conn: Conn, pattern: str, verdict: str | None
+) -> None:
+    r"""\m is counted as one atom (as every escape is) by both: the regex compiler gives it an arc too."""
+    assert written_out_size(pattern) == 250 * (len(pattern) - len("(){250}") - 1)
+    ours = pattern_problem(pattern)
+    theirs = conn.execute("SELECT spark._trigger_pattern_problem(%s)", (pattern,)).fetchone()
+    assert theirs is not None and ours == theirs[0]
+    assert ours is None if verdict is None else ours is not None and ours.startswith(verdict)
+
+
 def test_file_level_errors() -> None:
     with pytest.raises(TriggerRuleError, match="defined twice"):
         parse_rules({"rules": [rule(), rule()]})
@@ -363,6 +496,7 @@ def test_learned_triggers_are_proposed_in_shadow_and_promoted_on_precision(conn:
         "SELECT name, pattern, context_pattern, shadow, origin FROM spark.trigger_rules WHERE tenant = 'acme'"
     ).fetchone()
     assert rule is not None and rule[1] == r"\mmigrat" and rule[3:] == (True, "learned")
+    assert pattern_problem(rule[1]) is None  # what the database writes, the rule file check accepts
     assert conn.execute("SELECT spark.propose_triggers('acme', 3)").fetchone() == (0,)
 
     # in shadow: matched and logged by spark.advise, never surfaced
