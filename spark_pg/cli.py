@@ -492,6 +492,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_soak_parser(sub)
 
+    from spark_pg.faults_cli import add_parser as add_faults_parser
+
+    add_faults_parser(sub)
 
     p = sub.add_parser("config", help="show the effective tuneables")
     p.set_defaults(func=cmd_config)

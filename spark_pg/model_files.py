@@ -48,8 +48,13 @@ def _sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
+def missing_files(model_dir: Path) -> list[str]:
+    """The required files that ``model_dir`` lacks (all of them when the folder is gone)."""
+    return [name for name in REQUIRED if not (model_dir / name).is_file()]
+
+
 def is_installed(model_dir: Path) -> bool:
-    return all((model_dir / name).is_file() for name in REQUIRED)
+    return not missing_files(model_dir)
 
 
 def _onnx_source() -> Path:

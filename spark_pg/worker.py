@@ -10,12 +10,16 @@ changed meanwhile stays queued (its update re-queued it) and is embedded again w
 Between batches the worker sleeps on ``LISTEN spark_embed`` (the queue triggers notify), waking at least
 every ``poll_s`` seconds. A text the model cannot embed gets an attempt counted, its error kept and a
 backoff; the rest of its batch is stored. Rows that failed ``max_attempts`` times are left for a person
-(they show in ``spark-pg stats``). A database error rolls the batch back and stops the worker.
+(they show in ``spark-pg stats``). A database error rolls the batch back and stops the worker, except a
+lost connection (the server crashed, restarts or is not reachable yet): :func:`run_reconnecting` then logs
+one line, waits (0.25 s, doubling up to ``max_backoff_s``) and connects again; the rows of the batch in
+flight were never committed and are claimed again once the server is back.
 """
 
 from __future__ import annotations
 
 import signal
+import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -28,10 +32,14 @@ from tqdm import tqdm
 
 from spark_pg import queries
 from spark_pg.embedding import Embedder
-from spark_pg.errors import InputError
+from spark_pg.errors import DatabaseError, InputError, SchemaError
 from spark_pg.ingest import ensure_model
 
 CHANNEL = "spark_embed"
+RECONNECT_FIRST_S = 0.25  # the first wait after a lost connection; doubled per failed attempt
+# server states that end a session but not the server for good: shutdown (57P01), crash of another backend
+# (57P02), starting up or in recovery (57P03); class 08 is a connection exception
+_TRANSIENT_STATES = frozenset({"57P01", "57P02", "57P03"})
 
 
 @dataclass
@@ -40,6 +48,7 @@ class WorkerStats:
     batches: int = 0
     failed: int = 0  # rows whose text the model could not embed (an attempt counted on each)
     skipped_changed: int = 0  # claimed, but the memory changed before its vector was stored
+    reconnects: int = 0  # connections lost and opened again (run_reconnecting)
     seconds: float = 0.0
     errors: list[str] = field(default_factory=list)
 
@@ -50,6 +59,7 @@ class WorkerStats:
             "batches": self.batches,
             "failed": self.failed,
             "skipped_changed": self.skipped_changed,
+            "reconnects": self.reconnects,
             "seconds": round(self.seconds, 2),
             "per_second": round(rate, 1),
             "errors": self.errors[-5:],
@@ -157,10 +167,12 @@ def run_worker(
     max_attempts: int = 5,
     progress: bool = False,
     stop: threading.Event | None = None,
+    stats: WorkerStats | None = None,
 ) -> WorkerStats:
     """Embed the queue; with ``once``, the current backlog then return, else keep listening until ``stop``.
 
-    ``conn`` must be in autocommit mode (LISTEN needs it; each batch opens its own transaction)."""
+    ``conn`` must be in autocommit mode (LISTEN needs it; each batch opens its own transaction). ``stats``:
+    counts to add to (a reconnecting caller keeps one across connections)."""
     if batch < 1 or batch > 1000:
         raise InputError(f"batch must be from 1 to 1000, got {batch}")
     if poll_s <= 0:
@@ -169,7 +181,7 @@ def run_worker(
         raise InputError("the worker's connection must be in autocommit mode")
     stop = stop or threading.Event()
     model_id = ensure_model(conn, embedder)
-    stats = WorkerStats()
+    stats = stats if stats is not None else WorkerStats()
     started = time.perf_counter()
     conn.execute(f"LISTEN {CHANNEL}")
     total = backlog(conn, max_attempts)
@@ -189,7 +201,80 @@ def run_worker(
                 break
             _wait(conn, poll_s, stop)
     conn.execute(f"UNLISTEN {CHANNEL}")
-    stats.seconds = time.perf_counter() - started
+    stats.seconds += time.perf_counter() - started
+    return stats
+
+
+def connection_lost(exc: BaseException) -> bool:
+    """Whether ``exc`` means the database went away (or is not back yet), not that a statement failed: a
+    connection error from libpq (no SQLSTATE, or class 08), an administrator or crash shutdown, a server
+    still starting, or spark_pg's DatabaseError for a connection that could not be opened."""
+    if isinstance(exc, SchemaError):
+        return False
+    if isinstance(exc, DatabaseError):
+        return isinstance(exc.__cause__, psycopg.OperationalError)
+    if not isinstance(exc, psycopg.OperationalError):
+        return False
+    state = exc.sqlstate
+    return state is None or state.startswith("08") or state in _TRANSIENT_STATES
+
+
+def _stderr(message: str) -> None:
+    print(f"spark-pg worker: {message}", file=sys.stderr, flush=True)
+
+
+def _one_line(exc: BaseException) -> str:
+    return " ".join(str(exc).split())[:200]
+
+
+def run_reconnecting(
+    open_connection: Callable[[], psycopg.Connection[Any]],
+    embedder: Embedder,
+    *,
+    max_backoff_s: float = 10.0,
+    stop: threading.Event | None = None,
+    log: Callable[[str], None] = _stderr,
+    **options: Any,
+) -> WorkerStats:
+    """:func:`run_worker` on connections from ``open_connection`` (autocommit), opening a new one whenever
+    the database goes away (:func:`connection_lost`): one log line when it is lost, waits that start at
+    0.25 s and double up to ``max_backoff_s`` between attempts (never a busy loop), one log line when
+    connected again. ``options`` are run_worker's. The first connection is not retried (a wrong URL or a
+    server never started fails at once, as before); any other error stops the worker as before."""
+    if max_backoff_s <= 0:
+        raise InputError(f"max_backoff_s must be positive, got {max_backoff_s}")
+    stop = stop or threading.Event()
+    stats = WorkerStats()
+    wait = RECONNECT_FIRST_S
+    lost_at: float | None = None
+    connected = False
+    while not stop.is_set():
+        try:
+            conn = open_connection()
+        except Exception as exc:
+            if not connected or not connection_lost(exc):
+                raise
+            if lost_at is None:
+                lost_at = time.monotonic()
+                log(f"cannot connect to the database ({_one_line(exc)}); retrying with backoff")
+        else:
+            connected = True
+            if lost_at is not None:
+                stats.reconnects += 1
+                log(f"connected again after {time.monotonic() - lost_at:.1f} s; draining the queue")
+                lost_at = None
+            wait = RECONNECT_FIRST_S
+            try:
+                return run_worker(conn, embedder, stop=stop, stats=stats, **options)
+            except Exception as exc:
+                if not connection_lost(exc):
+                    raise
+                lost_at = time.monotonic()
+                log(f"lost the database connection ({_one_line(exc)}); reconnecting with backoff")
+            finally:
+                conn.close()  # safe on a broken connection; autocommit: nothing is pending
+        stop.wait(wait)
+        wait = min(wait * 2, max_backoff_s)
     return stats
 
 

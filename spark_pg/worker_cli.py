@@ -8,29 +8,42 @@ import json
 
 def cmd_worker(args: argparse.Namespace) -> int:
     import threading
+    from typing import Any
+
+    import psycopg
 
     from spark_pg.config import load_settings
     from spark_pg.db import connect, database_url
     from spark_pg.embedding import load_embedder
     from spark_pg.schema import require_current
-    from spark_pg.worker import run_worker, stop_on_signals
+    from spark_pg.worker import run_reconnecting, stop_on_signals
 
     settings = load_settings()
     embedder = load_embedder(settings)
     stop = threading.Event()
     stop_on_signals(stop)
-    with connect(database_url(settings), autocommit=True) as conn:
-        require_current(conn)
-        stats = run_worker(
-            conn,
-            embedder,
-            once=args.once,
-            batch=args.batch,
-            poll_s=args.poll,
-            max_attempts=args.max_attempts,
-            progress=not args.quiet,
-            stop=stop,
-        )
+    url = database_url(settings)  # resolved once: a reconnect never starts an embedded server itself
+
+    def open_connection() -> psycopg.Connection[Any]:
+        conn = connect(url, autocommit=True)
+        try:
+            require_current(conn)
+        except BaseException:
+            conn.close()
+            raise
+        return conn
+
+    stats = run_reconnecting(
+        open_connection,
+        embedder,
+        max_backoff_s=args.max_backoff,
+        stop=stop,
+        once=args.once,
+        batch=args.batch,
+        poll_s=args.poll,
+        max_attempts=args.max_attempts,
+        progress=not args.quiet,
+    )
     summary = stats.as_json()
     if args.json:
         print(json.dumps(summary))
@@ -38,6 +51,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
         print(
             f"embedded {summary['embedded']} memories in {summary['batches']} batches, "
             f"{summary['seconds']} s ({summary['per_second']}/s); failed: {summary['failed']}"
+            + (f"; reconnected {summary['reconnects']} times" if summary["reconnects"] else "")
         )
     return 0
 
@@ -50,6 +64,12 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     p.add_argument("--batch", type=int, default=32, help="memories per transaction (1-1000, default 32)")
     p.add_argument("--poll", type=float, default=30.0, help="seconds between checks without a notification")
     p.add_argument("--max-attempts", type=int, default=5, help="failures after which a row is left alone")
+    p.add_argument(
+        "--max-backoff",
+        type=float,
+        default=10.0,
+        help="most seconds between reconnect attempts while the database is away (from 0.25 s, doubling)",
+    )
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
     p.set_defaults(func=cmd_worker)
