@@ -123,10 +123,11 @@ AS $fn$
         FROM lx)
     SELECT coalesce(array_agg(to_tsquery('simple', quote_literal(p.lexeme)) ORDER BY p.lexeme), '{}'),
            coalesce(array_agg(CASE WHEN NOT p.matched THEN p.df END ORDER BY p.lexeme), '{}'),
-           coalesce((SELECT array_agg(key ORDER BY key)
-                     FROM plan m, unnest(tenants) t,
-                          unnest(spark._tenant_lexemes(t, array_to_tsvector(ARRAY[m.lexeme]))) key
-                     WHERE m.matched), '{}'),
+           -- spark._tenant_lexemes' key format, written inline (a call per lexeme and tenant costs ~20 us;
+           -- the keyword tests fail if the two ever differ)
+           coalesce((SELECT array_agg(x.key ORDER BY x.key)
+                     FROM (SELECT length(t) || ':' || t || ':' || m.lexeme AS key
+                           FROM plan m, unnest(tenants) t WHERE m.matched) x), '{}'),
            coalesce(array_agg(p.lexeme ORDER BY p.lexeme) FILTER (WHERE NOT p.matched), '{}')
     FROM plan p
 $fn$;
