@@ -30,14 +30,17 @@ COMMENT ON FUNCTION spark._trigger_text(jsonb, text) IS
 CREATE OR REPLACE FUNCTION spark._why_advice(
     trig double precision, rules text, priority text, interrupt boolean, action_domain text, actionability real)
 RETURNS jsonb
-LANGUAGE sql IMMUTABLE PARALLEL SAFE
+LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
 SET search_path = pg_catalog, @vector_schema@, pg_temp
 AS $fn$
-    SELECT jsonb_strip_nulls(jsonb_build_object(
+-- plpgsql, not sql: a SQL function called per output row sets up an executor each time (~50-150 us)
+BEGIN
+    RETURN jsonb_strip_nulls(jsonb_build_object(
         'trigger', CASE WHEN trig > 0 THEN jsonb_build_object(
             'rules', to_jsonb(string_to_array(rules, ',')), 'confidence', round(trig::numeric, 3),
             'priority', priority, 'interrupt', interrupt) END,
-        'action_domain', action_domain, 'actionability', round(actionability::numeric, 3)))
+        'action_domain', action_domain, 'actionability', round(actionability::numeric, 3)));
+END
 $fn$;
 COMMENT ON FUNCTION spark._why_advice(double precision, text, text, boolean, text, real) IS
     'Internal: the advisor''s part of a why object: the trigger rules that surfaced the row (comma-separated '
@@ -63,10 +66,12 @@ CREATE OR REPLACE FUNCTION spark._why(
     min_sim double precision, passed_by text, min_fuse double precision, ratio double precision,
     priority text, created_at timestamptz, query_source text, mode text)
 RETURNS jsonb
-LANGUAGE sql IMMUTABLE PARALLEL SAFE
+LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
 SET search_path = pg_catalog, @vector_schema@, pg_temp
 AS $fn$
-    SELECT jsonb_build_object(
+-- plpgsql, not sql: a SQL function called per output row sets up an executor each time (~50-150 us)
+BEGIN
+    RETURN jsonb_build_object(
         'rank', rank, 'status', status, 'pools', pool_ranks, 'fusion', fusion,
         'score', round(score::numeric, 4), 'terms', terms,
         'gates', jsonb_build_object(
@@ -76,7 +81,8 @@ AS $fn$
                                                    'passed', score >= min_fuse),
             'adaptive_ratio', ratio),
         'priority', priority, 'week', to_char(created_at, 'IYYY-"W"IW'), 'query_embedding', query_source,
-        'precision_mode', mode)
+        'precision_mode', mode);
+END
 $fn$;
 COMMENT ON FUNCTION spark._why(integer, text, jsonb, text, double precision, jsonb, double precision, text,
                                 double precision, double precision, text, timestamptz, text, text) IS
@@ -86,28 +92,35 @@ CREATE OR REPLACE FUNCTION spark._terms(
     p jsonb, sim double precision, kw double precision, rec double precision, outc double precision,
     trig double precision, prio double precision, system_default boolean, pool_ranks jsonb)
 RETURNS jsonb
-LANGUAGE sql IMMUTABLE PARALLEL SAFE
+LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
 SET search_path = pg_catalog, @vector_schema@, pg_temp
 AS $fn$
+-- plpgsql, not sql: a SQL function called per output row sets up an executor each time (~50-150 us)
+DECLARE
+    t jsonb;
+BEGIN
     -- computed for the rows returned only (spark._candidates ranks without it)
-    SELECT CASE WHEN p ->> 'fusion' = 'rrf' THEN (
-                SELECT jsonb_object_agg(e.key, round((spark._pool_weight(p, e.key)
-                                                      / ((p ->> 'rrf_k')::double precision
-                                                         + e.value::double precision))::numeric, 5))
-                FROM jsonb_each_text(pool_ranks) e)
-           ELSE jsonb_build_object(
-                'similarity', round(((p ->> 'w_similarity')::double precision * coalesce(sim, 0))::numeric, 4),
-                'keyword', round(((p ->> 'w_keyword')::double precision * kw)::numeric, 4),
-                'recency', round(((p ->> 'w_recency')::double precision * rec)::numeric, 4),
-                'outcome', round(((p ->> 'w_outcome')::double precision * outc)::numeric, 4))
-                || CASE WHEN trig > 0
-                        THEN jsonb_build_object('trigger', round(((p ->> 'w_trigger')::double precision
-                                                                  * trig)::numeric, 4))
-                        ELSE '{}' END END
-           || jsonb_build_object('priority_factor', 1 + prio)
-           || CASE WHEN system_default
-                   THEN jsonb_build_object('pack_factor', round((p ->> '_pack_factor')::numeric, 3))
-                   ELSE '{}' END
+    IF p ->> 'fusion' = 'rrf' THEN
+        t := (SELECT jsonb_object_agg(e.key, round((spark._pool_weight(p, e.key)
+                                                     / ((p ->> 'rrf_k')::double precision
+                                                        + e.value::double precision))::numeric, 5))
+              FROM jsonb_each_text(pool_ranks) e);
+    ELSE
+        t := jsonb_build_object(
+                 'similarity', round(((p ->> 'w_similarity')::double precision * coalesce(sim, 0))::numeric, 4),
+                 'keyword', round(((p ->> 'w_keyword')::double precision * kw)::numeric, 4),
+                 'recency', round(((p ->> 'w_recency')::double precision * rec)::numeric, 4),
+                 'outcome', round(((p ->> 'w_outcome')::double precision * outc)::numeric, 4))
+             || CASE WHEN trig > 0
+                     THEN jsonb_build_object('trigger', round(((p ->> 'w_trigger')::double precision
+                                                               * trig)::numeric, 4))
+                     ELSE '{}' END;
+    END IF;
+    RETURN t || jsonb_build_object('priority_factor', 1 + prio)
+             || CASE WHEN system_default
+                     THEN jsonb_build_object('pack_factor', round((p ->> '_pack_factor')::numeric, 3))
+                     ELSE '{}' END;
+END
 $fn$;
 COMMENT ON FUNCTION spark._terms(jsonb, double precision, double precision, double precision, double precision,
                                  double precision, double precision, boolean, jsonb) IS
