@@ -244,7 +244,8 @@ def test_tenant_index_is_built_used_and_dropped(conn: Conn) -> None:
     assert by_index[0] == ids[7] and len(by_index) == 10
     rows = explain(conn, "big", "note", target[0])
     assert rows[0]["memory_id"] == ids[7]
-    assert rows[0]["why"]["semantic_scan"] == {"big": "tenant_hnsw", "_system": "exact"}
+    # the cold-start pack is empty in this database, so spark.retrieve leaves it out of the pools
+    assert rows[0]["why"]["semantic_scan"] == {"big": "tenant_hnsw"}
 
     conn.execute("DELETE FROM spark.tenant_vector_indexes")  # unregistered: exact, then the shared graph
     exact, scans = pool(1000)
