@@ -60,6 +60,7 @@ class BenchSpec:
     k: int = 8
     seed: int = 7
     real: int = REAL_DEFAULT  # texts embedded for real; past them, vectors are derived (bench_corpus)
+    warmup: int = 30  # queries run through both systems before the measured ones
 
     @property
     def db_name(self) -> str:
@@ -96,8 +97,9 @@ def _index_bytes(conn: psycopg.Connection[Any]) -> int:
 
 
 def maintenance_work_mem_mb(memories: int) -> int:
-    """Room for the HNSW graph of ``memories`` 384-d vectors in memory (~2.2 kB each), at least 512 MB."""
-    return max(512, -(-memories * 2200 // 2**20))
+    """Room for the HNSW graph of ``memories`` 384-d vectors in memory, at least 512 MB: ~2.4 kB each (at
+    2.2 kB a 1,000,000-vector build overflowed after 990,348 tuples)."""
+    return max(512, -(-memories * 2400 // 2**20))
 
 
 def _load(
@@ -329,10 +331,17 @@ def run(
         conn = stack.enter_context(connect(url))
         # the baseline's own connection, in autocommit: one round trip per statement, as a pool would give
         hybrid = PythonHybrid(stack.enter_context(connect(url, autocommit=True))) if baseline else None
-        for j in range(min(30, spec.queries)):  # warm caches and plans
+        # warm plans and caches: the first `warmup` queries through both systems (all of them: steady state,
+        # every tenant's pages read once; the default 30: plans warm, most tenants met cold)
+        for j in tqdm(range(min(spec.warmup, spec.queries)), desc="warm up", unit="q", disable=not progress):
             retrieve(conn, tenants[j], query_texts[j], embedding=qvecs[j], k=spec.k, cache=False)
             if hybrid is not None:
                 hybrid.search(tenants[j], query_texts[j], qvecs[j], spec.k)
+        server = conn.execute(
+            "SELECT current_setting('server_version'), current_setting('shared_buffers'), "
+            "(SELECT extversion FROM pg_extension WHERE extname = 'vector')"
+        ).fetchone()
+        conn.commit()  # idle again: each measured call is a transaction of its own, as an agent's would be
         for j in tqdm(range(spec.queries), desc="retrieve", unit="q", disable=not progress):
             # with the baseline, the two systems alternate which goes first, query by query
             for system in ("spark", "baseline") if j % 2 == 0 else ("baseline", "spark"):
@@ -377,6 +386,8 @@ def run(
             "total": round(time.perf_counter() - started, 1),
         },
         "model": embedder.spec.name,
+        "warmup_queries": min(spec.warmup, spec.queries),
+        "server": dict(zip(("postgres", "shared_buffers", "pgvector"), server or (None,) * 3, strict=True)),
         "machine": {
             "cores": __import__("os").cpu_count(),
             "arch": platform.machine(),

@@ -46,10 +46,12 @@ class ScaleSpec:
     ingest_sample: int = 500
     real: int = REAL_DEFAULT
     baseline: bool = True
+    warmup: int | None = None  # None: every query once (steady state)
 
     def bench(self, size: int) -> BenchSpec:
         tenants = self.tenants if self.tenants is not None else max(100, size // 1000)
-        return BenchSpec(size, tenants, self.queries, self.k, real=self.real)
+        warmup = self.queries if self.warmup is None else self.warmup
+        return BenchSpec(size, tenants, self.queries, self.k, real=self.real, warmup=warmup)
 
 
 def _ms(values: list[float]) -> dict[str, float]:
@@ -154,6 +156,8 @@ def run(
             "build": result["build"],
             "vectors": result["vectors"],
             "corpus_reused": result["corpus_reused"],
+            "warmup_queries": result["warmup_queries"],
+            "server": result["server"],
         }
         base = result.get("baseline")
         if base is not None:

@@ -68,6 +68,7 @@ def test_a_tiny_scale_run_reports_every_figure(server_url: str, model_settings: 
     (row,) = report["sizes"]
     assert row["memories"] == 400 and row["tenants"] == 3 and row["largest_tenant"] > 133
     assert row["vectors"]["real_vectors"] == 300 and row["vectors"]["derived_vectors"] == 100
+    assert row["warmup_queries"] == 12 and row["server"]["shared_buffers"] and row["server"]["pgvector"]
     build = row["build"]
     assert build["load_rows_per_s"] > 0 and build["index_build_s"] >= 0 and build["index_bytes"] > 0
     assert build["maintenance_work_mem_mb"] == 512
