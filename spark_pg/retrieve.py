@@ -67,8 +67,11 @@ def one_statement(conn: psycopg.Connection[Any]) -> Iterator[bool]:
 
     A statement sent outside a transaction is one (atomic, rolled back whole on error), so on an idle
     connection the block runs in autocommit mode: no BEGIN and COMMIT round trips (each ~0.1-1 ms). Inside the
-    caller's transaction it runs in a savepoint (``conn.transaction()``) and yields False."""
-    if conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+    caller's transaction, or when the connection sets read_only, isolation_level or deferrable (which only
+    BEGIN applies), it runs in ``conn.transaction()`` and yields False. Like psycopg connections themselves,
+    not for a connection that several threads use at once."""
+    plain = conn.read_only is None and conn.isolation_level is None and conn.deferrable is None
+    if conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE or not plain:
         with conn.transaction():
             yield False
     elif conn.autocommit:
@@ -78,7 +81,9 @@ def one_statement(conn: psycopg.Connection[Any]) -> Iterator[bool]:
         try:
             yield True
         finally:
-            conn.autocommit = False
+            # a lost connection cannot take the setting back; its own error is the one to see
+            if not conn.closed and conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE:
+                conn.autocommit = False
 
 
 def _params(

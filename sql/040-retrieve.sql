@@ -591,9 +591,12 @@ BEGIN
     m_max := greatest(3 * k, 20);
 
     tsq := spark._or_tsquery(query_text);
-    -- the cold-start pack joins the pools when asked for and not empty (an empty pack costs ~0.4 ms a call)
+    -- the cold-start pack joins the pools when asked for and not empty: it holds memories, or trigger rules
+    -- (which may surface the tenant's own memories); an empty pack costs ~0.4 ms a call
     tenants := CASE WHEN (p ->> 'include_system')::boolean AND tenant <> spark.system_tenant()
-                         AND EXISTS (SELECT 1 FROM spark.memories m WHERE m.tenant = spark.system_tenant())
+                         AND (EXISTS (SELECT 1 FROM spark.memories m WHERE m.tenant = spark.system_tenant())
+                              OR EXISTS (SELECT 1 FROM spark.trigger_rules r
+                                         WHERE r.tenant = spark.system_tenant() AND NOT r.shadow))
                     THEN ARRAY[tenant, spark.system_tenant()] ELSE ARRAY[tenant] END;
     IF cardinality(tenants) > 1 THEN
         -- pack_yield own memories halve the pack's scores (counted at the last statistics refresh, or now;

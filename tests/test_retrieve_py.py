@@ -12,7 +12,8 @@ from spark_pg import queries
 from spark_pg.cli import main
 from spark_pg.client import SparkClient
 from spark_pg.config import Settings
-from spark_pg.retrieve import explain, retrieve
+from spark_pg.db import connect
+from spark_pg.retrieve import explain, one_statement, retrieve
 
 
 @pytest.fixture
@@ -107,6 +108,34 @@ def test_a_call_of_its_own_is_one_round_trip_and_leaves_the_connection_as_it_was
     with pytest.raises(psycopg.errors.InvalidParameterValue):
         retrieve(conn, tenant, "game physics", k=5000)
     assert not conn.autocommit and conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+
+
+def test_a_read_only_connection_keeps_its_transaction_settings(
+    client: SparkClient, db_url: str, tenant: str
+) -> None:
+    """read_only (like isolation_level and deferrable) reaches the server only through BEGIN: such a
+    connection takes the transaction path, so the call's write (the query cache) is refused as asked."""
+    with connect(db_url) as conn:
+        conn.read_only = True
+        with one_statement(conn) as own:
+            assert not own and conn.info.transaction_status == psycopg.pq.TransactionStatus.INTRANS
+        vec = client.embedder.embed_query("game physics")
+        with pytest.raises(psycopg.errors.ReadOnlySqlTransaction):
+            retrieve(conn, tenant, "game physics", embedding=vec, params={"include_system": False})
+        conn.rollback()
+        conn.read_only = None
+        with one_statement(conn) as own:
+            assert own and conn.autocommit
+        assert not conn.autocommit
+
+
+def test_a_connection_lost_mid_call_raises_the_servers_error(db_url: str) -> None:
+    """The server's own error (here 57P01, the session terminated) reaches the caller, not a second error from
+    handing the connection back."""
+    with psycopg.connect(db_url) as conn:
+        with pytest.raises(psycopg.errors.AdminShutdown), one_statement(conn):
+            conn.execute("SELECT pg_terminate_backend(pg_backend_pid())")
+        assert conn.closed
 
 
 def test_explain_lists_surfaced_first_then_the_dropped_with_reasons(client: SparkClient, tenant: str) -> None:

@@ -384,6 +384,19 @@ def test_sync_replaces_static_rules_and_keeps_learned_ones(conn: Conn) -> None:
         sync_rules(conn, "acme", [TriggerRule(name="c", pattern="[[:nope:]]", surface=("k",))])
 
 
+def test_a_pack_rule_surfaces_the_tenants_own_memory_with_no_pack_memories(conn: Conn) -> None:
+    """The cold-start pack can hold rules without memories: its rules still name the tenant's own memories
+    (the pools leave an empty pack out, but not a pack with rules)."""
+    conn.execute("DELETE FROM spark.memories WHERE tenant = '_system'")
+    add_memories(conn, "acme", [("snap", "Take a snapshot of the cluster state first.", "system", 0.8)])
+    sync_rules(conn, "_system", [TriggerRule(name="destructive", pattern=r"rm -rf", surface=("snap",))])
+    rows = explain(conn, "acme", "Bash rm -rf build", include_system=True)
+    assert surfaced(rows) == ["snap"]
+    assert rows[0]["why"]["trigger"]["rules"] == ["destructive"]
+    conn.execute("DELETE FROM spark.trigger_rules WHERE tenant = '_system'")
+    assert surfaced(explain(conn, "acme", "Bash rm -rf build", include_system=True)) == []
+
+
 def test_actionability_gate_drops_observations_unless_a_trigger_or_pin_vouches(conn: Conn) -> None:
     add_memories(
         conn,
