@@ -78,8 +78,11 @@ def tenant_sizes(spec: BenchSpec) -> list[int]:
 
 
 def _backend_peak_rss_mb(conn: psycopg.Connection[Any]) -> float | None:
-    """Peak resident memory of this connection's server process (VmHWM), when the server runs on this host."""
-    row = conn.execute("SELECT pg_backend_pid()").fetchone()
+    """Peak resident memory of this connection's server process (VmHWM: shared buffers it touched included,
+    parallel workers not), when the server runs on this host (reached over a Unix socket); else None."""
+    row = conn.execute("SELECT pg_backend_pid(), inet_server_addr() IS NULL").fetchone()
+    if not row or not row[1]:
+        return None
     try:
         status = Path(f"/proc/{row[0] if row else 0}/status").read_text()
     except OSError:

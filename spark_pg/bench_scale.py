@@ -47,6 +47,7 @@ class ScaleSpec:
     real: int = REAL_DEFAULT
     baseline: bool = True
     warmup: int | None = None  # None: every query once (steady state)
+    fresh: bool = False  # rebuild the corpus databases
 
     def bench(self, size: int) -> BenchSpec:
         tenants = self.tenants if self.tenants is not None else max(100, size // 1000)
@@ -143,7 +144,7 @@ def run(
     for size in spec.sizes:
         bench = spec.bench(size)
         result = bench_retrieve.run(
-            settings, server_url, embedder, bench, progress=progress, baseline=spec.baseline
+            settings, server_url, embedder, bench, progress=progress, fresh=spec.fresh, baseline=spec.baseline
         )
         url = scratch.with_dbname(server_url, bench.db_name)
         tenants, texts, qvecs = bench_retrieve.workload(bench, embedder, settings.home / "bench", progress)
@@ -278,6 +279,7 @@ def main(args: Any, settings: Settings) -> int:
         ingest_sample=args.ingest_sample,
         real=args.real,
         baseline=args.baseline,
+        fresh=args.fresh,
     )
     report = run(settings, database_url(settings), load_embedder(settings), spec, progress=not args.quiet)
     folder = Path(args.report)
