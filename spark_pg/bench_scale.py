@@ -12,6 +12,7 @@ size.
 from __future__ import annotations
 
 import contextlib
+import sys
 import threading
 import time
 import uuid
@@ -253,6 +254,32 @@ def plot(report: dict[str, Any], path: Path) -> Path:
     return path
 
 
+def _megabytes(setting: str) -> float | None:
+    """PostgreSQL's shown size ("512MB", "4GB", "128kB") in MB."""
+    units = {"kB": 1 / 1024, "MB": 1.0, "GB": 1024.0, "TB": 1024.0**2}
+    for unit, factor in units.items():
+        if setting.endswith(unit) and setting[: -len(unit)].isdigit():
+            return int(setting[: -len(unit)]) * factor
+    return None
+
+
+def cache_hints(report: dict[str, Any]) -> list[str]:
+    """A hint for each size whose tables and HNSW indexes exceed twice the server's shared_buffers: its
+    latency then measures reads from the OS cache or the disk as much as retrieval (docs/performance.md)."""
+    hints = []
+    for row in report["sizes"]:
+        build, server = row.get("build") or {}, row.get("server") or {}
+        buffers = _megabytes(str(server.get("shared_buffers") or ""))
+        data_mb = (build.get("table_bytes", 0) + build.get("all_index_bytes", 0)) / 2**20
+        if buffers is not None and data_mb > 2 * buffers:
+            hints.append(
+                f"{row['memories']:,} memories: {data_mb:,.0f} MB of tables and indexes against "
+                f"shared_buffers {server['shared_buffers']}; for steady-state figures give the server more "
+                "(the embedded one: SPARK_PG_DATABASE_SHARED_BUFFERS_MB, then `spark-pg db down` and `db up`)"
+            )
+    return hints
+
+
 def main(args: Any, settings: Settings) -> int:
     """`spark-pg bench scale`: run, print the table (or JSON), write the JSON report and the plot."""
     import json
@@ -290,4 +317,6 @@ def main(args: Any, settings: Settings) -> int:
     else:
         print(format_table(report))
         print(f"plot: {figure}; report: {folder / 'scale.json'}")
+    for hint in cache_hints(report):
+        print(f"hint: {hint}", file=sys.stderr)
     return 0

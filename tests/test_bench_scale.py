@@ -83,3 +83,14 @@ def test_a_tiny_scale_run_reports_every_figure(server_url: str, model_settings: 
 def test_scratch_names_say_when_vectors_are_derived(memories: int) -> None:
     spec = BenchSpec(memories, 100, real=100_000)
     assert spec.db_name.endswith("_r100000") == (memories > 100_000)
+
+
+def test_a_corpus_larger_than_the_cache_gets_a_hint() -> None:
+    row = {
+        "memories": 1_000_000,
+        "server": {"shared_buffers": "512MB"},
+        "build": {"table_bytes": 2_900 * 2**20, "all_index_bytes": 3_300 * 2**20},
+    }
+    (hint,) = bench_scale.cache_hints({"sizes": [row, {**row, "server": {"shared_buffers": "4GB"}}]})
+    assert "1,000,000 memories: 6,200 MB" in hint and "shared_buffers 512MB" in hint
+    assert bench_scale.cache_hints({"sizes": [{**row, "build": None}]}) == []
