@@ -252,14 +252,19 @@ BEGIN
         lex_total AS (SELECT nullif(sum(lex.idf), 0) AS total FROM lex),
         bounds AS (
             SELECT min(mm.id) AS lo, max(mm.id) AS hi FROM spark.memories mm WHERE mm.tenant = $6),
+        -- the first pool_random distinct memories in probe order (not the lowest ids among the probes, which
+        -- would leave the newer half of the old memories out of the sample)
         probes AS (
-            SELECT DISTINCT pr.id
-            FROM bounds b,
-                 generate_series(1, 3 * ($5 ->> 'pool_random')::integer) g,
-                 LATERAL (SELECT mm.id FROM spark.memories mm
-                          WHERE mm.tenant = $6 AND mm.created_at <= $7
-                            AND mm.id >= b.lo + abs(hashtext($8 || ':' || ($5 ->> 'seed') || ':' || g) % (b.hi - b.lo + 1))
-                          ORDER BY mm.id LIMIT 1) pr
+            SELECT x.id FROM (
+                SELECT DISTINCT ON (pr.id) pr.id, g
+                FROM bounds b,
+                     generate_series(1, 3 * ($5 ->> 'pool_random')::integer) g,
+                     LATERAL (SELECT mm.id FROM spark.memories mm
+                              WHERE mm.tenant = $6 AND mm.created_at <= $7
+                                AND mm.id >= b.lo + abs(hashtext($8 || ':' || ($5 ->> 'seed') || ':' || g) % (b.hi - b.lo + 1))
+                              ORDER BY mm.id LIMIT 1) pr
+                ORDER BY pr.id, g) x
+            ORDER BY x.g
             LIMIT ($5 ->> 'pool_random')::integer),
         -- the trigger pool: rules of the tenant (and the pack) whose patterns match the trigger text surface
         -- the memories they name; shadow rules never surface (the advisor logs their hits itself)

@@ -277,3 +277,31 @@ def test_retrieve_writes_nothing(conn: Conn, embedder: Embedder) -> None:
     before = conn.execute("SELECT pg_current_xact_id_if_assigned()").fetchone()
     retrieve(conn, embedder, "verify JWT tokens")
     assert conn.execute("SELECT pg_current_xact_id_if_assigned()").fetchone() == before == (None,)
+
+
+def test_the_random_pool_samples_the_whole_old_range(conn: Conn) -> None:
+    """Pool C, "a random sample of old memories": over many queries its picks spread across the tenant's old
+    memories. It once kept the lowest ids among 3 x pool_random probes, so the newer half of the old memories
+    (by id) was almost never sampled (~2% of picks); a uniform sample puts about half there."""
+    tenant = "sampled"
+    conn.execute(
+        """INSERT INTO spark.memories (tenant, key, text, descriptor, content_hash, created_at)
+           SELECT %s, 'm' || i, 'plain note ' || i, 'plain note ' || i, sha256(convert_to('n' || i, 'UTF8')),
+                  %s::timestamptz - interval '30 days' - i * interval '1 minute'
+           FROM generate_series(1, 200) i""",
+        (tenant, NOW),
+    )
+    ids = [
+        r[0] for r in conn.execute("SELECT id FROM spark.memories WHERE tenant = %s ORDER BY id", (tenant,))
+    ]
+    upper = set(ids[len(ids) // 2 :])
+    picks: list[int] = []
+    for n in range(40):
+        rows = conn.execute(
+            "SELECT memory_id, pools FROM spark.explain(%s, %s, NULL, 8, %s)",
+            (tenant, f"zebra quartz {n}", Jsonb({"as_of": NOW.isoformat(), "include_system": False})),
+        ).fetchall()
+        picks += [mid for mid, pools in rows if "random" in pools]
+    assert len(picks) >= 40 * 8  # most queries fill the pool (pool_random 10)
+    share = sum(p in upper for p in picks) / len(picks)
+    assert 0.3 < share < 0.7, share
