@@ -183,25 +183,27 @@ def run_worker(
     model_id = ensure_model(conn, embedder)
     stats = stats if stats is not None else WorkerStats()
     started = time.perf_counter()
-    conn.execute(f"LISTEN {CHANNEL}")
-    total = backlog(conn, max_attempts)
-    with tqdm(total=total, desc="embed", unit="mem", disable=not progress or not once) as bar:
-        while not stop.is_set():
-            drain(
-                conn,
-                embedder,
-                model_id,
-                batch=batch,
-                max_attempts=max_attempts,
-                stats=stats,
-                stop=stop,
-                on_batch=bar.update,
-            )
-            if once:
-                break
-            _wait(conn, poll_s, stop)
-    conn.execute(f"UNLISTEN {CHANNEL}")
-    stats.seconds += time.perf_counter() - started
+    try:
+        conn.execute(f"LISTEN {CHANNEL}")
+        total = backlog(conn, max_attempts)
+        with tqdm(total=total, desc="embed", unit="mem", disable=not progress or not once) as bar:
+            while not stop.is_set():
+                drain(
+                    conn,
+                    embedder,
+                    model_id,
+                    batch=batch,
+                    max_attempts=max_attempts,
+                    stats=stats,
+                    stop=stop,
+                    on_batch=bar.update,
+                )
+                if once:
+                    break
+                _wait(conn, poll_s, stop)
+        conn.execute(f"UNLISTEN {CHANNEL}")
+    finally:  # a run ended by a lost connection counts too (the rate spans reconnects)
+        stats.seconds += time.perf_counter() - started
     return stats
 
 
