@@ -1,9 +1,11 @@
 """`spark-pg bench`: spark.retrieve latency on a synthetic corpus with real embeddings.
 
 The corpus (N memories over T tenants of Zipf-skewed sizes, created over the past year) is embedded once
-with the configured model and cached under ``<home>/bench``; it is loaded once into a scratch database
-``spark_bench_<N>_<T>`` that later runs reuse. Each measured call is the Python wrapper's single round
-trip (spark.retrieve plus the query-vector cache write), timed on the client, after a warm-up.
+with the configured model and cached under ``<home>/bench`` (past ``real`` texts the vectors are derived:
+:mod:`spark_pg.bench_corpus`); it is loaded once into a scratch database
+``spark_bench2_<N>_<T>_<seed>[_r<real>]`` that later runs reuse, with the figures of its build. Each measured
+call is the Python wrapper's single round trip (spark.retrieve plus the query-vector cache write), timed on
+the client, after a warm-up.
 
 With ``baseline=True`` the same queries also run through the common Python-side hybrid
 (:mod:`spark_pg.bench_baseline`) on a second connection to the same database, the two systems alternating
