@@ -2,6 +2,7 @@
 
 Generates N distinct short texts (8-16 words, the size of typical agent insights), ingests them through
 the same path as `spark-pg ingest` into a scratch tenant, reports memories/s, and deletes the tenant.
+:func:`timed_ingest` is that measurement; `spark-pg bench scale` runs it at each corpus size too.
 """
 
 from __future__ import annotations
@@ -9,9 +10,14 @@ from __future__ import annotations
 import time
 import uuid
 from dataclasses import dataclass
+from typing import Any
+
+import psycopg
 
 from spark_pg import synthetic
 from spark_pg.client import SparkClient
+from spark_pg.embedding import Embedder
+from spark_pg.ingest import ingest
 from spark_pg.records import MemoryIn
 
 
@@ -25,15 +31,46 @@ class IngestBench:
         return self.rows / self.seconds if self.seconds > 0 else 0.0
 
 
-def run(client: SparkClient, n: int, *, progress: bool = True) -> IngestBench:
+def timed_ingest(
+    conn: psycopg.Connection[Any],
+    texts: list[str],
+    embedder: Embedder | None,
+    *,
+    batch_size: int = 16,
+    chunk_rows: int = 500,
+    progress: bool = False,
+    label: str = "bench ingest",
+) -> IngestBench:
+    """Ingest ``texts`` into a new scratch tenant through the product path (``embedder`` None: deferred
+    embedding), timed, then delete the tenant (its memories, queue rows and statistics)."""
     tenant = f"bench-{uuid.uuid4().hex[:8]}"
-    records = [MemoryIn(tenant=tenant, key=f"b{i}", text=t) for i, t in enumerate(synthetic.texts(n))]
-    client.embedder.embed_query("warm up")  # model load is not ingest time
+    records = [MemoryIn(tenant=tenant, key=f"b{i}", text=t) for i, t in enumerate(texts)]
     try:
         started = time.perf_counter()
-        result = client.ingest_records(records, progress=progress, label="bench ingest")
+        result = ingest(
+            conn,
+            records,
+            embedder,
+            batch_size=batch_size,
+            chunk_rows=chunk_rows,
+            progress=progress,
+            label=label,
+        )
         elapsed = time.perf_counter() - started
     finally:
-        with client.conn.transaction():
-            client.conn.execute("DELETE FROM spark.memories WHERE tenant = %s", (tenant,))
+        with conn.transaction():
+            conn.execute("DELETE FROM spark.memories WHERE tenant = %s", (tenant,))
+            conn.execute("DELETE FROM spark.tenant_stats WHERE tenant = %s", (tenant,))
     return IngestBench(result.total, elapsed)
+
+
+def run(client: SparkClient, n: int, *, progress: bool = True) -> IngestBench:
+    client.embedder.embed_query("warm up")  # model load is not ingest time
+    return timed_ingest(
+        client.conn,
+        synthetic.texts(n),
+        client.embedder,
+        batch_size=client.settings.get_int("embedding.batch_size"),
+        chunk_rows=client.settings.get_int("ingest.chunk_rows"),
+        progress=progress,
+    )

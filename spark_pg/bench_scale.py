@@ -25,12 +25,11 @@ from tqdm import tqdm
 
 from spark_pg import bench_retrieve, scratch, synthetic
 from spark_pg.bench_corpus import REAL_DEFAULT
+from spark_pg.bench_ingest import timed_ingest
 from spark_pg.bench_retrieve import BenchSpec
 from spark_pg.config import Settings
 from spark_pg.db import connect
 from spark_pg.embedding import Embedder, Vector
-from spark_pg.ingest import ingest
-from spark_pg.records import MemoryIn
 from spark_pg.retrieve import retrieve
 
 SIZES = (10_000, 100_000, 1_000_000)
@@ -119,22 +118,14 @@ def concurrent(
 
 
 def ingest_sample(url: str, embedder: Embedder, n: int, progress: bool) -> dict[str, Any]:
-    """Memories/s through the product write path at this corpus size, into a scratch tenant deleted after."""
+    """Memories/s through the product write path at this corpus size, with and without embedding."""
     texts = [f"{t} (sample {uuid.uuid4().hex[:6]})" for t in synthetic.texts(n, seed=99)]
     embedder.embed_query("warm up")  # model load is not ingest time
     out: dict[str, Any] = {"memories": n}
     with connect(url) as conn:
         for label, model in (("with_embedding", embedder), ("deferred_embedding", None)):
-            tenant = f"bench-ingest-{uuid.uuid4().hex[:8]}"
-            records = [MemoryIn(tenant=tenant, key=f"s{i}", text=t) for i, t in enumerate(texts)]
-            try:
-                started = time.perf_counter()
-                ingest(conn, records, model, progress=progress, label=f"ingest {label}")
-                out[f"{label}_per_s"] = round(n / (time.perf_counter() - started), 1)
-            finally:
-                with conn.transaction():
-                    conn.execute("DELETE FROM spark.memories WHERE tenant = %s", (tenant,))
-                    conn.execute("DELETE FROM spark.tenant_stats WHERE tenant = %s", (tenant,))
+            timed = timed_ingest(conn, texts, model, progress=progress, label=f"ingest {label}")
+            out[f"{label}_per_s"] = round(timed.rate, 1)
     return out
 
 
