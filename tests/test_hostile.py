@@ -48,7 +48,7 @@ from spark_pg.db import connect
 from spark_pg.embedding import MODELS, model_dir_for
 from spark_pg.errors import IngestError
 from spark_pg.ingest import register_model
-from spark_pg.records import MemoryIn, read_file
+from spark_pg.records import FIELDS, MemoryIn, read_file
 from spark_pg.triggers import (
     TriggerRule,
     TriggerRuleError,
@@ -744,20 +744,6 @@ def test_sync_rules_writes_all_or_nothing(
 
 # --- ingest files ----------------------------------------------------------------------------------------
 
-FIELD_NAMES = (
-    "tenant",
-    "key",
-    "text",
-    "kind",
-    "category",
-    "source",
-    "context",
-    "created_at",
-    "importance",
-    "tier",
-    "priority",
-    "metadata",
-)
 row_values = st.one_of(
     json_values,
     hostile_text(100),
@@ -791,7 +777,7 @@ valid_rows = st.fixed_dictionaries(
 rows = st.lists(
     mostly(
         valid_rows,
-        st.dictionaries(st.one_of(st.sampled_from(FIELD_NAMES), hostile_text(10)), row_values, max_size=8)
+        st.dictionaries(st.one_of(st.sampled_from(FIELDS), hostile_text(10)), row_values, max_size=8)
         | json_values,
         odds=12,
     ),
