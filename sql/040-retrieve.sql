@@ -460,8 +460,11 @@ RETURNS TABLE (rank integer, status text, memory_id bigint, key text, text text,
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, @vector_schema@, pg_temp
 SET hnsw.iterative_scan = 'relaxed_order'
+SET plan_cache_mode = 'force_generic_plan'
 AS $fn$
 #variable_conflict use_variable
+-- generic plans for every statement here and in the functions it calls: under the default plan_cache_mode some
+-- (spark._keyword_plan's, ~0.2 ms) were planned anew on every call, their generic cost estimate never winning
 DECLARE
     p jsonb;
     at timestamptz;
