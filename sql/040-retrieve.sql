@@ -527,6 +527,7 @@ DECLARE
     sem_scan jsonb := '"none"';
     restate_sim double precision;
     restate_margin double precision;
+    why_extra jsonb;
 BEGIN
     PERFORM spark._check_tenant(tenant);
     PERFORM spark._check_query_text(query_text);
@@ -677,11 +678,13 @@ BEGIN
     penalty := array_fill(0::double precision, ARRAY[ns]);
 
     IF ns > 0 THEN
-        -- pairwise similarity of the survivors in one statement (NULL where a vector is missing)
+        -- pairwise similarity of the survivors in one statement (NULL where a vector is missing): the upper
+        -- triangle (x < y) only, row by row, as it is symmetric
         SELECT array_agg(CASE WHEN x.e IS NOT NULL AND y.e IS NOT NULL THEN 1 - (x.e <=> y.e) END
                          ORDER BY x.i, y.i)
         INTO simm
-        FROM unnest(embs) WITH ORDINALITY x(e, i), unnest(embs) WITH ORDINALITY y(e, i);
+        FROM unnest(embs) WITH ORDINALITY x(e, i)
+        JOIN unnest(embs) WITH ORDINALITY y(e, i) ON y.i > x.i;
     END IF;
 
     -- selection: MMR, week and category caps first, then fill; near-duplicate clusters dropped
@@ -718,7 +721,10 @@ BEGIN
             anchors := anchors[2:];
             FOR j IN 1..ns LOOP
                 CONTINUE WHEN sstatus[j] IS NOT NULL;
-                s := coalesce(simm[(a - 1) * ns + j], CASE WHEN hashes[j] = hashes[a] THEN 1 ELSE 0 END);
+                -- the pair (least, greatest) in the upper triangle (j is never a: a has a status)
+                s := coalesce(simm[CASE WHEN a < j THEN (a - 1) * ns - (a - 1) * a / 2 + j - a
+                                        ELSE (j - 1) * ns - (j - 1) * j / 2 + a - j END],
+                              CASE WHEN hashes[j] = hashes[a] THEN 1 ELSE 0 END);
                 IF a = pick THEN
                     maxsim[j] := greatest(maxsim[j], s);
                 END IF;
@@ -737,7 +743,9 @@ BEGIN
         END LOOP;
     END LOOP;
 
-    -- output: the surfaced rows in rank order, then (for spark.explain) every other candidate
+    -- output: the surfaced rows in rank order, then (for spark.explain) every other candidate; the why keys
+    -- that are the same for every row built once
+    why_extra := jsonb_build_object('semantic_scan', sem_scan) || skipped_note || fitted_note || mode_note;
     FOR r IN 1..chosen LOOP
         j := array_position(srank, r);
         i := surv[j];
@@ -752,8 +760,7 @@ BEGIN
                                        pool_ranks[i])
                           || jsonb_build_object('mmr_penalty', round(penalty[j]::numeric, 4)),
                           min_sim, passed[i], min_fuse, ratio, prio_labels[i], created[i], qsource, mode)
-               || jsonb_build_object('semantic_scan', sem_scan) || skipped_note || fitted_note || mode_note
-               || spark._why_advice(trigs[i], t_rules[i], t_prio[i], t_int[i], adomains[i], acts[i]);
+               || why_extra || spark._why_advice(trigs[i], t_rules[i], t_prio[i], t_int[i], adomains[i], acts[i]);
         RETURN NEXT;
     END LOOP;
     IF NOT full_report THEN
@@ -777,8 +784,7 @@ BEGIN
                           spark._terms(p, sims[i], kws[i], recs[i], outs[i], trigs[i], prios[i], sysd[i],
                                        pool_ranks[i]),
                           min_sim, passed[i], min_fuse, ratio, prio_labels[i], created[i], qsource, mode)
-               || jsonb_build_object('semantic_scan', sem_scan) || skipped_note || fitted_note || mode_note
-               || spark._why_advice(trigs[i], t_rules[i], t_prio[i], t_int[i], adomains[i], acts[i]);
+               || why_extra || spark._why_advice(trigs[i], t_rules[i], t_prio[i], t_int[i], adomains[i], acts[i]);
         RETURN NEXT;
     END LOOP;
 END
