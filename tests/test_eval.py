@@ -385,3 +385,53 @@ def test_a_system_whose_function_is_missing_is_reported_absent(e2e: EndToEnd) ->
     ghost = summarize(e2e.rerun)["systems"]["ghost"]
     assert ghost["status"] == "absent" and "spark.no_such_fn" in ghost["message"]
     assert "overall" not in ghost
+
+
+def test_params_reach_spark_retrieve_and_the_report(
+    e2e: EndToEnd, server_url: str, model_settings: Settings, embedder: Embedder
+) -> None:
+    folder = e2e.report.parent / "tiny"
+    spark = next(r for r in e2e.rerun.systems if r.system.name == "spark")
+    if spark.status != "ok":
+        pytest.skip("spark.retrieve is not installed in the scratch database")
+    assert any(spark.ranked.values())  # with the defaults, spark.retrieve answers some question
+    # no fused score reaches 10: every candidate is dropped by the decision gate
+    strict = evaluate(
+        folder,
+        model_settings,
+        server_url=server_url,
+        embedder=embedder,
+        systems=SYSTEMS[:1],
+        params={"min_fusion_score": 10},
+    )
+    assert strict.systems[0].status == "ok"
+    assert not any(strict.systems[0].ranked.values())
+    result = summarize(strict)
+    assert result["params"] == {"min_fusion_score": 10}
+    assert 'spark.retrieve params {"min_fusion_score": 10}' in format_text(result)
+    assert summarize(e2e.rerun)["params"] == {}
+
+
+def test_bad_params_are_refused_before_any_question(
+    e2e: EndToEnd, server_url: str, model_settings: Settings, embedder: Embedder
+) -> None:
+    def run(params: dict[str, Any]) -> EvalRun:
+        folder = e2e.report.parent / "tiny"
+        return evaluate(folder, model_settings, server_url=server_url, embedder=embedder, params=params)
+
+    with pytest.raises(InputError, match="as_of"):
+        run({"as_of": "2024-01-01"})
+    if next(r for r in e2e.rerun.systems if r.system.name == "spark").status != "ok":
+        pytest.skip("spark.retrieve is not installed in the scratch database")
+    with pytest.raises(InputError, match="pool_semantic"):
+        run({"pool_semantic": -1})
+    with pytest.raises(InputError, match="no_such_param"):
+        run({"no_such_param": 1})
+
+
+def test_cli_params_must_be_a_json_object() -> None:
+    with pytest.raises(InputError, match="not valid JSON"):
+        eval_cli._params("{pool_semantic: 1}")
+    with pytest.raises(InputError, match="JSON object"):
+        eval_cli._params("[1, 2]")
+    assert eval_cli._params(None) == {} and eval_cli._params('{"k": 1}') == {"k": 1}

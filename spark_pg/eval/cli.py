@@ -33,12 +33,7 @@ def cmd_scenarios(args: argparse.Namespace) -> int:
     from spark_pg.eval.scenarios import evaluate_scenarios, format_scenarios, plot_scenarios
 
     settings = load_settings()
-    try:
-        extra = json.loads(args.params) if args.params else {}
-    except json.JSONDecodeError as exc:
-        raise InputError(f"--params is not valid JSON: {exc}") from None
-    if not isinstance(extra, dict):
-        raise InputError("--params must be a JSON object of spark.retrieve params")
+    extra = _params(args.params)
     result = evaluate_scenarios(
         settings,
         Path(args.scenarios) if args.scenarios else None,
@@ -54,6 +49,16 @@ def cmd_scenarios(args: argparse.Namespace) -> int:
     return 0
 
 
+def _params(text: str | None) -> dict[str, object]:
+    try:
+        extra = json.loads(text) if text else {}
+    except json.JSONDecodeError as exc:
+        raise InputError(f"--params is not valid JSON: {exc}") from None
+    if not isinstance(extra, dict):
+        raise InputError("--params must be a JSON object of spark.retrieve params")
+    return extra
+
+
 def cmd_eval(args: argparse.Namespace) -> int:
     if args.scenarios is not None:
         return cmd_scenarios(args)
@@ -62,7 +67,15 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
     settings = load_settings()
     dataset = Path(args.dataset)
-    run = evaluate(dataset, settings, k=args.k, limit=args.limit, fresh=args.fresh, progress=True)
+    run = evaluate(
+        dataset,
+        settings,
+        k=args.k,
+        limit=args.limit,
+        fresh=args.fresh,
+        progress=True,
+        params=_params(args.params),
+    )
     result = summarize(run)
     folder = Path(args.report) if args.report else Path("reports") / f"eval-{result['dataset']}"
     report = write_report(result, folder)
@@ -104,7 +117,12 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         "scenarios.yaml)",
     )
     p.add_argument("--split", choices=("tune", "holdout"), help="--scenarios: only this split")
-    p.add_argument("--params", metavar="JSON", help="--scenarios: spark.retrieve params for the advisor")
+    p.add_argument(
+        "--params",
+        metavar="JSON",
+        help="spark.retrieve params (a JSON object) for every question, e.g. '{\"pool_semantic\": 20}' "
+        "(--scenarios: the advisor's)",
+    )
     p.add_argument("--k", type=_positive, default=10, help="results retrieved per question (at least 10 are)")
     p.add_argument("--json", action="store_true", help="print one JSON object on stdout")
     p.add_argument("--report", metavar="DIR", help="report folder (default: ./reports/eval-<dataset name>)")

@@ -12,7 +12,7 @@ from __future__ import annotations
 import hashlib
 import re
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 import psycopg
+from psycopg.types.json import Jsonb
 from tqdm import tqdm
 
 from spark_pg import schema, scratch
@@ -133,6 +134,7 @@ class EvalRun:
     embed_ms: list[float]
     systems: list[SystemRun]
     date: str
+    params: dict[str, Any] = field(default_factory=dict)  # spark.retrieve params besides as_of
 
 
 def ask_all(
@@ -144,8 +146,11 @@ def ask_all(
     depth: int,
     statement_timeout_ms: int = 0,
     progress: bool = False,
+    retrieve_params: Mapping[str, Any] | None = None,
 ) -> tuple[list[float], list[SystemRun]]:
-    """Embed each question once, then ask every system; returns embedding times and per-system runs."""
+    """Embed each question once, then ask every system; returns embedding times and per-system runs.
+
+    ``retrieve_params``: spark.retrieve params for every question (each is asked as of its own time)."""
     runs = [SystemRun(system) for system in systems]
     now = datetime.now(UTC)
     embed_ms: list[float] = []
@@ -169,7 +174,13 @@ def ask_all(
                 vector = embedder.embed_query(query.text)
                 embed_ms.append((time.perf_counter() - started) * 1000)
                 params = Ask(
-                    query.conversation_id, query.text, vector, depth, query.as_of or now, model_id
+                    query.conversation_id,
+                    query.text,
+                    vector,
+                    depth,
+                    query.as_of or now,
+                    model_id,
+                    dict(retrieve_params or {}),
                 ).params()
                 for r in runs:
                     if r.status != "ok":
@@ -204,16 +215,22 @@ def evaluate(
     progress: bool = False,
     scratch_db: str | None = None,
     systems: Sequence[System] = SYSTEMS,
+    params: Mapping[str, Any] | None = None,
 ) -> EvalRun:
     """Load ``folder`` into its scratch database on ``server_url`` (default: the settings' server), ask.
 
     ``k``: results retrieved per question (at least 10: the metrics are cut at 5 and 10).
     ``limit``: only the first N questions.
+    ``params``: spark.retrieve params for every question (not ``as_of``: each is asked as of its own time),
+    checked by the database before any question is asked.
     """
     if not 1 <= k <= 1000:
         raise InputError(f"k must be between 1 and 1000, got {k}")
     if limit is not None and limit < 1:
         raise InputError(f"limit must be at least 1, got {limit}")
+    retrieve_params = dict(params or {})
+    if "as_of" in retrieve_params:
+        raise InputError("params must not set as_of: every question is asked as of its own time")
     dataset = load_dataset(folder)
     embedder = embedder or load_embedder(settings)
     scratch = prepare_scratch(
@@ -225,6 +242,8 @@ def evaluate(
         progress=progress,
         name=scratch_db,
     )
+    if retrieve_params:
+        _check_params(scratch.url, retrieve_params)
     queries = dataset.queries[:limit] if limit else dataset.queries
     depth = max(k, 10)
     embed_ms, runs = ask_all(
@@ -235,6 +254,7 @@ def evaluate(
         depth=depth,
         statement_timeout_ms=settings.get_int("database.statement_timeout_ms"),
         progress=progress,
+        retrieve_params=retrieve_params,
     )
     return EvalRun(
         dataset=dataset,
@@ -246,7 +266,19 @@ def evaluate(
         embed_ms=embed_ms,
         systems=runs,
         date=datetime.now(UTC).isoformat(timespec="seconds"),
+        params=retrieve_params,
     )
+
+
+def _check_params(url: str, params: Mapping[str, Any]) -> None:
+    """Raise InputError naming what is wrong when spark.retrieve would refuse ``params``."""
+    with connect(url, autocommit=True) as conn:
+        try:
+            conn.execute("SELECT spark._retrieve_params(%s)", [Jsonb(dict(params))])
+        except psycopg.errors.UndefinedFunction:
+            return  # no spark.retrieve in this database: the spark system is reported absent
+        except psycopg.Error as exc:
+            raise InputError(f"params: {str(exc).strip()}") from None
 
 
 def _category_order(name: str) -> tuple[int, int, str]:
@@ -315,5 +347,6 @@ def summarize(result: EvalRun) -> dict[str, Any]:
         "database_reused": result.scratch.reused,
         "load_seconds": round(result.scratch.seconds, 1),
         "date": result.date,
+        "params": result.params,
         "systems": systems,
     }

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import html
+import json
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -29,10 +30,12 @@ def _metric(scores: Mapping[str, float] | None, name: str) -> float | None:
 
 def headline(result: Mapping[str, Any]) -> str:
     counts = result["counts"]
+    params = result.get("params")
     return (
         f"{result['dataset']}: {result['queries']:,} questions ({counts['answered']:,} with an answer, "
         f"{counts['no_answer']:,} without), {result['memories']:,} memories in {result['conversations']} "
         f"conversations; {result['retrieved_per_query']} retrieved per question; model {result['model']}"
+        + (f"; spark.retrieve params {json.dumps(params, sort_keys=True)}" if params else "")
     )
 
 

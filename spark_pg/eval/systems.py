@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
@@ -105,6 +105,7 @@ class Ask:
     k: int
     as_of: datetime
     model_id: int
+    retrieve_params: Mapping[str, Any] = field(default_factory=dict)  # spark.retrieve's, besides as_of
 
     def params(self) -> dict[str, Any]:
         return {
@@ -115,7 +116,7 @@ class Ask:
             "k": self.k,
             "as_of": self.as_of,
             "model_id": self.model_id,
-            "params": Jsonb({"as_of": self.as_of.isoformat()}),
+            "params": Jsonb({**self.retrieve_params, "as_of": self.as_of.isoformat()}),
         }
 
 
