@@ -74,9 +74,16 @@ def test_a_tiny_scale_run_reports_every_figure(server_url: str, model_settings: 
     assert build["maintenance_work_mem_mb"] == 512
     assert row["concurrent"]["clients"] == 2 and row["concurrent"]["calls"] > 2
     assert row["single_client_ms"]["p50"] > 0 and row["baseline_ratio"]["p50"] > 0
+    assert 0 <= row["retrieve_faster_share"] <= 1
+    # every query counted once, in the bucket of its tenant's size (all three tenants are under 1,500)
+    assert [(b["tenant_memories"], b["queries"]) for b in row["by_tenant_size"]] == [("<1,500", 12)]
+    assert (
+        row["by_tenant_size"][0]["retrieve_ms"]["p50"] > 0
+        and row["by_tenant_size"][0]["baseline_ms"]["p50"] > 0
+    )
     assert row["ingest"]["with_embedding_per_s"] > 0 and row["ingest"]["deferred_embedding_per_s"] > 0
     table = bench_scale.format_table(report)
-    assert table.count("\n") == 2 and "| 400 | 3 (" in table
+    assert table.count("\n") == 2 and "| 400 | 3 (" in table and "% of queries |" in table
 
 
 @pytest.mark.parametrize("memories", [1_000, 100_000, 1_000_000])
