@@ -19,7 +19,7 @@ SCALE_DOC = Path(__file__).resolve().parents[1] / "docs" / "scale.md"
 GLOBAL_TABLES = {"embedding_models", "install_info"}
 # unique indexes without the tenant column, and why they are acceptable (docs/scale.md names each)
 UNIQUE_WITHOUT_TENANT = {
-    "tenant_vector_indexes_index_name_key": "per-tenant HNSW indexes are not used under Citus",
+    "tenant_vector_indexes_index_name_key": "a reference table under Citus (no per-tenant indexes there)",
 }
 # foreign keys between tenant tables that do not go through the referencing row's own tenant column
 CROSS_TENANT_FOREIGN_KEYS = {

@@ -435,3 +435,38 @@ def test_cli_params_must_be_a_json_object() -> None:
     with pytest.raises(InputError, match="JSON object"):
         eval_cli._params("[1, 2]")
     assert eval_cli._params(None) == {} and eval_cli._params('{"k": 1}') == {"k": 1}
+
+
+def test_the_cli_passes_params_and_refuses_bad_ones_with_exit_2(
+    e2e: EndToEnd, server_url: str, model_settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    folder = e2e.report.parent / "tiny"
+    config = e2e.report.parent / "config.yaml"
+    monkeypatch.setenv("SPARK_PG_DATABASE_URL", server_url)
+    monkeypatch.setenv("SPARK_PG_CONFIG", str(config))
+    for params, code, said in (
+        ('{"pool_semantic": -1}', 2, "pool_semantic"),
+        ('{"as_of": "2024-01-01"}', 2, "as_of"),
+        ("[1]", 2, "JSON object"),
+        ('{"min_fusion_score": 10}', 0, ""),
+    ):
+        out, err = io.StringIO(), io.StringIO()
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            got = eval_cli.main(
+                [
+                    "--dataset",
+                    str(folder),
+                    "--json",
+                    "--params",
+                    params,
+                    "--report",
+                    str(e2e.report.parent / "report-params"),
+                ]
+            )
+        assert got == code, (params, err.getvalue())
+        assert said in err.getvalue()
+        if code == 0:
+            result = json.loads(out.getvalue())
+            assert result["params"] == {"min_fusion_score": 10}
+            if result["systems"]["spark"]["status"] == "ok":  # every spark answer dropped by the gate
+                assert result["systems"]["spark"]["overall"]["hit@10"] == 0

@@ -75,11 +75,13 @@ def prepare_scratch(
     fresh: bool = False,
     progress: bool = False,
     name: str | None = None,
+    params: Mapping[str, Any] | None = None,
 ) -> Scratch:
     """Create (or reuse) the scratch database for ``dataset`` on the server and load it.
 
     ``server_url`` is any database on the server (the one the settings point at, by default); the
-    scratch database is created next to it. ``fresh`` drops and rebuilds it.
+    scratch database is created next to it. ``fresh`` drops and rebuilds it. ``params``: spark.retrieve
+    params to check once the schema is installed, before anything is loaded.
     """
     name = name or scratch_name(dataset, embedder.spec.name)
     started = time.perf_counter()
@@ -87,6 +89,8 @@ def prepare_scratch(
         scratch.drop(server_url, name)
     url = scratch.create(server_url, name, exist_ok=True)
     schema.install(url)
+    if params:
+        _check_params(url, params)
     content_hash = dataset.content_hash()
     model = embedder.spec.name
     with connect(url, statement_timeout_ms=0) as conn:
@@ -222,7 +226,7 @@ def evaluate(
     ``k``: results retrieved per question (at least 10: the metrics are cut at 5 and 10).
     ``limit``: only the first N questions.
     ``params``: spark.retrieve params for every question (not ``as_of``: each is asked as of its own time),
-    checked by the database before any question is asked.
+    checked by the database before the dataset is loaded.
     """
     if not 1 <= k <= 1000:
         raise InputError(f"k must be between 1 and 1000, got {k}")
@@ -241,9 +245,8 @@ def evaluate(
         fresh=fresh,
         progress=progress,
         name=scratch_db,
+        params=retrieve_params,
     )
-    if retrieve_params:
-        _check_params(scratch.url, retrieve_params)
     queries = dataset.queries[:limit] if limit else dataset.queries
     depth = max(k, 10)
     embed_ms, runs = ask_all(
@@ -278,7 +281,7 @@ def _check_params(url: str, params: Mapping[str, Any]) -> None:
         except psycopg.errors.UndefinedFunction:
             return  # no spark.retrieve in this database: the spark system is reported absent
         except psycopg.Error as exc:
-            raise InputError(f"params: {str(exc).strip()}") from None
+            raise InputError((exc.diag.message_primary or str(exc)).strip()) from None
 
 
 def _category_order(name: str) -> tuple[int, int, str]:
