@@ -157,6 +157,7 @@ def ask_all(
     ``retrieve_params``: spark.retrieve params for every question (each is asked as of its own time)."""
     runs = [SystemRun(system) for system in systems]
     now = datetime.now(UTC)
+    extra = retrieve_params or {}
     embed_ms: list[float] = []
     with connect(url, statement_timeout_ms=statement_timeout_ms, autocommit=True) as conn:
         row = conn.execute("SELECT id, name FROM spark.active_model() WHERE id IS NOT NULL").fetchone()
@@ -184,7 +185,7 @@ def ask_all(
                     depth,
                     query.as_of or now,
                     model_id,
-                    dict(retrieve_params or {}),
+                    extra,
                 ).params()
                 for r in runs:
                     if r.status != "ok":
@@ -274,12 +275,11 @@ def evaluate(
 
 
 def _check_params(url: str, params: Mapping[str, Any]) -> None:
-    """Raise InputError naming what is wrong when spark.retrieve would refuse ``params``."""
+    """Raise InputError naming what is wrong when spark.retrieve would refuse ``params`` (the schema,
+    spark._retrieve_params included, is installed just before)."""
     with connect(url, autocommit=True) as conn:
         try:
             conn.execute("SELECT spark._retrieve_params(%s)", [Jsonb(dict(params))])
-        except psycopg.errors.UndefinedFunction:
-            return  # no spark.retrieve in this database: the spark system is reported absent
         except psycopg.Error as exc:
             raise InputError((exc.diag.message_primary or str(exc)).strip()) from None
 
