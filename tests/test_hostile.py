@@ -50,6 +50,7 @@ from spark_pg.errors import IngestError
 from spark_pg.ingest import register_model
 from spark_pg.records import FIELDS, MemoryIn, read_file
 from spark_pg.triggers import (
+    RULE_KEYS,
     TriggerRule,
     TriggerRuleError,
     load_rules,
@@ -617,20 +618,8 @@ rule_docs = st.one_of(
                 json_values,
                 st.lists(
                     st.dictionaries(
-                        st.sampled_from(
-                            (
-                                "name",
-                                "pattern",
-                                "context_pattern",
-                                "surface",
-                                "priority",
-                                "interrupt",
-                                "confidence",
-                                "shadow",
-                                "metadata",
-                                "colour",
-                            )
-                        ),
+                        # every key a rule file may hold, and one it may not
+                        st.sampled_from((*sorted(RULE_KEYS), "colour")),
                         rule_values,
                         max_size=6,
                     ),
