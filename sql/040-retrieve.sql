@@ -433,7 +433,7 @@ BEGIN
         best AS (
             SELECT max(live.score) AS score FROM live WHERE live.id NOT IN (SELECT arch.id FROM arch))
         -- id and score first: the sort's tie-breaks (score, id) then read them at fixed offsets, not by walking
-        -- the wide text and vector columns (~2% of a call's instructions at ~80 candidates, callgrind)
+        -- the wide text and vector columns (-2% of a call's instructions at the default pools, callgrind)
         SELECT gated.id, gated.score, gated.key, gated.text, gated.category, gated.kind, gated.system_default,
                gated.created_at, gated.content_hash, gated.emb, gated.prio_label, gated.sim, gated.kw, gated.rec,
                gated.outc, gated.prio, gated.pools, gated.pool_ranks, gated.trig, gated.trig_rules, gated.trig_prio,
