@@ -18,6 +18,7 @@ flight were never committed and are claimed again once the server is back.
 
 from __future__ import annotations
 
+import math
 import signal
 import sys
 import threading
@@ -32,7 +33,7 @@ from tqdm import tqdm
 
 from spark_pg import queries
 from spark_pg.embedding import Embedder
-from spark_pg.errors import DatabaseError, InputError, SchemaError
+from spark_pg.errors import DatabaseError, InputError, ModelMismatch, SchemaError
 from spark_pg.ingest import ensure_model
 
 CHANNEL = "spark_embed"
@@ -117,8 +118,17 @@ def embed_batch(
     """Claim, embed and store one batch in one transaction; returns the rows claimed (0: queue drained).
 
     A text the model cannot embed costs its row an attempt, with the error kept and a backoff (a minute
-    per attempt) before it is claimed again; the rest of the batch is stored."""
+    per attempt) before it is claimed again; the rest of the batch is stored. Raises ModelMismatch when
+    ``model_id`` is no longer the active model (a `spark-pg reembed` switched models while the worker ran:
+    its vectors would never take a row off the queue, which only the active model's vectors do)."""
     with conn.transaction():
+        active = conn.execute(queries.ACTIVE_MODEL).fetchone()
+        if active is None or int(active[0]) != model_id:
+            now = f"the active model is now {active[1]}" if active is not None else "no model is active now"
+            raise ModelMismatch(
+                f"the worker embeds with {embedder.spec.name}, but {now}: restart the worker with "
+                "embedding.model set to the active model"
+            )
         rows = conn.execute(queries.CLAIM_QUEUE, {"n": batch, "max_attempts": max_attempts}).fetchall()
         if not rows:
             return 0
@@ -175,8 +185,10 @@ def run_worker(
     counts to add to (a reconnecting caller keeps one across connections)."""
     if batch < 1 or batch > 1000:
         raise InputError(f"batch must be from 1 to 1000, got {batch}")
-    if poll_s <= 0:
-        raise InputError(f"poll_s must be positive, got {poll_s}")
+    if not math.isfinite(poll_s) or poll_s <= 0:
+        raise InputError(f"poll_s must be a positive number of seconds, got {poll_s}")
+    if max_attempts < 1:
+        raise InputError(f"max_attempts must be at least 1, got {max_attempts}")
     if not conn.autocommit:
         raise InputError("the worker's connection must be in autocommit mode")
     stop = stop or threading.Event()
@@ -243,8 +255,8 @@ def run_reconnecting(
     0.25 s and double up to ``max_backoff_s`` between attempts (never a busy loop), one log line when
     connected again. ``options`` are run_worker's. The first connection is not retried (a wrong URL or a
     server never started fails at once, as before); any other error stops the worker as before."""
-    if max_backoff_s <= 0:
-        raise InputError(f"max_backoff_s must be positive, got {max_backoff_s}")
+    if not math.isfinite(max_backoff_s) or max_backoff_s <= 0:
+        raise InputError(f"max_backoff_s must be a positive number of seconds, got {max_backoff_s}")
     stop = stop or threading.Event()
     stats = WorkerStats()
     wait = RECONNECT_FIRST_S

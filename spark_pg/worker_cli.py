@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 
 
 def cmd_worker(args: argparse.Namespace) -> int:
@@ -53,14 +54,22 @@ def cmd_worker(args: argparse.Namespace) -> int:
             f"{summary['seconds']} s ({summary['per_second']}/s); failed: {summary['failed']}"
             + (f"; reconnected {summary['reconnects']} times" if summary["reconnects"] else "")
         )
-    return 0
+        for error in summary["errors"]:
+            print(f"spark-pg worker: not embedded: {error}", file=sys.stderr)
+    # a one-off run that left rows unembedded tells its caller (a script, CI) so; a serving worker that a
+    # signal stopped has done its job
+    return 1 if args.once and stats.failed else 0
 
 
 def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = subparsers.add_parser(
         "worker", help="embed memories queued by deferred writes (LISTEN/NOTIFY, several workers may run)"
     )
-    p.add_argument("--once", action="store_true", help="embed the current backlog, then exit")
+    p.add_argument(
+        "--once",
+        action="store_true",
+        help="embed the current backlog, then exit (exit code 1 if a text could not be embedded)",
+    )
     p.add_argument("--batch", type=int, default=32, help="memories per transaction (1-1000, default 32)")
     p.add_argument("--poll", type=float, default=30.0, help="seconds between checks without a notification")
     p.add_argument("--max-attempts", type=int, default=5, help="failures after which a row is left alone")

@@ -21,10 +21,10 @@ from spark_pg import queries
 from spark_pg.config import Settings
 from spark_pg.db import connect
 from spark_pg.embedding import Embedder, Vector, model_dir_for
-from spark_pg.errors import InputError
-from spark_pg.ingest import ingest
+from spark_pg.errors import InputError, ModelMismatch
+from spark_pg.ingest import ensure_model, ingest
 from spark_pg.records import MemoryIn
-from spark_pg.worker import WorkerStats, backlog, run_worker
+from spark_pg.worker import WorkerStats, backlog, embed_batch, run_reconnecting, run_worker
 from tests.conftest import temp_database
 
 Conn = psycopg.Connection[Any]
@@ -191,6 +191,44 @@ def test_a_failing_embedding_counts_attempts_and_gives_up_after_max_attempts(
     assert work(wdb, embedder, max_attempts=3).embedded == 3  # a person raised the limit
 
 
+def test_a_one_off_worker_run_exits_1_when_a_text_was_not_embedded(
+    wdb: str,
+    embedder: Embedder,
+    model_settings: Settings,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from spark_pg.cli import main
+
+    with connect(wdb) as c:
+        ingest(c, records("t", 3), None)
+        c.commit()
+
+    class Broken(Embedder):
+        def embed_documents(self, texts: Sequence[str], batch_size: int = 16) -> list[Vector]:
+            raise RuntimeError("model file truncated")
+
+    config = tmp_path / "config.yaml"
+    config.write_text(f"embedding:\n  model_dir: {model_dir_for(model_settings)}\n")
+    monkeypatch.setenv("SPARK_PG_DATABASE_URL", wdb)
+    monkeypatch.setenv("SPARK_PG_CONFIG", str(config))
+    monkeypatch.setattr("spark_pg.worker.stop_on_signals", lambda stop: None)  # keep pytest's own handlers
+    monkeypatch.setattr(
+        "spark_pg.embedding.load_embedder", lambda settings: Broken(embedder.spec, embedder._model)
+    )
+    code = main(["worker", "--once", "--quiet"])
+    out, err = capsys.readouterr()
+    assert code == 1 and "failed: 3" in out
+    assert err.count("not embedded: RuntimeError: model file truncated") == 3
+    monkeypatch.setattr("spark_pg.embedding.load_embedder", lambda settings: embedder)
+    with connect(wdb) as c:  # past the backoff
+        c.execute("UPDATE spark.embed_queue SET not_before = now() - interval '1 second'")
+        c.commit()
+    assert main(["worker", "--once", "--quiet"]) == 0
+    assert "embedded 3 memories" in capsys.readouterr().out
+
+
 def test_one_bad_text_does_not_hold_back_its_batch(wdb: str, embedder: Embedder) -> None:
     with connect(wdb) as c:
         ingest(c, records("t", 5), None)
@@ -218,8 +256,44 @@ def test_bad_worker_arguments_are_refused(wdb: str, embedder: Embedder) -> None:
             run_worker(c, embedder, once=True, batch=0)
         with pytest.raises(InputError, match="poll_s"):
             run_worker(c, embedder, once=True, poll_s=0)
+        with pytest.raises(InputError, match="poll_s"):  # NaN passes a plain <= 0 check: a busy loop
+            run_worker(c, embedder, once=True, poll_s=float("nan"))
+        with pytest.raises(InputError, match="max_attempts"):  # 0 would claim nothing, silently
+            run_worker(c, embedder, once=True, max_attempts=0)
+    with pytest.raises(InputError, match="max_backoff_s"):
+        run_reconnecting(lambda: connect(wdb, autocommit=True), embedder, max_backoff_s=float("inf"))
     with connect(wdb) as c, pytest.raises(InputError, match="autocommit"):
         run_worker(c, embedder, once=True)
+
+
+def test_a_worker_stops_when_another_model_becomes_active_under_it(wdb: str, embedder: Embedder) -> None:
+    # a reembed switched models while this worker ran: its vectors would never take a row off the queue (the
+    # trigger dequeues on the active model's vectors), so it would claim the same rows again forever
+    spec = embedder.spec
+    with connect(wdb, autocommit=True) as c:
+        model_id = ensure_model(c, embedder)
+        c.execute(
+            queries.REGISTER_MODEL,
+            {
+                "name": "other/model",
+                "dim": spec.dim,
+                "pooling": spec.pooling,
+                "max_tokens": spec.max_tokens,
+                "query_prefix": spec.query_prefix,
+                "document_prefix": spec.document_prefix,
+            },
+        )
+        c.execute(queries.ACTIVATE_MODEL, {"name": "other/model"})
+    with connect(wdb) as c:
+        ingest(c, records("t", 2), None)
+        c.commit()
+    with connect(wdb, autocommit=True) as c:
+        with pytest.raises(ModelMismatch, match="the active model is now other/model"):
+            embed_batch(c, embedder, model_id, batch=8, max_attempts=5, stats=WorkerStats())
+        with pytest.raises(ModelMismatch):  # and a worker started now refuses at once
+            run_worker(c, embedder, once=True)
+        assert backlog(c) == 2
+    assert counts(wdb) == (2, 0)
 
 
 def test_a_listening_worker_wakes_on_notify_and_stops_on_request(wdb: str, embedder: Embedder) -> None:
