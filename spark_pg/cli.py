@@ -517,6 +517,17 @@ def _k_arg(text: str) -> int:
     return k
 
 
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null, so that flushing what is left at exit cannot fail again."""
+    import os
+
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):  # no file descriptor (an in-process caller's stdout): nothing to flush
+        pass
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     console = argv is None
     argv = sys.argv[1:] if argv is None else list(argv)
@@ -545,7 +556,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         code: int = args.func(args)
+        if console:  # a closed pipe shows here, not as a traceback from the interpreter's exit
+            sys.stdout.flush()
         return code
+    except KeyboardInterrupt:
+        print("spark-pg: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:  # the reader went away (`spark-pg search --json | head`): stop quietly
+        _silence_stdout()
+        return 1
     except SparkPgError as exc:
         print(f"spark-pg: error: {exc}", file=sys.stderr)
         return 2

@@ -16,7 +16,7 @@ from typing import Any
 
 import psycopg
 
-from spark_pg.errors import SchemaError
+from spark_pg.errors import DatabaseError, SchemaError
 
 SQL_FILE = re.compile(r"^\d{3}-[a-z0-9][a-z0-9-]*\.sql$")
 VERSION_TABLE = "spark_alembic_version"  # in public: it must outlive `DROP SCHEMA spark` on downgrade
@@ -65,6 +65,7 @@ def apply_sql(conn: psycopg.Connection[Any]) -> list[str]:
 def _alembic(url: str) -> Iterator[tuple[Any, Any]]:
     from alembic.config import Config
     from sqlalchemy import create_engine
+    from sqlalchemy.exc import DBAPIError
     from sqlalchemy.pool import NullPool
 
     engine = create_engine("postgresql+psycopg://", creator=lambda: psycopg.connect(url), poolclass=NullPool)
@@ -74,6 +75,11 @@ def _alembic(url: str) -> Iterator[tuple[Any, Any]]:
         with engine.connect() as connection:
             cfg.attributes["connection"] = connection
             yield cfg, connection
+    except DBAPIError as exc:
+        # SQLAlchemy wraps the driver's error; callers (and the CLI) handle psycopg's own, with its SQLSTATE
+        if isinstance(exc.orig, psycopg.Error):
+            raise exc.orig from None
+        raise DatabaseError(f"migration failed: {exc}") from exc
     finally:
         engine.dispose()
 

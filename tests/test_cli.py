@@ -136,3 +136,31 @@ def test_stats_reports_health_and_the_north_star(
     report = json.loads(run(capsys, "stats", "--tenant", tenant, "--json")[1])
     assert report["advise"]["calls"] == 1 and report["advise"]["hit_rate"] == 1.0
     assert report["advise"]["latency_ms"]["p50"] > 0
+
+
+def test_init_against_a_server_that_is_down_is_one_line_not_a_traceback(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # the migrations run through SQLAlchemy, which wraps the driver's errors in its own classes
+    monkeypatch.setenv("SPARK_PG_DATABASE_URL", "postgresql://nobody@127.0.0.1:1/none?connect_timeout=3")
+    code, out, err = run(capsys, "init")
+    assert code == 1 and out == "" and err.startswith("spark-pg: database error: connection failed")
+    assert "Traceback" not in err and "sqlalchemy" not in err
+
+
+@pytest.mark.parametrize(
+    ("raised", "code", "message"),
+    [(KeyboardInterrupt(), 130, "spark-pg: interrupted\n"), (BrokenPipeError(), 1, "")],
+)
+def test_an_interrupt_or_a_closed_pipe_ends_the_command_without_a_traceback(
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    raised: BaseException,
+    code: int,
+    message: str,
+) -> None:
+    def stopped(args: object) -> int:
+        raise raised
+
+    monkeypatch.setattr("spark_pg.cli.cmd_config", stopped)
+    assert run(capsys, "config") == (code, "", message)
