@@ -6,6 +6,7 @@ import argparse
 import sys
 
 from spark_pg import __version__
+from spark_pg.cli_args import k_arg, time_arg
 from spark_pg.errors import SparkPgError
 
 # `spark-pg hook` runs once per tool call and its start-up is its latency: this module imports only what
@@ -391,7 +392,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("search", help="hybrid retrieval (spark.retrieve) over a tenant's memories")
     p.add_argument("query")
     p.add_argument("--tenant", default="default")
-    p.add_argument("--k", type=_k_arg)
+    p.add_argument("--k", type=k_arg)
     p.add_argument("--explain", action="store_true", help="every candidate, with why it was kept or dropped")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_search)
@@ -426,7 +427,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--memories", type=int, default=100_000, help="corpus size (retrieve)")
     p.add_argument("--tenants", type=int, help="tenants, Zipf-skewed sizes (retrieve: default 100)")
     p.add_argument("--queries", type=int, default=300, help="measured calls (retrieve, --hooks)")
-    p.add_argument("--k", type=_k_arg, default=8)
+    p.add_argument("--k", type=k_arg, default=8)
     p.add_argument("--fresh", action="store_true", help="rebuild the cached corpus database")
     p.add_argument("--report", default="reports/bench", help="folder for the latency plot")
     p.add_argument(
@@ -464,7 +465,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("stats", help="health: memories, embedding backlog and lag, latency, north star")
     p.add_argument("--tenant", help="one tenant (default: every tenant)")
-    p.add_argument("--since", metavar="TIME", help="only calls and outcomes from this ISO 8601 time on")
+    p.add_argument(
+        "--since", metavar="TIME", type=time_arg, help="only calls and outcomes from this ISO 8601 time on"
+    )
     p.add_argument("--json", action="store_true", help="print the report as one JSON object")
     p.set_defaults(func=cmd_stats)
 
@@ -499,22 +502,6 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("config", help="show the effective tuneables")
     p.set_defaults(func=cmd_config)
     return parser
-
-
-def _k_arg(text: str) -> int:
-    """``--k``: an integer PostgreSQL's integer can hold. spark._check_k checks the range, but a k past
-    2**31 - 1 would reach the database as a bigint, which no spark.retrieve takes (42883): refuse it here,
-    in _check_k's words (its bound is the retrieval.k config key's)."""
-    try:
-        k = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"invalid int value: {text!r}") from None
-    if not -(2**31) <= k <= 2**31 - 1:
-        from spark_pg.config import KEY_BY_NAME
-
-        key = KEY_BY_NAME["retrieval.k"]
-        raise argparse.ArgumentTypeError(f"k must be between {key.lo:g} and {key.hi:g}, got {k}")
-    return k
 
 
 def _silence_stdout() -> None:

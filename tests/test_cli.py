@@ -91,6 +91,31 @@ def test_bad_arguments_get_clear_errors(
     assert expected in err
 
 
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        (("stats", "--since", "last week"), "not an ISO 8601 time: 'last week'"),
+        (("reflect", "--tenant", "t", "-k", "3000000000", "x"), "k must be between 1 and 1000"),
+        (("search", "--k", "3000000000", "x"), "k must be between 1 and 1000"),
+    ],
+)
+def test_values_the_database_would_refuse_are_usage_errors(
+    capsys: pytest.CaptureFixture[str], argv: tuple[str, ...], expected: str
+) -> None:
+    # before, a mistyped time was "database error [22007]" and a k past 2**31 - 1 "function does not exist"
+    with pytest.raises(SystemExit) as stopped:
+        main(list(argv))
+    assert stopped.value.code == 2 and expected in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("since", ["2026-11-01", "2026-11-01T09:00:00+00:00", "yesterday"])
+def test_stats_takes_iso_times_and_postgresql_words(
+    cli_env: str, capsys: pytest.CaptureFixture[str], since: str
+) -> None:
+    code, out, _ = run(capsys, "stats", "--since", since, "--json")
+    assert code == 0 and json.loads(out)["since"] is not None
+
+
 def test_config_errors_name_the_key(
     cli_env: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
