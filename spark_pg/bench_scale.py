@@ -308,7 +308,7 @@ def main(args: Any, settings: Settings) -> int:
         fresh=args.fresh,
     )
     report = run(settings, database_url(settings), load_embedder(settings), spec, progress=not args.quiet)
-    folder = Path(args.report)
+    folder = Path(args.report)  # created and checked when the arguments were parsed (cli_args.report_dir)
     figure = plot(report, folder / "scale.png")
     (folder / "scale.json").write_text(json.dumps(report, indent=1))
     if args.json:

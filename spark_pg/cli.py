@@ -6,7 +6,7 @@ import argparse
 import sys
 
 from spark_pg import __version__
-from spark_pg.cli_args import k_arg, time_arg
+from spark_pg.cli_args import k_arg, report_dir, time_arg
 from spark_pg.errors import SparkPgError
 
 # `spark-pg hook` runs once per tool call and its start-up is its latency: this module imports only what
@@ -429,7 +429,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--queries", type=int, default=300, help="measured calls (retrieve, --hooks)")
     p.add_argument("--k", type=k_arg, default=8)
     p.add_argument("--fresh", action="store_true", help="rebuild the cached corpus database")
-    p.add_argument("--report", default="reports/bench", help="folder for the latency plot")
+    p.add_argument("--report", type=report_dir, default="reports/bench", help="folder for the latency plot")
     p.add_argument(
         "--baseline",
         action=argparse.BooleanOptionalAction,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 
 def k_arg(text: str) -> int:
@@ -38,3 +39,29 @@ def time_arg(text: str) -> str:
             f"not an ISO 8601 time: {text!r} (e.g. 2026-11-01 or 2026-11-01T09:00:00+00:00)"
         ) from None
     return text
+
+
+def writable_dir(path: Path) -> Path:
+    """``path`` created (with its parents) and checked by writing a file in it, so that a report folder that
+    cannot be written fails before a long run, not after it: InputError naming the folder."""
+    import tempfile
+
+    from spark_pg.errors import InputError
+
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=path):
+            pass
+    except OSError as exc:
+        raise InputError(f"cannot write reports to {path}: {exc.strerror or exc}") from None
+    return path
+
+
+def report_dir(text: str) -> Path:
+    """``--report DIR``: :func:`writable_dir` as an argparse type (a usage error, exit 2)."""
+    from spark_pg.errors import InputError
+
+    try:
+        return writable_dir(Path(text))
+    except InputError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None

@@ -189,3 +189,26 @@ def test_an_interrupt_or_a_closed_pipe_ends_the_command_without_a_traceback(
 
     monkeypatch.setattr("spark_pg.cli.cmd_config", stopped)
     assert run(capsys, "config") == (code, "", message)
+
+
+@pytest.mark.parametrize("command", [("eval", "--scenarios"), ("bench", "retrieve")])
+def test_a_report_folder_that_cannot_be_written_is_refused_before_the_run(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], command: tuple[str, ...]
+) -> None:
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    with pytest.raises(SystemExit) as stopped:
+        main([*command, "--report", str(blocker / "reports")])
+    assert stopped.value.code == 2
+    assert f"cannot write reports to {blocker / 'reports'}: Not a directory" in capsys.readouterr().err
+
+
+def test_writable_dir_creates_the_folder_or_names_it(tmp_path: Path) -> None:
+    from spark_pg.cli_args import writable_dir
+    from spark_pg.errors import InputError
+
+    assert writable_dir(tmp_path / "a" / "b") == tmp_path / "a" / "b" and (tmp_path / "a" / "b").is_dir()
+    assert list((tmp_path / "a" / "b").iterdir()) == []  # the probe file is gone
+    (tmp_path / "f").write_text("")
+    with pytest.raises(InputError, match=r"cannot write reports to .*f/x"):
+        writable_dir(tmp_path / "f" / "x")

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import psycopg
 
+from spark_pg.cli_args import report_dir, writable_dir
 from spark_pg.config import load_settings
 from spark_pg.errors import InputError, SparkPgError
 
@@ -34,6 +35,7 @@ def cmd_scenarios(args: argparse.Namespace) -> int:
 
     settings = load_settings()
     extra = _params(args.params)
+    folder = args.report or writable_dir(Path("reports")) / "eval-scenarios"  # checked before the run
     result = evaluate_scenarios(
         settings,
         Path(args.scenarios) if args.scenarios else None,
@@ -41,7 +43,6 @@ def cmd_scenarios(args: argparse.Namespace) -> int:
         split=args.split,
         progress=True,
     )
-    folder = Path(args.report) if args.report else Path("reports") / "eval-scenarios"
     result["report"] = str(plot_scenarios(result, folder / "precision-by-category.png"))
     (folder / "result.json").write_text(json.dumps(result, indent=2))
     print(f"report: {folder}", file=sys.stderr)
@@ -67,6 +68,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
     settings = load_settings()
     dataset = Path(args.dataset)
+    reports = args.report or writable_dir(Path("reports"))  # checked before the run
     run = evaluate(
         dataset,
         settings,
@@ -77,7 +79,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
         params=_params(args.params),
     )
     result = summarize(run)
-    folder = Path(args.report) if args.report else Path("reports") / f"eval-{result['dataset']}"
+    folder = args.report or reports / f"eval-{result['dataset']}"
     report = write_report(result, folder)
     result["report"] = str(report)
     print(
@@ -125,7 +127,12 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     )
     p.add_argument("--k", type=_positive, default=10, help="results retrieved per question (at least 10 are)")
     p.add_argument("--json", action="store_true", help="print one JSON object on stdout")
-    p.add_argument("--report", metavar="DIR", help="report folder (default: ./reports/eval-<dataset name>)")
+    p.add_argument(
+        "--report",
+        metavar="DIR",
+        type=report_dir,
+        help="report folder (default: ./reports/eval-<dataset name>)",
+    )
     p.add_argument("--fresh", action="store_true", help="drop and rebuild the scratch database")
     p.add_argument("--limit", type=_positive, metavar="N", help="only the first N questions")
     p.set_defaults(func=cmd_eval)
