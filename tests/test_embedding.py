@@ -80,3 +80,26 @@ def _empty_config(tmp_path: Path) -> Path:
     path = tmp_path / "empty.yaml"
     path.write_text("")
     return path
+
+
+def test_a_model_folder_is_replaced_whole_or_left_as_it_was(tmp_path: Path) -> None:
+    from spark_pg.model_files import _swap_in
+
+    model, staging, parked = tmp_path / "model", tmp_path / "staging", tmp_path / "parked"
+    model.mkdir()
+    (model / "model.onnx").write_text("old")
+    staging.mkdir()
+    (staging / "model.onnx").write_text("new")
+    _swap_in(staging, model, parked)
+    assert (model / "model.onnx").read_text() == "new" and (parked / "model.onnx").read_text() == "old"
+    with pytest.raises(FileNotFoundError):  # the new folder cannot take its place: the old one goes back
+        _swap_in(tmp_path / "missing", model, tmp_path / "parked-2")
+    assert (model / "model.onnx").read_text() == "new" and not (tmp_path / "parked-2").exists()
+
+
+def test_a_model_folder_that_cannot_be_written_is_a_model_error(tmp_path: Path) -> None:
+    from spark_pg.model_files import install_offline_model
+
+    (tmp_path / "a-file").write_text("")
+    with pytest.raises(ModelNotAvailable, match=r"could not write the model folder .*a-file/model"):
+        install_offline_model(tmp_path / "a-file" / "model", force=True)
