@@ -66,7 +66,13 @@ class EmbeddedServer:
         return utils.PostmasterInfo.read_from_pgdata(self.pgdata)
 
     def status(self) -> ServerStatus:
-        if not (self.pgdata / "PG_VERSION").exists():
+        try:
+            initialised = (self.pgdata / "PG_VERSION").exists()
+        except OSError as exc:  # a home we may not read (EACCES): name it instead of a traceback
+            raise DatabaseError(
+                f"cannot read the data directory {self.pgdata}: {exc.strerror or exc}"
+            ) from None
+        if not initialised:
             return ServerStatus(False, self.pgdata)
         info = self._postmaster()
         if info is None or not info.is_running() or info.status != "ready":
@@ -78,8 +84,15 @@ class EmbeddedServer:
         current = self.status()
         if current.running and current.url:
             return current.url
-        self.pgdata.parent.mkdir(parents=True, exist_ok=True)
-        if self.pgdata.exists():
+        try:
+            self.pgdata.parent.mkdir(parents=True, exist_ok=True)
+            existing = self.pgdata.exists()
+        except OSError as exc:
+            raise DatabaseError(
+                f"cannot create the data directory {self.pgdata}: {exc.strerror or exc} "
+                "(set home in the config file or SPARK_PG_HOME to a folder you can write)"
+            ) from None
+        if existing:
             self._prune_dead_handles()
         pg = _pgserver()
         # the wheel caches one handle per data dir and per process, even after the server died: drop it

@@ -15,10 +15,12 @@ import psycopg
 import pytest
 
 from spark_pg.db import EmbeddedServer
+from spark_pg.errors import DatabaseError
 
 CLIENT = """
 import sys, time
 from spark_pg.db import EmbeddedServer
+from spark_pg.errors import DatabaseError
 print(EmbeddedServer(__import__('pathlib').Path(sys.argv[1])).up(), flush=True)
 time.sleep(120)
 """
@@ -101,3 +103,13 @@ def test_up_applies_shared_buffers_once(home: Path) -> None:
         assert conn.execute("SHOW shared_buffers").fetchone() == ("64MB",)
     pid = server.status().pid
     assert server.up() == url and server.status().pid == pid  # already right: no restart
+
+
+def test_a_home_that_cannot_hold_the_data_directory_is_named(tmp_path: Path) -> None:
+    (tmp_path / "a-file").write_text("")
+    server = EmbeddedServer(tmp_path / "a-file" / "home")
+    assert server.status().running is False  # not a directory: nothing there, nothing running
+    with pytest.raises(
+        DatabaseError, match=r"cannot create the data directory .*a-file/home/pgdata.*SPARK_PG_HOME"
+    ):
+        server.up()
