@@ -167,7 +167,8 @@ KEYS: tuple[Key, ...] = (
         "retrieval.fusion",
         str,
         "weighted",
-        "weighted: weighted sum of the signals; rrf: Reciprocal Rank Fusion of the per-signal ranks.",
+        "weighted: weighted sum of the signals; rrf: Reciprocal Rank Fusion of the ranks in the candidate "
+        "pools that found a memory, with per-pool weights (params rrf_w_<pool>).",
         choices=("weighted", "rrf"),
     ),
     Key(
@@ -293,13 +294,29 @@ def _flatten(data: Mapping[str, Any], origin: str) -> dict[str, Any]:
 
 def _read_file(path: Path) -> dict[str, Any]:
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except yaml.YAMLError as exc:
-        raise ConfigError("(file)", f"{path} is not valid YAML: {exc}") from None
+        text = path.read_text(encoding="utf-8")
     except UnicodeDecodeError as exc:
         raise ConfigError("(file)", f"{path} is not UTF-8 text: {exc.reason}") from None
     except OSError as exc:
         raise ConfigError("(file)", f"cannot read {path}: {exc.strerror}") from None
+    # the memories files' loader: no aliases, bounded nesting, a bad tagged value (``!!int abc``, a date
+    # like 2024-13-45) as a YAML error at its line; imported here, as only a config file needs it
+    from spark_pg.records import StrictYamlLoader, yaml_error_line, yaml_error_message
+
+    loader: StrictYamlLoader | None = None
+    try:
+        loader = StrictYamlLoader(text)  # a non-printable character is refused here already
+        data = loader.get_single_data()
+    except yaml.YAMLError as exc:
+        line = yaml_error_line(exc, text)
+        raise ConfigError(
+            "(file)", f"{path} is not valid YAML: line {line}: {yaml_error_message(exc)}"
+        ) from None
+    except (ValueError, TypeError, RecursionError) as exc:  # what the loader's checks might still miss
+        raise ConfigError("(file)", f"{path} is not valid YAML: {type(exc).__name__}: {exc}") from None
+    finally:
+        if loader is not None:
+            loader.dispose()
     if data is None:
         return {}
     if not isinstance(data, Mapping):

@@ -505,6 +505,40 @@ def test_invalid_yaml(tmp_path: Path, text: str) -> None:
 
 
 @pytest.mark.parametrize(
+    ("text", "problem"),
+    [
+        ("retrieval:\n  k: !!int abc\n", "'abc' is not a valid int"),
+        ("home: 2024-13-45\n", "'2024-13-45' is not a valid timestamp"),
+    ],
+)
+def test_yaml_value_its_tag_cannot_build(tmp_path: Path, text: str, problem: str) -> None:
+    """yaml.safe_load raises a plain ValueError for these; the file must still fail as a ConfigError."""
+    err = raises_config(tmp_path, text)
+    assert type(err) is ConfigError
+    assert err.key == "(file)"
+    assert str(tmp_path / "config.yaml") in str(err)
+    assert "is not valid YAML" in str(err)
+    assert problem in str(err)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "a: " + "[" * 5000 + "]" * 5000 + "\n",
+        "a:\n" + "".join("  " * depth + f"k{depth}:\n" for depth in range(1, 200)),
+    ],
+)
+def test_yaml_nested_too_deeply(tmp_path: Path, text: str) -> None:
+    """Deep nesting fails as a ConfigError naming the file (the flow form made yaml.safe_load raise
+    RecursionError; the block form is refused at the same depth limit)."""
+    err = raises_config(tmp_path, text)
+    assert type(err) is ConfigError
+    assert err.key == "(file)"
+    assert str(tmp_path / "config.yaml") in str(err)
+    assert "nests deeper than" in str(err)
+
+
+@pytest.mark.parametrize(
     ("text", "type_name"), [("- 1\n- 2\n", "list"), ("just a string\n", "str"), ("42\n", "int")]
 )
 def test_yaml_top_level_not_a_mapping(tmp_path: Path, text: str, type_name: str) -> None:
