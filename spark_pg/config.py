@@ -301,7 +301,7 @@ def _read_file(path: Path) -> dict[str, Any]:
         raise ConfigError("(file)", f"cannot read {path}: {exc.strerror}") from None
     # the memories files' loader: no aliases, bounded nesting, a bad tagged value (``!!int abc``, a date
     # like 2024-13-45) as a YAML error at its line; imported here, as only a config file needs it
-    from spark_pg.records import StrictYamlLoader, yaml_error_line, yaml_error_message
+    from spark_pg.rowfiles import StrictYamlLoader, yaml_error_line, yaml_error_message
 
     loader: StrictYamlLoader | None = None
     try:

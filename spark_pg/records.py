@@ -9,7 +9,6 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime
@@ -17,10 +16,14 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from spark_pg.errors import IngestError
 from spark_pg.intent.domains import classify_domain
+from spark_pg.rowfiles import MAX_DEPTH, jsonl_rows, string_problem, text_problem, yaml_rows
+
+# re-exported: the trigger rules' reader (spark_pg.triggers) imports them from here
+from spark_pg.rowfiles import StrictYamlLoader as StrictYamlLoader
+from spark_pg.rowfiles import yaml_error_line as yaml_error_line
+from spark_pg.rowfiles import yaml_error_message as yaml_error_message
 
 KINDS = (
     "insight",
@@ -53,81 +56,7 @@ FIELDS = (
 )
 UNTAGGED_KINDS = frozenset({"episode"})  # dialog turns: their category says nothing of their content
 MAX_TEXT = 100_000  # characters; longer texts belong in a document store, not in a memory
-MAX_DEPTH = 100  # nesting levels of a YAML document or of metadata; deeper would run out of stack
-
-
-class StrictYamlLoader(yaml.SafeLoader):
-    """yaml.SafeLoader for files people write (memories, trigger rules), failing only with yaml.YAMLError.
-
-    - An alias (``*name``) is refused: aliases expand without limit ("billion laughs": 7 lines can stand
-      for millions of items) and hand-written data has no need of them.
-    - Nesting deeper than :data:`MAX_DEPTH` is refused (composing recurses: deeper runs out of stack).
-    - A scalar its tag cannot build (``!!int abc``, ``!!timestamp abc``, ``2024-13-45``) is a
-      ``ConstructorError`` at its line, not the ValueError / KeyError / AttributeError PyYAML raises.
-
-    NUL and other non-printable characters raise ``yaml.reader.ReaderError`` as soon as the loader is built:
-    build it inside the ``try`` (see :func:`yaml_error_line`).
-    """
-
-    def __init__(self, stream: str) -> None:
-        super().__init__(stream)
-        self._depth = 0
-
-    def compose_node(self, parent: yaml.Node | None, index: int) -> yaml.Node | None:
-        self.check_event()  # makes the next event current_event
-        event: Any = self.current_event
-        mark: Any = event.start_mark
-        if isinstance(event, yaml.AliasEvent):
-            raise yaml.composer.ComposerError(
-                None, None, f"uses an alias (*{event.anchor}): aliases are not allowed", mark
-            )
-        self._depth += 1
-        try:
-            if self._depth > MAX_DEPTH:
-                raise yaml.composer.ComposerError(None, None, f"nests deeper than {MAX_DEPTH} levels", mark)
-            return super().compose_node(parent, index)
-        finally:
-            self._depth -= 1
-
-    def construct_object(self, node: yaml.Node, deep: bool = False) -> Any:
-        try:
-            return super().construct_object(node, deep)
-        except yaml.YAMLError:
-            raise
-        except (ValueError, TypeError, KeyError, AttributeError, OverflowError, IndexError) as exc:
-            kind = str(node.tag).rsplit(":", 1)[-1]
-            value = node.value if isinstance(node, yaml.ScalarNode) else type(node).__name__
-            raise yaml.constructor.ConstructorError(
-                None, None, f"{value!r} is not a valid {kind} ({exc})", node.start_mark
-            ) from None
-
-
-def yaml_error_line(exc: yaml.YAMLError, text: str) -> int:
-    """The 1-based line a YAML error points at: where the unclosed construct began if the parser says, else
-    where it gave up; for a reader error (a non-printable character), that character's line."""
-    mark = getattr(exc, "context_mark", None) or getattr(exc, "problem_mark", None)
-    if mark is not None:
-        return int(mark.line) + 1
-    if isinstance(exc, yaml.reader.ReaderError):
-        return text.count("\n", 0, max(exc.position, 0)) + 1
-    return 1
-
-
-def yaml_error_message(exc: yaml.YAMLError) -> str:
-    if isinstance(exc, yaml.reader.ReaderError):
-        return f"unacceptable character U+{exc.character:04X}: {exc.reason}"
-    return str(getattr(exc, "problem", None) or exc)
-
-
-def _string_problem(value: str) -> str | None:
-    """Why PostgreSQL cannot store ``value`` as text, or None."""
-    if "\x00" in value:
-        return "must not contain NUL characters"
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError as exc:
-        return f"contains a lone surrogate ({value[exc.start]!a}), which is not valid Unicode text"
-    return None
+MAX_TENANT = 128  # characters, as the database CHECKs
 
 
 def json_problem(value: Any) -> str | None:
@@ -140,7 +69,7 @@ def json_problem(value: Any) -> str | None:
             return f"nests deeper than {MAX_DEPTH} levels"
         if isinstance(item, Mapping):
             for key, inner in item.items():
-                problem = _string_problem(key) if isinstance(key, str) else None
+                problem = string_problem(key) if isinstance(key, str) else None
                 if problem:
                     return f"key {key!a} {problem}"
                 stack.append((inner, depth + 1))
@@ -149,7 +78,7 @@ def json_problem(value: Any) -> str | None:
         elif isinstance(item, float) and not math.isfinite(item):
             return f"holds {item}, which PostgreSQL's jsonb cannot store (numbers must be finite)"
         elif isinstance(item, str):
-            problem = _string_problem(item)
+            problem = string_problem(item)
             if problem:
                 return f"value {item[:40]!a} {problem}"
     return None
@@ -217,16 +146,10 @@ def _text(
         if required:
             raise IngestError(where[0], where[1], name, "is required")
         return default
-    if not isinstance(value, str):
-        raise IngestError(where[0], where[1], name, f"must be a string, not {type(value).__name__}")
-    if not value.strip():
-        raise IngestError(where[0], where[1], name, "must not be empty")
-    if len(value) > max_len:
-        raise IngestError(where[0], where[1], name, f"is {len(value)} characters; the limit is {max_len}")
-    problem = _string_problem(value)
+    problem = text_problem(value, max_len)
     if problem:
         raise IngestError(where[0], where[1], name, problem)
-    return value
+    return str(value)
 
 
 def _choice(
@@ -272,9 +195,16 @@ def validate_row(row: Any, source: str, line: int, default_tenant: str | None = 
     unknown = sorted(str(k) for k in row if k not in FIELDS)
     if unknown:
         raise IngestError(source, line, unknown[0], f"unknown field; allowed fields: {', '.join(FIELDS)}")
-    tenant = _text(row, "tenant", where, max_len=128, default=default_tenant)
+    tenant = _text(row, "tenant", where, max_len=MAX_TENANT)
     if tenant is None:
-        raise IngestError(source, line, "tenant", "is required (in the row or with --tenant)")
+        if default_tenant is None:
+            raise IngestError(source, line, "tenant", "is required (in the row or with --tenant)")
+        problem = text_problem(default_tenant, MAX_TENANT)  # checked as the row's own would be
+        if problem:
+            raise IngestError(
+                source, line, "tenant", f"is not in the row, and the default (--tenant) {problem}"
+            )
+        tenant = default_tenant
     text = _text(row, "text", where, max_len=MAX_TEXT, required=True)
     assert text is not None
     key = _text(row, "key", where, max_len=512) or default_key(text)
@@ -309,65 +239,26 @@ def validate_row(row: Any, source: str, line: int, default_tenant: str | None = 
     )
 
 
-def _yaml_rows(path: Path, text: str) -> list[tuple[int, Any]]:
-    """The rows of a YAML list (or ``{memories: [...]}``), each with the line its item starts on."""
-    loader: StrictYamlLoader | None = None
-    try:
-        loader = StrictYamlLoader(text)  # a non-printable character is refused here already
-        root = loader.get_single_node()
-        data = loader.construct_document(root) if root is not None else None
-    except yaml.YAMLError as exc:
-        line = yaml_error_line(exc, text)
-        raise IngestError(str(path), line, None, f"is not valid YAML: {yaml_error_message(exc)}") from None
-    finally:
-        if loader is not None:
-            loader.dispose()
-    if isinstance(data, dict) and set(data) == {"memories"} and isinstance(root, yaml.MappingNode):
-        data = data["memories"]
-        root = root.value[0][1]
-    if data is None:
-        return []
-    if not isinstance(data, list) or not isinstance(root, yaml.SequenceNode):
-        raise IngestError(str(path), 1, None, "a YAML file must be a list of memories (or {memories: [...]})")
-    return [(node.start_mark.line + 1, item) for node, item in zip(root.value, data, strict=True)]
-
-
-def _jsonl_rows(path: Path, text: str) -> list[tuple[int, Any]]:
-    rows = []
-    # lines end at \n (or \r\n) only: JSON strings may hold U+2028, U+0085, \f ... raw, which
-    # str.splitlines() would also break on
-    for number, raw in enumerate(text.split("\n"), start=1):
-        raw = raw.removesuffix("\r")
-        if not raw.strip(" \t\r"):  # JSON's whitespace
-            continue
-        try:
-            rows.append((number, json.loads(raw)))
-        except json.JSONDecodeError as exc:
-            raise IngestError(
-                str(path), number, None, f"is not valid JSON: {exc.msg} at column {exc.colno}"
-            ) from None
-        except ValueError:  # an integer longer than Python converts (sys.set_int_max_str_digits)
-            raise IngestError(
-                str(path), number, None, f"has an integer over {sys.get_int_max_str_digits()} digits"
-            ) from None
-        except RecursionError:
-            raise IngestError(str(path), number, None, "nests too deeply to read") from None
-    return rows
-
-
 def read_file(path: Path, default_tenant: str | None = None) -> list[MemoryIn]:
-    """Parse and validate a whole .jsonl / .ndjson / .yaml / .yml file. Raises on the first bad row."""
+    """Parse and validate a whole .jsonl / .ndjson / .yaml / .yml file. Raises on the first bad row (a row
+    without a tenant when ``default_tenant`` is not a valid one, too)."""
     try:
         text = path.read_text(encoding="utf-8")
     except UnicodeDecodeError as exc:
         raise IngestError(str(path), 1, None, f"is not UTF-8 text: {exc.reason}") from None
     except OSError as exc:
         raise IngestError(str(path), 0, None, f"cannot be read: {exc.strerror}") from None
+
+    def fail(line: int, message: str) -> IngestError:
+        return IngestError(str(path), line, None, message)
+
     suffix = path.suffix.lower()
     if suffix in (".jsonl", ".ndjson"):
-        rows = _jsonl_rows(path, text)
+        rows = jsonl_rows(text, fail)
     elif suffix in (".yaml", ".yml"):
-        rows = _yaml_rows(path, text)
+        rows = yaml_rows(
+            text, fail, "a YAML file must be a list of memories (or {memories: [...]})", "memories"
+        )
     else:
         raise IngestError(str(path), 0, None, "unknown file type: use .jsonl, .yaml or .yml")
     records: list[MemoryIn] = []

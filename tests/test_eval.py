@@ -237,6 +237,58 @@ def test_bad_json_and_missing_files(tmp_path: Path) -> None:
         load_dataset(tmp_path)
 
 
+def test_line_separators_inside_a_json_string_are_text(tmp_path: Path) -> None:
+    """JSONL was split with str.splitlines(), which also breaks on U+2028, U+2029 and U+0085, which JSON
+    allows raw inside strings (json.dumps(..., ensure_ascii=False) writes them so): the row was refused."""
+    tiny_dataset(tmp_path, "x")
+    path = tmp_path / "memories.jsonl"
+    rows = [json.loads(line) for line in path.read_text().split("\n") if line]
+    rows[1]["text"] = "one\u2028two\u2029three\x85four"
+
+    def write() -> None:
+        path.write_bytes(b"".join(json.dumps(r, ensure_ascii=False).encode() + b"\r\n" for r in rows))
+
+    write()
+    dataset = load_dataset(tmp_path)
+    assert len(dataset.memories) == 12 and dataset.memories[1].text == "one\u2028two\u2029three\x85four"
+    del rows[2]["text"]  # the lines after it keep their numbers
+    write()
+    with pytest.raises(DatasetError, match=r"memories\.jsonl line 3, field 'text': is required"):
+        load_dataset(tmp_path)
+
+
+@pytest.mark.parametrize(
+    ("line", "message"),
+    [
+        ('{"id": ' + "1" * 5000 + "}", r"line 7: has an integer over \d+ digits"),
+        ("[" * 10_000 + "]" * 10_000, "line 7: nests too deeply"),
+        ('{"id": "q", "conversation_id": "c", "text": "x\\ud800y"}', "line 7, field 'text': contains a lone"),
+        ('{"id": "q\\udcff", "conversation_id": "c", "text": "x"}', "line 7, field 'id': contains a lone"),
+    ],
+)
+def test_rows_python_or_postgresql_cannot_take_name_file_and_line(
+    tmp_path: Path, line: str, message: str
+) -> None:
+    """json.loads raised ValueError (an integer over 4,300 digits) or RecursionError (deep nesting), and a
+    lone surrogate passed the text check, to raise UnicodeEncodeError when the scratch load hashed it."""
+    tiny_dataset(tmp_path, "x")
+    with (tmp_path / "queries.jsonl").open("a") as f:
+        f.write(line + "\n")
+    with pytest.raises(DatasetError, match=r"queries\.jsonl " + message):
+        load_dataset(tmp_path)
+    with (tmp_path / "memories.jsonl").open("a") as f:
+        f.write(line + "\n")
+    with pytest.raises(DatasetError, match=r"memories\.jsonl " + message.replace("line 7", "line 13")):
+        load_dataset(tmp_path)
+
+
+def test_a_lone_surrogate_in_a_category_is_refused(tmp_path: Path) -> None:
+    tiny_dataset(tmp_path, "x")
+    _rewrite(tmp_path / "queries.jsonl", 2, {"category": "x\ud800"})
+    with pytest.raises(DatasetError, match=r"queries\.jsonl line 2, field 'category': contains a lone"):
+        load_dataset(tmp_path)
+
+
 def test_scratch_name_depends_on_content_and_model(tmp_path: Path) -> None:
     tiny_dataset(tmp_path / "one", "x")
     tiny_dataset(tmp_path / "two", "y")

@@ -9,6 +9,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
+from spark_pg.cli import main
 from spark_pg.client import SparkClient
 from spark_pg.config import Settings
 from spark_pg.errors import IngestError, ModelMismatch
@@ -103,6 +104,35 @@ def test_a_bad_row_writes_nothing_from_the_file(client: SparkClient, tenant: str
         client.ingest_file(path, tenant)
     assert (info.value.line, info.value.field) == (2, "importance")
     assert stored(client, tenant) == {}
+
+
+@pytest.mark.parametrize("default", ["   ", "", "t" * 129])
+def test_a_bad_default_tenant_is_refused_before_anything_is_embedded_or_written(
+    client: SparkClient, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, default: str
+) -> None:
+    """``ingest --tenant "   "`` stored the rows under a blank tenant; "" and 129 characters embedded the
+    whole file, then failed the database's CHECK (exit 1, "database error [23514]")."""
+    path = write_jsonl(tmp_path / "m.jsonl", [{"text": "a memory without a tenant"}])
+
+    def no_embedding(*args: object, **kwargs: object) -> None:
+        raise AssertionError("the embedder was loaded")
+
+    monkeypatch.setattr("spark_pg.client.load_embedder", no_embedding)
+    with pytest.raises(IngestError, match=r"m\.jsonl line 1, field 'tenant': .* the default \(--tenant\)"):
+        client.ingest_file(path, default)
+    assert stored(client, default) == {}
+
+
+def test_the_cli_refuses_a_blank_tenant_with_exit_2_and_one_line(
+    cli_env: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = write_jsonl(tmp_path / "m.jsonl", [{"text": "a memory without a tenant"}])
+    assert main(["ingest", str(path), "--tenant", "   ", "--quiet"]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err == (
+        f"spark-pg: error: {path} line 1, field 'tenant': is not in the row,"
+        " and the default (--tenant) must not be empty\n"
+    )
 
 
 def test_a_database_failure_late_in_the_file_rolls_everything_back(

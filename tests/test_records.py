@@ -159,6 +159,36 @@ def test_tenant_default_used_only_when_row_has_none() -> None:
     assert validate_row({"text": "x", "tenant": "own"}, SRC, 1).tenant == "own"
 
 
+BAD_DEFAULT_TENANTS = [
+    pytest.param("   ", "must not be empty", id="blank"),
+    pytest.param("", "must not be empty", id="empty"),
+    pytest.param("t" * 129, "is 129 characters; the limit is 128", id="129-characters"),
+    pytest.param("a\x00b", "must not contain NUL characters", id="nul"),
+]
+
+
+@pytest.mark.parametrize(("tenant", "message"), BAD_DEFAULT_TENANTS)
+def test_the_default_tenant_is_checked_like_a_rows_tenant(tmp_path: Path, tenant: str, message: str) -> None:
+    """``ingest --tenant`` was used unchecked: "   " stored memories under a blank tenant, "" and 129
+    characters failed a database CHECK after the whole file was embedded. Now the first row that needs the
+    default is refused, naming its line, before anything is embedded; rows with their own tenant don't."""
+    expected = rf"line 2, field 'tenant': is not in the row, and the default \(--tenant\) {message}"
+    for row in ({"text": "x"}, {"text": "x", "tenant": None}):
+        with pytest.raises(IngestError, match=expected):
+            validate_row(row, SRC, 2, default_tenant=tenant)
+    path = write(tmp_path, "m.jsonl", jsonl({"tenant": "own", "text": "x"}, {"text": "y"}))
+    err = ingest_error(path, tenant)
+    assert (err.line, err.field) == (2, "tenant") and message in str(err)
+    assert [r.tenant for r in read_file(path, "t")] == ["own", "t"]
+    path = write(tmp_path, "own.jsonl", jsonl({"tenant": "own", "text": "x"}))
+    assert [r.tenant for r in read_file(path, tenant)] == ["own"]  # the default is not used
+
+
+def test_a_default_tenant_of_128_characters_is_fine(tmp_path: Path) -> None:
+    path = write(tmp_path, "m.jsonl", jsonl({"text": "x"}))
+    assert [r.tenant for r in read_file(path, "t" * 128)] == ["t" * 128]
+
+
 def test_default_key_is_stable_and_text_derived() -> None:
     key = default_key("The sky is blue.")
     assert key == "h:" + hashlib.sha256(b"The sky is blue.").hexdigest()[:24]
@@ -524,7 +554,11 @@ def test_read_yaml_keeps_anchors_merge_free_tags_and_timestamps(tmp_path: Path) 
 
 @pytest.mark.parametrize(
     ("line", "fragment"),
-    [("1" * 5000, "an integer over"), ("[" * 5000 + "]" * 5000, "nests too deeply")],
+    [
+        ("1" * 5000, "an integer over"),
+        ("[" * 5000 + "]" * 5000, "nests too deeply"),
+        ("[" * 10_000 + "]" * 10_000, "nests too deeply"),
+    ],
 )
 def test_read_jsonl_refuses_what_python_cannot_read(tmp_path: Path, line: str, fragment: str) -> None:
     path = write(
@@ -532,3 +566,16 @@ def test_read_jsonl_refuses_what_python_cannot_read(tmp_path: Path, line: str, f
     )
     err = ingest_error(path)
     assert (err.line, err.field) == (2, None) and fragment in str(err)
+
+
+@pytest.mark.parametrize("separator", ["\u2028", "\u2029", "\x85"])
+def test_read_jsonl_keeps_line_separators_inside_strings(tmp_path: Path, separator: str) -> None:
+    """str.splitlines() also breaks on U+2028, U+2029 and U+0085, which JSON allows raw in a string; the
+    reader (spark_pg.rowfiles, shared with eval datasets and revalue files) splits at \\n only."""
+    rows = [{"tenant": "t", "text": f"one{separator}two"}, {"tenant": "t", "text": "three", "kind": "nope"}]
+    path = tmp_path / "m.jsonl"
+    path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows[:1]), encoding="utf-8")
+    assert [r.text for r in read_file(path)] == [f"one{separator}two"]
+    path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
+    err = ingest_error(path)
+    assert (err.line, err.field) == (2, "kind")

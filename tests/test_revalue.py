@@ -600,7 +600,7 @@ def test_decisions_file_round_trip_and_errors(tmp_path: Path) -> None:
         '{"id": 1, "importance": 0.5, "expected": "0.3"}\n': "expected must be a number from 0 to 1 or null",
         '{"id": 1, "importance": 0.5, "expected": 1.5}\n': "expected must be a number from 0 to 1 or null",
         "[1, 2]\n": "each decision must be an object",
-        "{oops\n": "line 1: not valid JSON",
+        "{oops\n": "line 1: is not valid JSON",
     }
     path = tmp_path / "d.jsonl"
     for body, message in bad.items():
@@ -613,6 +613,51 @@ def test_decisions_file_round_trip_and_errors(tmp_path: Path) -> None:
     (tmp_path / "d.csv").write_text("id,importance\n")
     with pytest.raises(InputError, match="unknown file type"):
         read_decisions(tmp_path / "d.csv")
+
+
+@pytest.mark.parametrize("suffix", ["jsonl", "yaml"])
+def test_an_export_with_line_separators_in_a_text_reads_back(tmp_path: Path, suffix: str) -> None:
+    """The export writes U+2028, U+2029 and U+0085 raw (ensure_ascii=False); the reader split lines with
+    str.splitlines(), which breaks on them too, so reading the tool's own export failed ("not valid JSON")."""
+    text = "first\u2028second\u2029third\x85fourth"
+    path = tmp_path / f"sample.{suffix}"
+    write_sample(path, "acme", [memory(text)], [Decision(1, 0.7, "why\u2028not", "k", 0.3)])
+    assert read_decisions(path, "acme") == [Decision(1, 0.7, "why\u2028not", "k", 0.3)]
+    if suffix == "jsonl":
+        assert "\u2028" in path.read_text(encoding="utf-8")  # raw, as the bug needs
+        crlf = tmp_path / "crlf.jsonl"
+        crlf.write_bytes(path.read_bytes().replace(b"\n", b"\r\n"))
+        assert read_decisions(crlf, "acme") == [Decision(1, 0.7, "why\u2028not", "k", 0.3)]
+
+
+@pytest.mark.parametrize(
+    ("name", "body", "message"),
+    [
+        ("d.jsonl", '{"id": 1, "importance": 0.5}\n{"id": ' + "1" * 5000 + ', "importance": 0.5}\n',
+         r"d\.jsonl line 2: has an integer over \d+ digits"),
+        ("d.jsonl", '{"id": 1, "importance": 0.5}\n' + "[" * 10_000 + "]" * 10_000 + "\n",
+         r"d\.jsonl line 2: nests too deeply"),
+        ("d.jsonl", '{"id": 1, "importance": 0.5, "reason": "x\\ud800"}\n', r"line 1: reason .*surrogate"),
+        ("d.jsonl", '{"id": 1, "importance": 0.5, "reason": "x\\u0000"}\n', r"d\.jsonl line 1: reason .*NUL"),
+        ("d.yaml", "- id: 1\n  importance: 0.5\n- id: !!int abc\n  importance: 0.5\n",
+         r"d\.yaml line 3: is not valid YAML: 'abc' is not a valid int"),
+        ("d.yaml", "- id: 1\n  importance: 0.5\n  when: 2024-13-45\n", r"d\.yaml line 3: is not valid YAML"),
+        ("d.yaml", "- &a {id: 1, importance: 0.5}\n- *a\n", r"d\.yaml line 2: .*alias \(\*a\)"),
+        ("d.yaml", "- id: 1\n  importance: " + "[" * 10_000 + "]" * 10_000 + "\n",
+         r"d\.yaml line 2: .*nests deeper than 100 levels"),
+        ("d.yaml", "- id: 1\n  reason: x\x00\n", r"d\.yaml line 2: is not valid YAML: unacceptable"),
+        ("d.yaml", "{id: 1, importance: 0.5}\n", r"d\.yaml line 1: a YAML decisions file must be a list"),
+    ],
+)  # fmt: skip
+def test_a_decisions_file_python_cannot_read_is_an_input_error_naming_the_line(
+    tmp_path: Path, name: str, body: str, message: str
+) -> None:
+    """json.loads raised ValueError (an integer over 4,300 digits) or RecursionError (deep nesting) and
+    yaml.safe_load ValueError (!!int abc, 2024-13-45), all uncaught; YAML aliases were expanded."""
+    path = tmp_path / name
+    path.write_text(body, encoding="utf-8")
+    with pytest.raises(InputError, match=message):
+        read_decisions(path)
 
 
 def test_python_apply_dry_run_writes_nothing_and_errors_are_input_errors(conn: Conn, tenant: str) -> None:

@@ -23,7 +23,8 @@ from pathlib import Path
 from typing import Any
 
 from spark_pg.errors import InputError
-from spark_pg.records import MAX_TEXT, MemoryIn
+from spark_pg.records import MAX_TENANT, MAX_TEXT, MemoryIn
+from spark_pg.rowfiles import jsonl_rows, string_problem, text_problem
 
 MEMORIES_FILE = "memories.jsonl"
 QUERIES_FILE = "queries.jsonl"
@@ -131,15 +132,10 @@ class _Row:
                 raise self.error(name, "is required")
             return None
         value = self.data[name]
-        if not isinstance(value, str):
-            raise self.error(name, f"must be a string, not {type(value).__name__}")
-        if not value.strip():
-            raise self.error(name, "must not be empty")
-        if len(value) > max_len:
-            raise self.error(name, f"is {len(value)} characters; the limit is {max_len}")
-        if "\x00" in value:
-            raise self.error(name, "must not contain NUL characters")
-        return value
+        problem = text_problem(value, max_len)  # as an ingest file's fields: these are stored the same way
+        if problem:
+            raise self.error(name, problem)
+        return str(value)
 
     def required_text(self, name: str, max_len: int = MAX_TEXT) -> str:
         value = self.text(name, required=True, max_len=max_len)
@@ -168,17 +164,11 @@ def _rows(path: Path) -> list[_Row]:
         raise DatasetError(path, None, None, f"is not UTF-8 text: {exc.reason}") from None
     except OSError as exc:
         raise DatasetError(path, None, None, f"cannot be read: {exc.strerror}") from None
-    rows = []
-    for number, raw in enumerate(content.splitlines(), start=1):
-        if not raw.strip():
-            continue
-        try:
-            data = json.loads(raw)
-        except json.JSONDecodeError as exc:
-            raise DatasetError(
-                path, number, None, f"is not valid JSON: {exc.msg} at column {exc.colno}"
-            ) from None
-        rows.append(_Row(path, number, data))
+
+    def fail(line: int, message: str) -> DatasetError:
+        return DatasetError(path, line, None, message)
+
+    rows = [_Row(path, number, data) for number, data in jsonl_rows(content, fail)]
     if not rows:
         raise DatasetError(path, None, None, "has no rows")
     return rows
@@ -187,7 +177,7 @@ def _rows(path: Path) -> list[_Row]:
 def _memory(row: _Row) -> Memory:
     memory = Memory(
         id=row.required_text("id", max_len=512),
-        conversation_id=row.required_text("conversation_id", max_len=128),
+        conversation_id=row.required_text("conversation_id", max_len=MAX_TENANT),
         text=row.required_text("text"),
         speaker=row.text("speaker", required=False, max_len=200),
         timestamp=row.time("timestamp"),
@@ -202,13 +192,16 @@ def _memory(row: _Row) -> Memory:
 
 def _query(row: _Row, memories: Mapping[str, Memory], memories_file: Path) -> Query:
     query_id = row.required_text("id", max_len=512)
-    conversation = row.required_text("conversation_id", max_len=128)
+    conversation = row.required_text("conversation_id", max_len=MAX_TENANT)
     text = row.required_text("text")
     category = row.data.get("category")
     if category is None:
         raise row.error("category", "is required")
     if isinstance(category, bool) or not isinstance(category, int | str) or str(category).strip() == "":
         raise row.error("category", f"must be an integer or a non-empty string, got {category!r}")
+    problem = string_problem(category) if isinstance(category, str) else None  # it is written in the report
+    if problem:
+        raise row.error("category", problem)
     relevant = row.data.get("relevant_ids")
     if not isinstance(relevant, list) or not relevant:
         raise row.error("relevant_ids", f"must be a non-empty list of memory ids, got {relevant!r}")

@@ -12,6 +12,7 @@ import yaml
 
 from spark_pg.errors import InputError
 from spark_pg.revalue.records import MAX_REASON, Decision, Sampled
+from spark_pg.rowfiles import jsonl_rows, string_problem, yaml_rows
 
 
 def _rows(path: Path) -> list[tuple[int, Any]]:
@@ -20,30 +21,16 @@ def _rows(path: Path) -> list[tuple[int, Any]]:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise InputError(f"{path}: cannot be read: {exc}") from None
+
+    def fail(line: int, message: str) -> InputError:
+        return InputError(f"{path} line {line}: {message}")
+
     suffix = path.suffix.lower()
     if suffix in (".jsonl", ".ndjson"):
-        rows: list[tuple[int, Any]] = []
-        for number, raw in enumerate(text.splitlines(), start=1):
-            if raw.strip():
-                try:
-                    rows.append((number, json.loads(raw)))
-                except json.JSONDecodeError as exc:
-                    raise InputError(f"{path} line {number}: not valid JSON: {exc.msg}") from None
-        return rows
-    if suffix not in (".yaml", ".yml"):
-        raise InputError(f"{path}: unknown file type: use .jsonl, .yaml or .yml")
-    try:
-        root = yaml.compose(text, Loader=yaml.SafeLoader)
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" line {mark.line + 1}" if mark is not None else ""
-        raise InputError(f"{path}{where}: not valid YAML: {getattr(exc, 'problem', exc)}") from None
-    if data is None:
-        return []
-    if not isinstance(data, list) or not isinstance(root, yaml.SequenceNode):
-        raise InputError(f"{path}: a YAML decisions file must be a list")
-    return [(node.start_mark.line + 1, item) for node, item in zip(root.value, data, strict=True)]
+        return jsonl_rows(text, fail)
+    if suffix in (".yaml", ".yml"):
+        return yaml_rows(text, fail, "a YAML decisions file must be a list")
+    raise InputError(f"{path}: unknown file type: use .jsonl, .yaml or .yml")
 
 
 def read_decisions(path: Path, tenant: str | None = None) -> list[Decision]:
@@ -70,6 +57,10 @@ def read_decisions(path: Path, tenant: str | None = None) -> list[Decision]:
             raise InputError(f"{where}: reason must be a string of at most {MAX_REASON} characters")
         if key is not None and not isinstance(key, str):
             raise InputError(f"{where}: key must be a string, got {key!r}")
+        for name, text in (("reason", reason), ("key", key)):
+            problem = string_problem(text) if isinstance(text, str) else None  # the reason is logged
+            if problem:
+                raise InputError(f"{where}: {name} {problem}")
         if expected is not None and (
             isinstance(expected, bool) or not isinstance(expected, int | float) or not 0 <= expected <= 1
         ):

@@ -1,0 +1,155 @@
+"""Reading rows from the JSONL and YAML files people hand in, each with its line number, and the text checks
+every such reader shares.
+
+Used by ingest files (:mod:`spark_pg.records`), trigger rules, eval datasets and revalue decision files.
+Whatever a file holds, reading it fails only with the error the caller's ``fail(line, message)`` builds
+(an :class:`~spark_pg.errors.InputError`), never with ValueError, RecursionError or a YAML exception.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Callable
+from typing import Any
+
+import yaml
+
+MAX_DEPTH = 100  # nesting levels of a YAML document or of metadata; deeper would run out of stack
+
+Fail = Callable[[int, str], Exception]  # (1-based line, message) -> the error to raise
+
+
+class StrictYamlLoader(yaml.SafeLoader):
+    """yaml.SafeLoader for files people write (memories, trigger rules), failing only with yaml.YAMLError.
+
+    - An alias (``*name``) is refused: aliases expand without limit ("billion laughs": 7 lines can stand
+      for millions of items) and hand-written data has no need of them.
+    - Nesting deeper than :data:`MAX_DEPTH` is refused (composing recurses: deeper runs out of stack).
+    - A scalar its tag cannot build (``!!int abc``, ``!!timestamp abc``, ``2024-13-45``) is a
+      ``ConstructorError`` at its line, not the ValueError / KeyError / AttributeError PyYAML raises.
+
+    NUL and other non-printable characters raise ``yaml.reader.ReaderError`` as soon as the loader is built:
+    build it inside the ``try`` (see :func:`yaml_error_line`).
+    """
+
+    def __init__(self, stream: str) -> None:
+        super().__init__(stream)
+        self._depth = 0
+
+    def compose_node(self, parent: yaml.Node | None, index: int) -> yaml.Node | None:
+        self.check_event()  # makes the next event current_event
+        event: Any = self.current_event
+        mark: Any = event.start_mark
+        if isinstance(event, yaml.AliasEvent):
+            raise yaml.composer.ComposerError(
+                None, None, f"uses an alias (*{event.anchor}): aliases are not allowed", mark
+            )
+        self._depth += 1
+        try:
+            if self._depth > MAX_DEPTH:
+                raise yaml.composer.ComposerError(None, None, f"nests deeper than {MAX_DEPTH} levels", mark)
+            return super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
+
+    def construct_object(self, node: yaml.Node, deep: bool = False) -> Any:
+        try:
+            return super().construct_object(node, deep)
+        except yaml.YAMLError:
+            raise
+        except (ValueError, TypeError, KeyError, AttributeError, OverflowError, IndexError) as exc:
+            kind = str(node.tag).rsplit(":", 1)[-1]
+            value = node.value if isinstance(node, yaml.ScalarNode) else type(node).__name__
+            raise yaml.constructor.ConstructorError(
+                None, None, f"{value!r} is not a valid {kind} ({exc})", node.start_mark
+            ) from None
+
+
+def yaml_error_line(exc: yaml.YAMLError, text: str) -> int:
+    """The 1-based line a YAML error points at: where the unclosed construct began if the parser says, else
+    where it gave up; for a reader error (a non-printable character), that character's line."""
+    mark = getattr(exc, "context_mark", None) or getattr(exc, "problem_mark", None)
+    if mark is not None:
+        return int(mark.line) + 1
+    if isinstance(exc, yaml.reader.ReaderError):
+        return text.count("\n", 0, max(exc.position, 0)) + 1
+    return 1
+
+
+def yaml_error_message(exc: yaml.YAMLError) -> str:
+    if isinstance(exc, yaml.reader.ReaderError):
+        return f"unacceptable character U+{exc.character:04X}: {exc.reason}"
+    return str(getattr(exc, "problem", None) or exc)
+
+
+def string_problem(value: str) -> str | None:
+    """Why PostgreSQL cannot store ``value`` as text (a NUL, a lone surrogate), or None."""
+    if "\x00" in value:
+        return "must not contain NUL characters"
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        return f"contains a lone surrogate ({value[exc.start]!a}), which is not valid Unicode text"
+    return None
+
+
+def text_problem(value: object, max_len: int) -> str | None:
+    """Why ``value`` is not a usable text field (not a string, blank, over ``max_len`` characters, or
+    unstorable: :func:`string_problem`), or None."""
+    if not isinstance(value, str):
+        return f"must be a string, not {type(value).__name__}"
+    if not value.strip():
+        return "must not be empty"
+    if len(value) > max_len:
+        return f"is {len(value)} characters; the limit is {max_len}"
+    return string_problem(value)
+
+
+def jsonl_rows(text: str, fail: Fail) -> list[tuple[int, Any]]:
+    """(line, value) of each non-blank line of a JSONL text."""
+    rows = []
+    # lines end at \n (or \r\n) only: JSON strings may hold U+2028, U+0085, \f ... raw, which
+    # str.splitlines() would also break on
+    for number, raw in enumerate(text.split("\n"), start=1):
+        raw = raw.removesuffix("\r")
+        if not raw.strip(" \t\r"):  # JSON's whitespace
+            continue
+        try:
+            rows.append((number, json.loads(raw)))
+        except json.JSONDecodeError as exc:
+            raise fail(number, f"is not valid JSON: {exc.msg} at column {exc.colno}") from None
+        except ValueError:  # an integer longer than Python converts (sys.set_int_max_str_digits)
+            raise fail(number, f"has an integer over {sys.get_int_max_str_digits()} digits") from None
+        except RecursionError:
+            raise fail(number, "nests too deeply to read") from None
+    return rows
+
+
+def yaml_rows(text: str, fail: Fail, not_a_list: str, wrapper: str | None = None) -> list[tuple[int, Any]]:
+    """(line its item starts on, item) of a YAML list, read with :class:`StrictYamlLoader`; an empty
+    document is no rows. ``wrapper``: ``{wrapper: [...]}`` is accepted for the list too. Anything else
+    fails with ``not_a_list`` at line 1."""
+    loader: StrictYamlLoader | None = None
+    try:
+        loader = StrictYamlLoader(text)  # a non-printable character is refused here already
+        root = loader.get_single_node()
+        data = loader.construct_document(root) if root is not None else None
+    except yaml.YAMLError as exc:
+        raise fail(yaml_error_line(exc, text), f"is not valid YAML: {yaml_error_message(exc)}") from None
+    finally:
+        if loader is not None:
+            loader.dispose()
+    if (
+        wrapper is not None
+        and isinstance(data, dict)
+        and set(data) == {wrapper}
+        and isinstance(root, yaml.MappingNode)
+    ):
+        data = data[wrapper]
+        root = root.value[0][1]
+    if data is None:
+        return []
+    if not isinstance(data, list) or not isinstance(root, yaml.SequenceNode):
+        raise fail(1, not_a_list)
+    return [(node.start_mark.line + 1, item) for node, item in zip(root.value, data, strict=True)]
