@@ -20,11 +20,6 @@ from spark_pg.errors import IngestError
 from spark_pg.intent.domains import classify_domain
 from spark_pg.rowfiles import MAX_DEPTH, jsonl_rows, string_problem, text_problem, yaml_rows
 
-# re-exported: the trigger rules' reader (spark_pg.triggers) imports them from here
-from spark_pg.rowfiles import StrictYamlLoader as StrictYamlLoader
-from spark_pg.rowfiles import yaml_error_line as yaml_error_line
-from spark_pg.rowfiles import yaml_error_message as yaml_error_message
-
 KINDS = (
     "insight",
     "preference",

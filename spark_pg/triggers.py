@@ -31,7 +31,8 @@ from psycopg.types.json import Jsonb
 
 from spark_pg import queries
 from spark_pg.errors import InputError
-from spark_pg.records import PRIORITIES, StrictYamlLoader, json_problem, yaml_error_line, yaml_error_message
+from spark_pg.records import PRIORITIES, json_problem
+from spark_pg.rowfiles import StrictYamlLoader, yaml_error_line, yaml_error_message
 
 RULE_KEYS = frozenset(
     {
