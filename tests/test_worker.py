@@ -66,6 +66,20 @@ def work(url: str, embedder: Embedder, **kwargs: Any) -> WorkerStats:
         return run_worker(c, embedder, once=True, **kwargs)
 
 
+class Truncated(Embedder):
+    """An embedder every call of which fails, as with a truncated model file."""
+
+    def embed_documents(self, texts: Sequence[str], batch_size: int = 16) -> list[Vector]:
+        raise RuntimeError("model file truncated")
+
+
+def past_backoff(url: str) -> None:
+    """Move the failed rows' backoff into the past, so that they can be claimed again at once."""
+    with connect(url) as c:
+        c.execute("UPDATE spark.embed_queue SET not_before = now() - interval '1 second'")
+        c.commit()
+
+
 def retrieve_why(
     url: str, embedder: Embedder, tenant: str, query: str, **params: Any
 ) -> list[dict[str, Any]]:
@@ -171,18 +185,12 @@ def test_a_failing_embedding_counts_attempts_and_gives_up_after_max_attempts(
         ingest(c, records("t", 3), None)
         c.commit()
 
-    class Broken(Embedder):
-        def embed_documents(self, texts: Sequence[str], batch_size: int = 16) -> list[Vector]:
-            raise RuntimeError("model file truncated")
-
-    broken = Broken(embedder.spec, embedder._model)
+    broken = Truncated(embedder.spec, embedder._model)
     for attempt in (1, 2):
         stats = work(wdb, broken, max_attempts=2)
         assert (stats.embedded, stats.failed) == (0, 3), attempt
         assert work(wdb, broken, max_attempts=2).failed == 0  # backing off: not claimed again at once
-        with connect(wdb) as c:  # the backoff has passed
-            c.execute("UPDATE spark.embed_queue SET not_before = now() - interval '1 second'")
-            c.commit()
+        past_backoff(wdb)
     with connect(wdb) as c:
         rows = c.execute("SELECT attempts, last_error FROM spark.embed_queue").fetchall()
         assert rows == [(2, "RuntimeError: model file truncated")] * 3
@@ -205,26 +213,20 @@ def test_a_one_off_worker_run_exits_1_when_a_text_was_not_embedded(
         ingest(c, records("t", 3), None)
         c.commit()
 
-    class Broken(Embedder):
-        def embed_documents(self, texts: Sequence[str], batch_size: int = 16) -> list[Vector]:
-            raise RuntimeError("model file truncated")
-
     config = tmp_path / "config.yaml"
     config.write_text(f"embedding:\n  model_dir: {model_dir_for(model_settings)}\n")
     monkeypatch.setenv("SPARK_PG_DATABASE_URL", wdb)
     monkeypatch.setenv("SPARK_PG_CONFIG", str(config))
     monkeypatch.setattr("spark_pg.worker.stop_on_signals", lambda stop: None)  # keep pytest's own handlers
     monkeypatch.setattr(
-        "spark_pg.embedding.load_embedder", lambda settings: Broken(embedder.spec, embedder._model)
+        "spark_pg.embedding.load_embedder", lambda settings: Truncated(embedder.spec, embedder._model)
     )
     code = main(["worker", "--once", "--quiet"])
     out, err = capsys.readouterr()
     assert code == 1 and "failed: 3" in out
     assert err.count("not embedded: RuntimeError: model file truncated") == 3
     monkeypatch.setattr("spark_pg.embedding.load_embedder", lambda settings: embedder)
-    with connect(wdb) as c:  # past the backoff
-        c.execute("UPDATE spark.embed_queue SET not_before = now() - interval '1 second'")
-        c.commit()
+    past_backoff(wdb)
     assert main(["worker", "--once", "--quiet"]) == 0
     assert "embedded 3 memories" in capsys.readouterr().out
 
