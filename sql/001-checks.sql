@@ -39,6 +39,23 @@ $fn$;
 COMMENT ON FUNCTION spark._check_k(integer, integer) IS
     'Internal: raise 22004 for a NULL k, 22023 unless 1 <= k <= max_k; else return k.';
 
+CREATE OR REPLACE FUNCTION spark._check_session(session_id text)
+RETURNS text
+LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
+SET search_path = pg_catalog, @vector_schema@, pg_temp
+AS $fn$
+BEGIN
+    -- NULL is allowed: a call or outcome outside any session
+    IF session_id IS NOT NULL AND (session_id = '' OR length(session_id) > 256) THEN
+        RAISE EXCEPTION 'session_id must be 1 to 256 characters, got % characters', length(session_id)
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    RETURN session_id;
+END
+$fn$;
+COMMENT ON FUNCTION spark._check_session(text) IS
+    'Internal: raise 22023 for an empty session_id or one over 256 characters; else return it (NULL included).';
+
 CREATE OR REPLACE FUNCTION spark._check_query_text(query_text text)
 RETURNS text
 LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
@@ -128,6 +145,11 @@ BEGIN
                 RAISE EXCEPTION 'params.as_of must be an ISO 8601 time string, got %', value
                     USING ERRCODE = 'invalid_parameter_value';
             END;
+            -- 'infinity' parses, then breaks the time arithmetic (or silently ages every memory away)
+            IF NOT isfinite((value #>> '{}')::timestamptz) THEN
+                RAISE EXCEPTION 'params.as_of must be a finite time, got %', value
+                    USING ERRCODE = 'invalid_parameter_value';
+            END IF;
         END IF;
         RETURN true;
     END IF;
@@ -146,10 +168,18 @@ BEGIN
             CASE WHEN (rng ->> 2) = '1' THEN 'an integer' ELSE 'a number' END, rng ->> 0, rng ->> 1, num
             USING ERRCODE = 'invalid_parameter_value';
     END IF;
+    -- numeric holds 1e-400, double precision does not: the callers' cast would fail without naming the key
+    BEGIN
+        PERFORM num::double precision;
+    EXCEPTION WHEN numeric_value_out_of_range THEN
+        RAISE EXCEPTION 'params.% is too close to 0 for a double precision number (write 0), got %', key, value
+            USING ERRCODE = 'invalid_parameter_value';
+    END;
     RETURN true;
 END
 $fn$;
 COMMENT ON FUNCTION spark._check_param(text, jsonb, jsonb, jsonb) IS
     'Internal: one key of a params object. 22023 for a key not in defaults, a ranged key (ranges: '
-    '{"key": [min, max, integer 0|1]}) whose value is not a number in its range, or an as_of that is not an '
-    'ISO 8601 time; true for a key that passed, false for a known key the caller checks itself.';
+    '{"key": [min, max, integer 0|1]}) whose value is not a number in its range (or one so close to 0 that '
+    'double precision cannot hold it), or an as_of that is not a finite ISO 8601 time; '
+    'true for a key that passed, false for a known key the caller checks itself.';

@@ -40,7 +40,8 @@ END
 $fn$;
 COMMENT ON FUNCTION spark.ensure_model_index(smallint) IS
     'Create (if missing) the partial HNSW cosine index for one model''s vectors. '
-    'model_id: spark.embedding_models.id. Returns the index name. 22023 for an unknown model.';
+    'model_id: spark.embedding_models.id. Returns the index name. Errors: 22004 NULL model_id; 22023 an '
+    'unknown model.';
 
 CREATE OR REPLACE FUNCTION spark.register_model(
     name text, dim integer, pooling text, max_tokens integer,
@@ -54,17 +55,22 @@ DECLARE
     mid smallint;
     old record;
 BEGIN
-    IF name IS NULL OR name = '' THEN
+    IF name IS NULL OR dim IS NULL OR pooling IS NULL OR max_tokens IS NULL THEN
+        RAISE EXCEPTION '% must not be NULL', CASE WHEN name IS NULL THEN 'name' WHEN dim IS NULL THEN 'dim'
+                                                   WHEN pooling IS NULL THEN 'pooling' ELSE 'max_tokens' END
+            USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    IF name = '' THEN
         RAISE EXCEPTION 'name must be a non-empty model name' USING ERRCODE = 'invalid_parameter_value';
     END IF;
-    IF dim IS NULL OR dim < 1 OR dim > 2000 THEN
+    IF dim < 1 OR dim > 2000 THEN
         RAISE EXCEPTION 'dim must be between 1 and 2000 (HNSW limit), got %', dim
             USING ERRCODE = 'invalid_parameter_value';
     END IF;
-    IF pooling IS NULL OR pooling NOT IN ('mean', 'cls') THEN
+    IF pooling NOT IN ('mean', 'cls') THEN
         RAISE EXCEPTION 'pooling must be mean or cls, got %', pooling USING ERRCODE = 'invalid_parameter_value';
     END IF;
-    IF max_tokens IS NULL OR max_tokens < 1 THEN
+    IF max_tokens < 1 THEN
         RAISE EXCEPTION 'max_tokens must be positive, got %', max_tokens USING ERRCODE = 'invalid_parameter_value';
     END IF;
     -- concurrent first registrations (two workers, two ingests) take turns: the second finds the first's row
@@ -74,6 +80,14 @@ BEGIN
         IF old.dim <> dim OR old.pooling <> pooling THEN
             RAISE EXCEPTION 'model % is registered with dim % and % pooling, not dim % and % pooling',
                 name, old.dim, old.pooling, dim, pooling USING ERRCODE = 'data_exception';
+        END IF;
+        -- the same name with other truncation or prefixes would embed differently from its stored vectors
+        IF old.max_tokens <> max_tokens OR old.query_prefix <> coalesce(query_prefix, '')
+           OR old.document_prefix <> coalesce(document_prefix, '') THEN
+            RAISE EXCEPTION 'model % is registered with max_tokens %, query_prefix % and document_prefix %, '
+                            'not %, % and %', name, old.max_tokens, quote_literal(old.query_prefix),
+                quote_literal(old.document_prefix), max_tokens, quote_literal(coalesce(query_prefix, '')),
+                quote_literal(coalesce(document_prefix, '')) USING ERRCODE = 'data_exception';
         END IF;
         mid := old.id;
     ELSE
@@ -91,7 +105,8 @@ COMMENT ON FUNCTION spark.register_model(text, integer, text, integer, text, tex
     'Register an embedding model (idempotent by name) and make sure its HNSW index exists. '
     'name: model name; dim: vector dimension (1-2000); pooling: mean|cls; max_tokens: truncation length; '
     'query_prefix/document_prefix: text prepended before embedding. The first model registered becomes '
-    'active. Returns the model id. 22023 for bad values, 22000 if the name exists with another dim.';
+    'active. Returns the model id. Errors: 22004 NULL name, dim, pooling or max_tokens; 22023 bad values; '
+    '22000 if the name is registered with another dim, pooling, max_tokens or prefix.';
 
 CREATE OR REPLACE FUNCTION spark.activate_model(name text)
 RETURNS TABLE (previous text, active text, queued bigint)
@@ -103,7 +118,10 @@ DECLARE
     target spark.embedding_models;
     old spark.embedding_models;
 BEGIN
-    IF name IS NULL OR name = '' THEN
+    IF name IS NULL THEN
+        RAISE EXCEPTION 'name must not be NULL' USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    IF name = '' THEN
         RAISE EXCEPTION 'name must be a registered model name' USING ERRCODE = 'invalid_parameter_value';
     END IF;
     PERFORM pg_advisory_xact_lock(hashtext('spark.register_model'));
@@ -131,7 +149,8 @@ COMMENT ON FUNCTION spark.activate_model(text) IS
     'Make a registered model the active one (the one retrieval compares against), in one transaction: the '
     'previous model''s vectors stay (its index may be dropped after), and spark.embed_queue is rebuilt with '
     'the memories that lack a vector of the new model. name: spark.embedding_models.name. Returns the '
-    'previous and new active model and how many memories were queued. 22023 for an unknown name.';
+    'previous and new active model and how many memories were queued. Errors: 22004 NULL name; 22023 an '
+    'empty or unknown name.';
 
 CREATE OR REPLACE FUNCTION spark.active_model()
 RETURNS spark.embedding_models

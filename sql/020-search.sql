@@ -21,13 +21,21 @@ BEGIN
     IF query_embedding IS NULL THEN
         RAISE EXCEPTION 'query_embedding must not be NULL' USING ERRCODE = 'null_value_not_allowed';
     END IF;
-    IF min_similarity IS NULL OR min_similarity < -1 OR min_similarity > 1 THEN
-        RAISE EXCEPTION 'min_similarity must be between -1 and 1, got %', coalesce(min_similarity::text, 'NULL')
+    IF min_similarity IS NULL THEN
+        RAISE EXCEPTION 'min_similarity must not be NULL' USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    IF min_similarity < -1 OR min_similarity > 1 THEN
+        RAISE EXCEPTION 'min_similarity must be between -1 and 1, got %', min_similarity
             USING ERRCODE = 'invalid_parameter_value';
     END IF;
     m := spark.active_model();
     IF m.id IS NULL THEN
-        RETURN;  -- no model registered yet: nothing has a vector, so nothing can match
+        -- no model registered yet: nothing has a vector, so nothing can match; a zero vector is still wrong
+        IF vector_norm(query_embedding) = 0 THEN
+            RAISE EXCEPTION 'query_embedding is the zero vector; cosine similarity is undefined'
+                USING ERRCODE = 'invalid_parameter_value';
+        END IF;
+        RETURN;
     END IF;
     query_embedding := spark._query_vector(query_embedding, m.dim, m.name);
     -- The ORDER BY ... LIMIT sits in a MATERIALIZED CTE so the HNSW index serves it (iterative scan keeps
@@ -52,5 +60,5 @@ COMMENT ON FUNCTION spark.search_semantic(text, vector, integer, double precisio
     'Nearest memories by cosine similarity. tenant: whose memories (the cold-start pack is always included, '
     'flagged system_default); '
     'query_embedding: a vector from the active model (see spark.active_model()); k: 1-1000 results; '
-    'min_similarity: drop hits below this cosine (-1..1). Errors: 22004 NULL tenant/k/embedding, '
+    'min_similarity: drop hits below this cosine (-1..1). Errors: 22004 NULL tenant/k/embedding/min_similarity, '
     '22023 bad k/min_similarity/zero vector, 22000 wrong dimension.';

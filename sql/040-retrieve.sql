@@ -66,7 +66,7 @@ CREATE OR REPLACE FUNCTION spark._why(
     min_sim double precision, passed_by text, min_fuse double precision, ratio double precision,
     priority text, created_at timestamptz, query_source text, mode text)
 RETURNS jsonb
-LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
+LANGUAGE plpgsql STABLE PARALLEL SAFE  -- the week (to_char of a timestamptz) follows the TimeZone
 SET search_path = pg_catalog, @vector_schema@, pg_temp
 AS $fn$
 -- plpgsql, not sql: a SQL function called per output row sets up an executor each time (~50-150 us)
@@ -537,7 +537,7 @@ DECLARE
 BEGIN
     PERFORM spark._check_tenant(tenant);
     PERFORM spark._check_query_text(query_text);
-    IF btrim(query_text) = '' AND query_embedding IS NULL THEN
+    IF query_text !~ '\S' AND query_embedding IS NULL THEN  -- blank: spaces, tabs, newlines or nothing
         RAISE EXCEPTION 'query_text must not be empty when query_embedding is NULL'
             USING ERRCODE = 'invalid_parameter_value';
     END IF;
@@ -815,7 +815,9 @@ AS $fn$
 $fn$;
 COMMENT ON FUNCTION spark.explain(text, text, vector, integer, jsonb) IS
     'Every candidate spark.retrieve considered, with its signals, fused score, gates and status (surfaced, or '
-    'why it was dropped). Same parameters as spark.retrieve; surfaced rows come first, in rank order.';
+    'why it was dropped). Same parameters as spark.retrieve; surfaced rows come first, in rank order, with '
+    'rank set (NULL for the rest). Errors: those of spark.retrieve (22004 NULL tenant/query_text/k, 22023 '
+    'bad k/params/empty query, 22000 wrong embedding dimension).';
 
 DROP FUNCTION IF EXISTS spark.retrieve(text, text, vector, integer, jsonb);
 CREATE OR REPLACE FUNCTION spark.retrieve(

@@ -121,7 +121,15 @@ DECLARE
     problem text;
 BEGIN
     PERFORM spark._check_tenant(tenant);
-    IF name IS NULL OR name !~ '^[A-Za-z0-9_.:-]{1,64}$' THEN
+    IF name IS NULL OR pattern IS NULL OR surface IS NULL OR priority IS NULL OR interrupt IS NULL
+       OR origin IS NULL OR confidence IS NULL OR shadow IS NULL OR metadata IS NULL THEN
+        RAISE EXCEPTION '% must not be NULL', CASE WHEN name IS NULL THEN 'name' WHEN pattern IS NULL THEN 'pattern'
+            WHEN surface IS NULL THEN 'surface' WHEN priority IS NULL THEN 'priority'
+            WHEN interrupt IS NULL THEN 'interrupt' WHEN origin IS NULL THEN 'origin'
+            WHEN confidence IS NULL THEN 'confidence' WHEN shadow IS NULL THEN 'shadow' ELSE 'metadata' END
+            USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    IF name !~ '^[A-Za-z0-9_.:-]{1,64}$' THEN
         RAISE EXCEPTION 'name must be 1 to 64 letters, digits or _ . : -, got %', coalesce(quote_literal(name), 'NULL')
             USING ERRCODE = 'invalid_parameter_value';
     END IF;
@@ -173,6 +181,7 @@ COMMENT ON FUNCTION spark.put_trigger_rule(text, text, text, text[], text, text,
     'regular expressions matched against the call''s trigger text (both must match); surface: memory keys '
     '(of the tenant or the cold-start pack) to surface; priority raises theirs; interrupt: may block the '
     'call (advisor, opt-in); origin static (YAML) or learned; confidence 0..1 (trigger_conf); shadow: matched '
-    'and logged, never surfaced. Errors: 22004 NULL tenant/interrupt/shadow, 22023 bad name, surface, '
-    'priority, origin, confidence or metadata, 2201B unsafe or invalid pattern (backreferences, lookarounds, '
-    'nested quantifiers, over 500 characters).';
+    'and logged, never surfaced; metadata: a JSON object kept with the rule. Errors: 22004 any NULL argument '
+    'but context_pattern, 22023 bad tenant, name, surface, priority, origin, confidence or metadata, 2201B '
+    'an empty, unsafe or invalid pattern or context_pattern (backreferences, lookarounds, nested '
+    'quantifiers, over 500 characters).';

@@ -22,9 +22,7 @@ DECLARE
     ttext text;
     started timestamptz := clock_timestamp();
 BEGIN
-    IF session_id IS NOT NULL AND (session_id = '' OR length(session_id) > 256) THEN
-        RAISE EXCEPTION 'session_id must be 1 to 256 characters' USING ERRCODE = 'invalid_parameter_value';
-    END IF;
+    PERFORM spark._check_session(session_id);
     PERFORM spark._check_tenant(tenant);
     -- spark.retrieve checks every other argument; an error anywhere undoes the whole call, log included
     ttext := spark._trigger_text(advise.params, advise.query_text);
@@ -97,6 +95,7 @@ BEGIN
         RAISE EXCEPTION '% must not be NULL', CASE WHEN memory_id IS NULL THEN 'memory_id' ELSE 'outcome' END
             USING ERRCODE = 'null_value_not_allowed';
     END IF;
+    PERFORM spark._check_session(session_id);
     IF outcome NOT IN ('followed', 'helpful', 'unhelpful', 'ignored') THEN
         RAISE EXCEPTION 'outcome must be followed, helpful, unhelpful or ignored, got %', quote_literal(outcome)
             USING ERRCODE = 'invalid_parameter_value';
@@ -149,15 +148,20 @@ COMMENT ON FUNCTION spark.record_outcome(text, bigint, text, bigint, text, text)
     'hook, user). Updates the memory''s counters and reliability, (successes + 1) / (successes + failures + '
     '0.25 x ignored + 2), except for pack memories, whose shared reliability no single tenant moves. Returns '
     'the reliability. Errors: 22004 NULL tenant, memory_id or outcome; 22023 unknown outcome, a memory or '
-    'retrieval not of this tenant, bad source.';
+    'retrieval not of this tenant, bad source, an empty session_id or one over 256 characters.';
 
 CREATE OR REPLACE FUNCTION spark.north_star(tenant text DEFAULT NULL, since timestamptz DEFAULT NULL)
 RETURNS TABLE (tenant_name text, sessions bigint, sessions_helped bigint, share double precision,
                advise_calls bigint, items_surfaced bigint, helpful bigint, unhelpful bigint, followed bigint,
                ignored bigint)
-LANGUAGE sql STABLE
+LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, @vector_schema@, pg_temp
 AS $fn$
+BEGIN
+    IF north_star.tenant IS NOT NULL THEN  -- NULL: every tenant
+        PERFORM spark._check_tenant(north_star.tenant);
+    END IF;
+    RETURN QUERY
     -- the north-star metric: the share of sessions in which at least one surfaced item was later marked
     -- helpful (or followed); per tenant, or per tenant for every tenant when tenant is NULL
     WITH calls AS (
@@ -192,10 +196,12 @@ AS $fn$
     FROM (SELECT DISTINCT c0.tenant FROM calls c0) t
     JOIN calls c ON c.tenant = t.tenant
     GROUP BY t.tenant
-    ORDER BY t.tenant
+    ORDER BY t.tenant;
+END
 $fn$;
 COMMENT ON FUNCTION spark.north_star(text, timestamptz) IS
     'The north-star metric per tenant: sessions with advise calls (spark.retrievals.session_id), how many '
     'had at least one surfaced item later marked helpful or followed, the share, and the counts behind it. '
     'tenant: one tenant, or NULL for all; since: only calls and outcomes from then on (NULL: all time). '
-    'Calls without a session_id count as calls but not as sessions.';
+    'Calls without a session_id count as calls but not as sessions. Errors: 22023 an empty or over-long '
+    'tenant.';

@@ -12,8 +12,11 @@ DECLARE
     proposed integer := 0;
 BEGIN
     PERFORM spark._check_tenant(tenant);
-    IF min_helpful IS NULL OR min_helpful < 1 THEN
-        RAISE EXCEPTION 'min_helpful must be at least 1, got %', coalesce(min_helpful::text, 'NULL')
+    IF min_helpful IS NULL THEN
+        RAISE EXCEPTION 'min_helpful must not be NULL' USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    IF min_helpful < 1 THEN
+        RAISE EXCEPTION 'min_helpful must be at least 1, got %', min_helpful
             USING ERRCODE = 'invalid_parameter_value';
     END IF;
     -- memories the advisor found without a trigger (semantic or keyword pools) and that were then marked
@@ -59,8 +62,8 @@ COMMENT ON FUNCTION spark.propose_triggers(text, integer) IS
     'surfaced without a trigger and that was then marked helpful or followed at least min_helpful times, a '
     'rule on the English stems most of those calls share (\m<stem>, and a second as context_pattern). A '
     'memory some rule already surfaces gets none. Returns how many were proposed. Shadow rules are matched and '
-    'logged by spark.advise, never surfaced, until spark.promote_triggers. Errors: 22004 NULL tenant, 22023 '
-    'min_helpful below 1.';
+    'logged by spark.advise, never surfaced, until spark.promote_triggers. Errors: 22004 NULL tenant or '
+    'min_helpful, 22023 an empty or over-long tenant, min_helpful below 1.';
 
 CREATE OR REPLACE FUNCTION spark.promote_triggers(
     tenant text, min_hits integer DEFAULT 5, min_precision double precision DEFAULT 0.6)
@@ -71,12 +74,15 @@ AS $fn$
 #variable_conflict use_column
 BEGIN
     PERFORM spark._check_tenant(tenant);
-    IF min_hits IS NULL OR min_hits < 1 THEN
-        RAISE EXCEPTION 'min_hits must be at least 1, got %', coalesce(min_hits::text, 'NULL')
-            USING ERRCODE = 'invalid_parameter_value';
+    IF min_hits IS NULL OR min_precision IS NULL THEN
+        RAISE EXCEPTION '% must not be NULL', CASE WHEN min_hits IS NULL THEN 'min_hits' ELSE 'min_precision' END
+            USING ERRCODE = 'null_value_not_allowed';
     END IF;
-    IF min_precision IS NULL OR min_precision NOT BETWEEN 0 AND 1 THEN
-        RAISE EXCEPTION 'min_precision must be from 0 to 1, got %', coalesce(min_precision::text, 'NULL')
+    IF min_hits < 1 THEN
+        RAISE EXCEPTION 'min_hits must be at least 1, got %', min_hits USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF min_precision NOT BETWEEN 0 AND 1 THEN
+        RAISE EXCEPTION 'min_precision must be from 0 to 1, got %', min_precision
             USING ERRCODE = 'invalid_parameter_value';
     END IF;
     RETURN QUERY
@@ -113,5 +119,5 @@ COMMENT ON FUNCTION spark.promote_triggers(text, integer, double precision) IS
     'Measure every shadow trigger rule of tenant on its logged hits (spark.trigger_shadow_hits): precision = '
     'hits whose memory was marked helpful or followed in the same session / hits. Rules with at least '
     'min_hits hits and min_precision precision are promoted (shadow off, confidence = precision). Returns '
-    'each shadow rule with its figures and whether it was promoted. Errors: 22004 NULL tenant, 22023 min_hits '
-    'below 1 or min_precision outside 0..1.';
+    'each shadow rule with its figures and whether it was promoted. Errors: 22004 NULL tenant, min_hits or '
+    'min_precision, 22023 an empty or over-long tenant, min_hits below 1 or min_precision outside 0..1.';

@@ -39,6 +39,13 @@ BEGIN
             CASE WHEN min_age < interval '0' THEN min_age ELSE cooldown END
             USING ERRCODE = 'invalid_parameter_value';
     END IF;
+    -- now() minus more would fall before the first timestamp PostgreSQL holds (4713 BC)
+    IF min_age > interval '1000 years' OR cooldown > interval '1000 years' THEN
+        RAISE EXCEPTION '% must be at most 1000 years, got %',
+            CASE WHEN min_age > interval '1000 years' THEN 'min_age' ELSE 'cooldown' END,
+            CASE WHEN min_age > interval '1000 years' THEN min_age ELSE cooldown END
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
     IF n = 0 THEN
         RETURN;
     END IF;
@@ -90,7 +97,7 @@ COMMENT ON FUNCTION spark.revalue_sample(text, integer, real, interval, interval
     'The sample walks a fixed pseudo-random order from a random point (partial index memories_revalue_idx '
     'when max_importance < 0.5), so its cost follows n, not the tenant''s size. Errors: 22004 NULL tenant, '
     'n, max_importance, min_age or cooldown; 22023 empty or over-long tenant, negative n, max_importance '
-    'outside 0..1, negative min_age or cooldown.';
+    'outside 0..1, a min_age or cooldown that is negative or over 1000 years.';
 
 -- The result gained a status column, and CREATE OR REPLACE cannot change a result type: drop a version
 -- without it (a current one is replaced in place and keeps its grants).

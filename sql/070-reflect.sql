@@ -137,7 +137,7 @@ BEGIN
     ELSE
         qsource := 'none: lexical fallback over the descriptors';
     END IF;
-    IF qvec IS NULL AND btrim(query_text) = '' THEN
+    IF qvec IS NULL AND query_text !~ '\S' THEN  -- blank: spaces, tabs, newlines or nothing
         RAISE EXCEPTION 'query_text must not be empty when query_embedding is NULL'
             USING ERRCODE = 'invalid_parameter_value';
     END IF;
@@ -352,6 +352,7 @@ AS $fn$
 DECLARE
     rid bigint;
     rp jsonb;
+    qemb vector := advise_with_warnings.query_embedding;
 BEGIN
     IF warning_min_score IS NULL OR warning_k IS NULL THEN
         RAISE EXCEPTION '% must not be NULL', CASE WHEN warning_k IS NULL THEN 'warning_k' ELSE 'warning_min_score' END
@@ -377,12 +378,18 @@ BEGIN
     IF warning_k = 0 THEN
         RETURN;
     END IF;
+    -- a vector of another model than the active one (a client still on the old model during a switch):
+    -- spark.advise above ignored it, and so does the reflection, which then runs lexically
+    IF advise_with_warnings.params ->> 'query_model' IS DISTINCT FROM (SELECT m.name FROM spark.active_model() m)
+       AND advise_with_warnings.params ->> 'query_model' IS NOT NULL THEN
+        qemb := NULL;
+    END IF;
     -- the id spark.advise just logged this call under (this session's last value of the identity)
     rid := currval(pg_get_serial_sequence('spark.retrievals', 'id'));
     RETURN QUERY
     WITH r AS MATERIALIZED (
-        SELECT * FROM spark.reflect(advise_with_warnings.tenant, advise_with_warnings.query_text,
-                                    advise_with_warnings.query_embedding, warning_k, rp))
+        SELECT * FROM spark.reflect(advise_with_warnings.tenant, advise_with_warnings.query_text, qemb,
+                                    warning_k, rp))
     SELECT rid, NULL::integer, r.memory_id, r.key, r.text, r.category, r.kind, mm.source,
            CASE WHEN mm.priority = 'critical' THEN 'critical' ELSE 'high' END, false, r.score, r.similarity,
            r.keyword_score, r.recency, mm.reliability,
@@ -404,7 +411,8 @@ COMMENT ON FUNCTION spark.advise_with_warnings(text, text, vector, integer, json
                                                double precision, integer, jsonb) IS
     'spark.advise plus past-failure warnings, in one round trip: the advice rows (warning false) exactly as '
     'spark.advise returns and logs them, then up to warning_k of the tenant''s traces whose outcome was '
-    'failure and whose spark.reflect score (same query_text and query_embedding) reaches warning_min_score '
+    'failure and whose spark.reflect score (same query_text and query_embedding; no vector when '
+    'params.query_model names another model than the active one) reaches warning_min_score '
     '(warning true, priority_label high, or critical if the trace is; retrieval_id: this call; pools '
     '{reflection}; why: spark.reflect''s, plus warning.rule and warning.learnings, the learnings linked to '
     'the trace). Warnings are not logged in spark.retrieval_items (their signals are not fusion signals). '

@@ -330,11 +330,22 @@ def strings(value: Any) -> Iterator[str]:
             yield from strings(v)
 
 
+# class 22 states that mean a value reached arithmetic or a cast inside a spark function unchecked (the
+# message names no parameter): numeric value out of range, datetime field overflow, division by zero, invalid
+# datetime format. The same states raised before any spark function runs (the argument's own type refusing
+# it: an int past 2**31 - 1 for an integer, 1e39 in a vector, 1e-207 for a real) are a clean refusal.
+UNGUARDED = frozenset({"22003", "22008", "22012", "22007"})
+
+
 def check_refusal(exc: BaseException, inputs: Any) -> None:
-    """A clean refusal: SQLSTATE class 22/23, or psycopg's client-side refusal of NUL in a text parameter."""
+    """A clean refusal: SQLSTATE class 22/23 (one of UNGUARDED only from outside the spark functions), or
+    psycopg's client-side refusal of NUL in a text parameter."""
     event(f"refused: {getattr(exc, 'sqlstate', None) or type(exc).__name__}")
     if isinstance(exc, psycopg.Error) and exc.sqlstate is not None:
-        assert exc.sqlstate[:2] in ("22", "23"), f"SQLSTATE {exc.sqlstate}: {str(exc).strip()}"
+        message = str(exc).strip()
+        assert exc.sqlstate[:2] in ("22", "23"), f"SQLSTATE {exc.sqlstate}: {message}"
+        inside = "spark." in (exc.diag.context or "")
+        assert not inside or exc.sqlstate not in UNGUARDED, f"unguarded SQLSTATE {exc.sqlstate}: {message}"
         return
     if isinstance(exc, psycopg.DataError) and any("\x00" in s for s in strings(inputs)):
         return

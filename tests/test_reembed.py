@@ -153,8 +153,12 @@ def test_canaries_that_disagree_stop_the_switch_and_a_rerun_catches_up(
 
 def test_activation_and_arguments_are_checked(rdb: str, embedder: Embedder, cls_embedder: Embedder) -> None:
     with connect(rdb) as c:
-        for name in ("nope", None, ""):
-            with pytest.raises(psycopg.errors.InvalidParameterValue), c.transaction():
+        for name, error, message in (
+            ("nope", psycopg.errors.InvalidParameterValue, "'nope' is not registered"),
+            ("", psycopg.errors.InvalidParameterValue, "name must be a registered model name"),
+            (None, psycopg.errors.NullValueNotAllowed, "name must not be NULL"),
+        ):
+            with pytest.raises(error, match=message), c.transaction():
                 c.execute("SELECT * FROM spark.activate_model(%s)", (name,))
         with pytest.raises(psycopg.errors.InvalidParameterValue, match="query_model"), c.transaction():
             c.execute("SELECT * FROM spark.retrieve('a', 'x', NULL, 5, '{\"query_model\": 3}')")

@@ -96,6 +96,8 @@ def test_k_limits_and_min_similarity_gates(conn: Conn, corpus: str) -> None:
 
 def test_no_model_registered_returns_nothing(conn: Conn) -> None:
     assert search(conn, "anyone", vec(1)) == []
+    with pytest.raises(errors.InvalidParameterValue, match="zero vector"), conn.transaction():
+        search(conn, "anyone", vec())  # wrong whether or not a model is registered
 
 
 @pytest.mark.parametrize(
@@ -110,7 +112,7 @@ def test_no_model_registered_returns_nothing(conn: Conn) -> None:
         ("t", vec(1), 1001, -1, errors.InvalidParameterValue, "k"),
         ("t", vec(1), None, -1, errors.NullValueNotAllowed, "k"),
         ("t", vec(1), 8, 1.5, errors.InvalidParameterValue, "min_similarity"),
-        ("t", vec(1), 8, None, errors.InvalidParameterValue, "min_similarity"),
+        ("t", vec(1), 8, None, errors.NullValueNotAllowed, "min_similarity"),
         ("t", "[1,2,3]", 8, -1, errors.DataException, "query_embedding has 3 dimensions"),
         ("t", vec(), 8, -1, errors.InvalidParameterValue, "zero vector"),
     ],
@@ -142,7 +144,10 @@ def test_nan_vectors_are_refused_by_pgvector(conn: Conn, model_id: int) -> None:
         (("m", 2001, "mean", 256), errors.InvalidParameterValue, "dim"),
         (("m", 384, "max", 256), errors.InvalidParameterValue, "pooling"),
         (("m", 384, "mean", 0), errors.InvalidParameterValue, "max_tokens"),
-        (("m", None, "mean", 256), errors.InvalidParameterValue, "dim"),
+        ((None, 384, "mean", 256), errors.NullValueNotAllowed, "name must not be NULL"),
+        (("m", None, "mean", 256), errors.NullValueNotAllowed, "dim must not be NULL"),
+        (("m", 384, None, 256), errors.NullValueNotAllowed, "pooling must not be NULL"),
+        (("m", 384, "mean", None), errors.NullValueNotAllowed, "max_tokens must not be NULL"),
     ],
 )
 def test_register_model_rejects_bad_input(
@@ -157,6 +162,13 @@ def test_register_model_is_idempotent_and_guards_dimension(conn: Conn, model_id:
     assert again == (model_id,)
     with pytest.raises(errors.DataException, match="registered with dim 384"), conn.transaction():
         conn.execute("SELECT spark.register_model('test-model', 768, 'mean', 256)")
+    # the same name with other truncation or prefixes would embed unlike its stored vectors
+    for other in ("512, '', ''", "256, 'query: ', ''", "256, '', 'passage: '"):
+        with pytest.raises(errors.DataException, match="registered with max_tokens 256"), conn.transaction():
+            conn.execute(f"SELECT spark.register_model('test-model', {DIM}, 'mean', {other})")
+    assert conn.execute(
+        f"SELECT spark.register_model('test-model', {DIM}, 'mean', 256, NULL, '')"
+    ).fetchone() == (model_id,)  # a NULL prefix is the empty one
     index = conn.execute(
         "SELECT indexdef FROM pg_indexes WHERE indexname = %s", (f"embeddings_hnsw_m{model_id}",)
     ).fetchone()

@@ -1,0 +1,229 @@
+"""Edge inputs of the SQL functions that once slipped past their checks: each is refused with an errcode and a
+message naming the parameter, or (where NULL has a meaning) answered as documented."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import psycopg
+import pytest
+from psycopg import errors
+from psycopg.types.json import Jsonb
+
+Conn = psycopg.Connection[Any]
+DIM = 384
+
+
+def one_hot(dim: int = DIM) -> str:
+    return "[1" + ",0" * (dim - 1) + "]"
+
+
+def refused(conn: Conn, sql: str, args: Any, error: type[Exception], message: str) -> None:
+    with pytest.raises(error, match=message), conn.transaction():
+        conn.execute(sql, args).fetchall()
+
+
+@pytest.mark.parametrize(
+    ("params", "message"),
+    [
+        ('{"as_of": "infinity"}', "params.as_of must be a finite time"),
+        ('{"as_of": "-infinity"}', "params.as_of must be a finite time"),
+        # numeric holds it, double precision does not: the cast used to fail without naming the key (22003)
+        ('{"w_keyword": 1e-400}', "params.w_keyword is too close to 0 for a double precision"),
+        ('{"min_similarity": -1e-330}', "params.min_similarity is too close to 0 for a double precision"),
+    ],
+)
+@pytest.mark.parametrize("function", ["retrieve", "explain", "reflect"])
+def test_params_no_double_precision_or_timestamp_can_hold_are_refused(
+    conn: Conn, function: str, params: str, message: str
+) -> None:
+    if function == "reflect" and "as_of" not in params:
+        params = '{"min_score": 1e-400}'
+        message = "params.min_score is too close to 0 for a double precision"
+    refused(
+        conn,
+        f"SELECT * FROM spark.{function}('t', 'deploy', NULL, 5, %s::jsonb)",
+        (params,),
+        errors.InvalidParameterValue,
+        message,
+    )
+
+
+@pytest.mark.parametrize("value", ["0", "2.2250738585072014e-308", "5e-324", "1e-300"])
+def test_tiny_params_double_precision_holds_are_fine(conn: Conn, value: str) -> None:
+    conn.execute(
+        "SELECT * FROM spark.retrieve('t', 'deploy', NULL, 5, %s::jsonb)", (f'{{"w_keyword": {value}}}',)
+    ).fetchall()
+
+
+@pytest.mark.parametrize("blank", ["", "   ", "\t\n", " \r\n\t "])
+def test_a_blank_query_without_a_vector_is_refused(conn: Conn, blank: str) -> None:
+    for function in ("retrieve", "explain", "reflect"):
+        refused(
+            conn,
+            f"SELECT * FROM spark.{function}('t', %s, NULL, 5)",
+            (blank,),
+            errors.InvalidParameterValue,
+            "query_text must not be empty when query_embedding is NULL",
+        )
+
+
+@pytest.mark.parametrize(
+    ("k", "error"),
+    [
+        (0, errors.InvalidParameterValue),
+        (1001, errors.InvalidParameterValue),
+        (None, errors.NullValueNotAllowed),
+    ],
+)
+def test_explain_checks_k_like_retrieve(conn: Conn, k: int | None, error: type[Exception]) -> None:
+    refused(conn, "SELECT * FROM spark.explain('t', 'deploy', NULL, %s)", (k,), error, "k must")
+
+
+def test_explain_edges(conn: Conn) -> None:
+    refused(conn, "SELECT * FROM spark.explain(NULL, 'x')", (), errors.NullValueNotAllowed, "tenant")
+    refused(conn, "SELECT * FROM spark.explain('', 'x')", (), errors.InvalidParameterValue, "tenant")
+    # a tenant without memories (and without the pack) answers nothing; the largest k allowed is fine
+    empty = "SELECT * FROM spark.explain('nobody-here', 'deploy', NULL, 1000, '{\"include_system\": false}')"
+    assert conn.execute(empty).fetchall() == []
+
+
+@pytest.mark.parametrize("tenant", ["", "x" * 129])
+def test_north_star_checks_a_named_tenant(conn: Conn, tenant: str) -> None:
+    refused(conn, "SELECT * FROM spark.north_star(%s)", (tenant,), errors.InvalidParameterValue, "tenant")
+
+
+def test_north_star_of_every_tenant_and_of_one_without_calls(conn: Conn) -> None:
+    conn.execute(
+        "SELECT * FROM spark.advise('ns-a', 'pin base images', NULL, 5, session_id => 's1')"
+    ).fetchall()
+    rows = conn.execute("SELECT tenant_name, sessions FROM spark.north_star()").fetchall()
+    assert ("ns-a", 1) in rows
+    assert conn.execute("SELECT * FROM spark.north_star('nobody-here')").fetchall() == []
+
+
+@pytest.mark.parametrize("session", ["", "s" * 257])
+def test_record_outcome_checks_the_session_like_advise(conn: Conn, session: str) -> None:
+    refused(
+        conn,
+        "SELECT spark.record_outcome('t', 1, 'helpful', session_id => %s)",
+        (session,),
+        errors.InvalidParameterValue,
+        "session_id must be 1 to 256 characters",
+    )
+
+
+def test_assign_tiers_edges(conn: Conn) -> None:
+    refused(conn, "SELECT * FROM spark.assign_tiers(NULL)", (), errors.NullValueNotAllowed, "tenant")
+    refused(conn, "SELECT * FROM spark.assign_tiers('')", (), errors.InvalidParameterValue, "tenant")
+    for at in ("infinity", "-infinity"):
+        refused(
+            conn,
+            "SELECT * FROM spark.assign_tiers('t', %s::timestamptz)",
+            (at,),
+            errors.InvalidParameterValue,
+            "as_of must be a finite time",
+        )
+    assert conn.execute("SELECT * FROM spark.assign_tiers('nobody-here')").fetchall() == []
+
+
+@pytest.mark.parametrize(
+    ("min_age", "cooldown", "names"),
+    [
+        ("300000 years", "90 days", "min_age"),
+        ("7 days", "2000 years", "cooldown"),
+        ("infinity", "1 day", "min_age"),
+    ],
+)
+def test_revalue_sample_refuses_ages_no_timestamp_can_reach(
+    conn: Conn, min_age: str, cooldown: str, names: str
+) -> None:
+    refused(
+        conn,
+        "SELECT * FROM spark.revalue_sample('t', 5, 0.3, %s::interval, %s::interval)",
+        (min_age, cooldown),
+        errors.InvalidParameterValue,
+        f"{names} must be at most 1000 years",
+    )
+
+
+def test_learned_trigger_functions_refuse_null_arguments_with_22004(conn: Conn) -> None:
+    for sql, name in (
+        ("SELECT spark.propose_triggers(NULL)", "tenant"),
+        ("SELECT spark.propose_triggers('t', NULL)", "min_helpful"),
+        ("SELECT * FROM spark.promote_triggers(NULL)", "tenant"),
+        ("SELECT * FROM spark.promote_triggers('t', NULL)", "min_hits"),
+        ("SELECT * FROM spark.promote_triggers('t', 5, NULL)", "min_precision"),
+    ):
+        refused(conn, sql, (), errors.NullValueNotAllowed, name)
+    # a tenant with no advise calls: nothing to propose or promote
+    assert conn.execute("SELECT spark.propose_triggers('nobody-here')").fetchone() == (0,)
+    assert conn.execute("SELECT * FROM spark.promote_triggers('nobody-here')").fetchall() == []
+
+
+RULE = {
+    "name": "r1",
+    "pattern": "deploy",
+    "surface": ["k1"],
+    "priority": "high",
+    "interrupt": False,
+    "origin": "static",
+    "confidence": 0.9,
+    "shadow": False,
+    "metadata": Jsonb({}),
+}
+
+TYPES = {
+    "name": "text",
+    "pattern": "text",
+    "surface": "text[]",
+    "priority": "text",
+    "interrupt": "boolean",
+    "origin": "text",
+    "confidence": "real",
+    "shadow": "boolean",
+    "metadata": "jsonb",
+}
+
+
+@pytest.mark.parametrize("field", sorted(RULE))
+def test_put_trigger_rule_refuses_every_null_argument_with_22004(conn: Conn, field: str) -> None:
+    args = RULE | {field: None}
+    names = ", ".join(f"{k} => %({k})s::{TYPES[k]}" for k in args)
+    refused(
+        conn,
+        f"SELECT spark.put_trigger_rule(tenant => 't', {names})",
+        args,
+        errors.NullValueNotAllowed,
+        f"{field} must not be NULL",
+    )
+
+
+def test_activate_model_refuses_a_null_name_with_22004(conn: Conn) -> None:
+    refused(conn, "SELECT * FROM spark.activate_model(NULL)", (), errors.NullValueNotAllowed, "name")
+
+
+def test_warnings_ignore_a_vector_of_another_model_like_the_advice_does(conn: Conn) -> None:
+    # a client still on the old model during a switch: its vector (here another dimension) must not reach
+    # spark.reflect, which used to fail the whole call with 22000
+    conn.execute("SELECT spark.register_model('warn-test-model', %s, 'mean', 256)", (DIM,))
+    conn.execute("SELECT * FROM spark.activate_model('warn-test-model')")
+    rows = conn.execute(
+        """SELECT warning, why
+           FROM spark.advise_with_warnings('t', 'deploy the service', '[1,0,0]'::vector, 5,
+                                           '{"query_model": "older-model"}')"""
+    ).fetchall()
+    assert all("lexical" in str(why.get("query_embedding", "lexical")) for _, why in rows)
+    refused(  # the same vector without saying which model made it is still an error
+        conn,
+        "SELECT * FROM spark.advise_with_warnings('t', 'deploy', '[1,0,0]'::vector, 5)",
+        (),
+        errors.DataException,
+        "3 dimensions",
+    )
+
+
+def test_the_why_helper_is_stable_not_immutable(conn: Conn) -> None:
+    # its week is to_char of a timestamptz, which follows the session's TimeZone
+    row = conn.execute("SELECT provolatile FROM pg_proc WHERE oid = 'spark._why'::regproc").fetchone()
+    assert row == ("s",)
