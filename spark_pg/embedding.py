@@ -105,8 +105,9 @@ _CACHE: dict[tuple[str, str, int | None], Embedder] = {}
 _CACHE_LOCK = threading.Lock()
 
 
-def load_embedder(settings: Settings) -> Embedder:
-    """Load (once per process) the configured model, or raise ModelNotAvailable saying how to get it."""
+def load_embedder(settings: Settings, *, offline: bool = False) -> Embedder:
+    """Load (once per process) the configured model, or raise ModelNotAvailable saying how to get it.
+    ``offline``: never download (a network model not in embedding.cache_dir yet is ModelNotAvailable)."""
     name = settings.get_str("embedding.model")
     spec = MODELS[name]
     threads = settings.opt_int("embedding.threads")
@@ -127,6 +128,8 @@ def load_embedder(settings: Settings) -> Embedder:
                     "(SPARK_PG_EMBEDDING_MODEL_DIR) to a folder that has them"
                 )
             kwargs["specific_model_path"] = str(folder)
+        elif offline:
+            kwargs["local_files_only"] = True
         try:
             from fastembed import TextEmbedding
         except ImportError:
@@ -142,6 +145,11 @@ def load_embedder(settings: Settings) -> Embedder:
                 hint = f"the files in {folder} may be damaged: run `spark-pg model setup --force`"
             if os.environ.get("HF_HUB_OFFLINE") == "1" and not spec.offline_files:
                 hint += " (HF_HUB_OFFLINE=1 is set)"
+            if offline and not spec.offline_files:
+                hint = (
+                    "a hook without `spark-pg serve` never downloads a model: run `spark-pg serve` (it "
+                    "downloads on start) or fill embedding.cache_dir once"
+                )
             raise ModelNotAvailable(f"cannot load {name}: {exc}. {hint}") from exc
         embedder = Embedder(spec, model)
         _CACHE[cache_key] = embedder

@@ -76,6 +76,35 @@ def test_network_model_without_network_fails_with_a_hint(
     assert "all-MiniLM-L6-v2-int8" in str(info.value)
 
 
+def test_an_offline_load_never_downloads(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # the hook's in-process fallback: a download would spend the tool call's whole budget
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    import socket as socket_module
+
+    attempts: list[object] = []
+
+    def no_network(self: object, address: object) -> None:
+        attempts.append(address)
+        raise OSError("no network in this test")
+
+    def no_lookup(host: object, *args: object, **kwargs: object) -> list[object]:
+        attempts.append(host)
+        raise OSError("no network in this test")
+
+    monkeypatch.setattr(socket_module.socket, "connect", no_network)
+    monkeypatch.setattr(socket_module, "getaddrinfo", no_lookup)
+    settings = load_settings(
+        environ={
+            "SPARK_PG_EMBEDDING_MODEL": "BAAI/bge-small-en-v1.5",
+            "SPARK_PG_EMBEDDING_CACHE_DIR": str(tmp_path / "cache"),
+        },
+        config_file=_empty_config(tmp_path),
+    )
+    with pytest.raises(ModelNotAvailable, match="never downloads a model"):
+        load_embedder(settings, offline=True)
+    assert attempts == []
+
+
 def _empty_config(tmp_path: Path) -> Path:
     path = tmp_path / "empty.yaml"
     path.write_text("")

@@ -596,3 +596,98 @@ def test_the_hook_bench_starts_its_own_server_unless_given_a_socket(
     assert started == [str(private.path)]
     chosen = bench_hooks._Server(other, work)  # --socket: the user's choice, used as it is
     assert chosen.path == other and chosen.proc is None and len(started) == 1
+
+
+def test_a_client_that_leaves_early_costs_the_server_one_log_line(
+    hdb: str, embedder: Embedder, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "s.sock"
+    lines: list[str] = []
+    pool = open_pool(hdb, 1)
+    server = HookServer(path, HookService(pool.connection, lambda: embedder), lines.append)
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+    thread.start()
+    try:
+        for _ in range(3):  # a request cut short, then gone before the answer is written
+            with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+                s.connect(str(path))
+                s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
+                s.sendall(b'{"v": 1, "op": "pi')
+        deadline = time.monotonic() + 5
+        while len(lines) < 3 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert wire.ping(str(path)) is not None  # still serving
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(5)
+        pool.close()
+    assert len(lines) >= 3 and all("\n" not in line for line in lines), lines
+    assert "Traceback" not in capsys.readouterr().err
+
+
+def test_a_socket_path_the_socket_api_refuses_means_no_server(tmp_path: Path) -> None:
+    too_long = tmp_path / ("x" * 120) / "s.sock"
+    with pytest.raises(wire.ServerUnavailable, match="no hook server"):
+        wire.ask(too_long, {"v": 1, "op": "ping"}, 0.5)
+
+
+def test_a_server_too_busy_to_accept_is_a_timeout_within_the_budget(tmp_path: Path) -> None:
+    path = str(tmp_path / "busy.sock")
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as listener:
+        listener.bind(path)
+        listener.listen(0)  # never accepts: the backlog fills at once
+        waiting = []
+        try:
+            for _ in range(8):
+                extra = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+                extra.setblocking(False)
+                try:
+                    extra.connect(path)
+                except BlockingIOError:
+                    extra.close()
+                    break
+                waiting.append(extra)
+            started = time.monotonic()
+            with pytest.raises(TimeoutError):
+                wire.ask(path, {"v": 1, "op": "ping"}, 0.3)
+            assert time.monotonic() - started < 1.0  # one deadline for connect, send and answer
+        finally:
+            for extra in waiting:
+                extra.close()
+
+
+def test_the_round_trip_budget_covers_a_server_that_accepts_and_never_answers(tmp_path: Path) -> None:
+    path = str(tmp_path / "mute.sock")
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as listener:
+        listener.bind(path)
+        listener.listen(8)
+        started = time.monotonic()
+        with pytest.raises(TimeoutError):
+            wire.ask(path, {"v": 1, "op": "ping", "pad": "x" * 2_000_000}, 0.3)  # more than a socket buffer
+        assert time.monotonic() - started < 1.0
+
+
+@pytest.mark.parametrize("seconds", ["nan", "inf", "-1", "0", "soon"])
+def test_the_time_budget_must_be_a_positive_finite_number(seconds: str) -> None:
+    # NaN or inf broke the watchdog's timer (a traceback in its thread, then no time limit at all); checked
+    # at parse time, so a bad value is the usual one-line "bad arguments" and exit 0 (test_bad_input...)
+    with pytest.raises(client._ArgumentError, match="--timeout"):
+        client.build_parser().parse_args(["pre-tool-use", "--timeout", seconds])
+    assert client.build_parser().parse_args(["pre-tool-use", "--timeout", "2.5"]).timeout == 2.5
+
+
+def test_a_stopping_server_recognises_only_its_own_socket(tmp_path: Path) -> None:
+    from spark_pg.hooks.server import _same_file
+
+    path = tmp_path / "s.sock"
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as first:
+        first.bind(str(path))
+        ours = os.lstat(path)
+        assert _same_file(path, ours)
+        path.unlink()  # removed by someone else; a newer server binds the same path
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as second:
+            second.bind(str(path))
+            assert not _same_file(path, ours) and _same_file(path, os.lstat(path))
+    path.unlink()
+    assert not _same_file(path, ours)

@@ -60,7 +60,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--timeout",
-        type=float,
+        type=_seconds,
         default=DEFAULT_TIMEOUT,
         help=f"give up (no advice, exit 0) after this many seconds (default {DEFAULT_TIMEOUT:g})",
     )
@@ -69,6 +69,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="when no server runs, print nothing instead of working in-process",
     )
+
+
+def _seconds(text: str) -> float:
+    """``--timeout``: a finite, positive number of seconds (NaN or inf would break the watchdog's timer)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+    if not (0 < value < float("inf")):  # False for NaN too
+        raise argparse.ArgumentTypeError(f"must be a positive, finite number of seconds, got {text!r}")
+    return value
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -142,7 +153,8 @@ def answer(args: argparse.Namespace, request: dict[str, Any], deadline: float) -
             return None
         from spark_pg.hooks.service import run_local  # the heavy path: psycopg, the model
 
-        response = run_local(with_budget(request, deadline - time.monotonic()))
+        now = time.monotonic()  # the budget counts from here, not from after run_local's own imports
+        response = run_local(with_budget(request, deadline - now), received=now)
     if not response.get("ok"):
         raise RuntimeError(str(response.get("error") or "the server refused the request"))
     output = response.get("output")

@@ -56,12 +56,24 @@ class _Handler(socketserver.StreamRequestHandler):
     def handle(self) -> None:
         started = time.perf_counter()
         received = time.monotonic()  # the request's deadline_ms counts from here
-        line = self.rfile.readline(wire.MAX_MESSAGE + 1)
+        try:
+            line = self.rfile.readline(wire.MAX_MESSAGE + 1)
+        except OSError as exc:  # silent past HANDLER_TIMEOUT_S, or gone before it sent a whole request
+            self.server.log(f"request not read: {type(exc).__name__}: {exc}")
+            return
         try:
             response = self.server.service.respond(wire.decode(line), received)
         except wire.WireError as exc:
             response = {"ok": False, "error": str(exc)}
-        self.wfile.write(wire.encode(response))
+        try:
+            self.wfile.write(wire.encode(response))
+        except OSError as exc:  # the client left first (its budget ran out, or it was killed)
+            self.server.count()
+            spent = (time.perf_counter() - started) * 1000
+            self.server.log(
+                f"answer not delivered after {spent:.0f} ms: the client left ({type(exc).__name__})"
+            )
+            return
         self.server.count()
         spent = (time.perf_counter() - started) * 1000
         if not response.get("ok"):
@@ -73,6 +85,7 @@ class _Handler(socketserver.StreamRequestHandler):
 class HookServer(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
     daemon_threads = True  # a stuck client does not hold up shutdown
     block_on_close = False
+    request_queue_size = 128  # listen backlog: a burst of parallel tool calls waits instead of being refused
 
     def __init__(self, path: Path, service: HookService, log: Callable[[str], None]) -> None:
         self.path = path
@@ -97,6 +110,17 @@ def is_socket(path: Path) -> bool:
         return stat.S_ISSOCK(os.lstat(path).st_mode)
     except FileNotFoundError:
         return False
+
+
+def _same_file(path: Path, known: os.stat_result) -> bool:
+    """Whether ``path`` is still the socket ``known`` describes: a socket with the same device, inode and
+    change time (an inode number can be reused by the next file created)."""
+    try:
+        now = os.lstat(path)
+    except FileNotFoundError:
+        return False
+    same = (now.st_dev, now.st_ino, now.st_ctime_ns) == (known.st_dev, known.st_ino, known.st_ctime_ns)
+    return stat.S_ISSOCK(now.st_mode) and same
 
 
 def _not_a_socket(path: Path) -> HookServerError:
@@ -218,10 +242,12 @@ def serve(
     claim = SocketClaim(where)
     path = claim.path
     pool: ConnectionPool[Conn] | None = None
+    bound: os.stat_result | None = None
     try:
         started = time.monotonic()
         service, pool, embedder = build(settings, pool_size, log)
         server = HookServer(path, service, log)
+        bound = os.lstat(path)  # which socket is ours: only that one is removed at the end
         stop = threading.Event()
 
         def on_signal(signum: int, frame: FrameType | None) -> None:
@@ -242,7 +268,7 @@ def serve(
             server.server_close()
             log(f"stopped after {server.served} requests")
     finally:
-        if is_socket(path):  # ours (bound above); never anything else
+        if bound is not None and _same_file(path, bound):  # ours; never another server's or anything else
             path.unlink()
         if pool is not None:
             pool.close()

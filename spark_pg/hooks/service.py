@@ -158,9 +158,11 @@ def hook_conninfo(url: str) -> str:
     )
 
 
-def run_local(request: Mapping[str, Any]) -> dict[str, Any]:
+def run_local(request: Mapping[str, Any], received: float | None = None) -> dict[str, Any]:
     """Answer one request in this process: no server runs. Connects first (an unreachable database fails
-    fast) and loads the model only for a call that needs it. Never starts the embedded server."""
+    fast) and loads the model only for a call that needs it, from local files only (a model not on disk
+    is a ModelNotAvailable, never a download inside a tool call). Never starts the embedded server.
+    ``received``: the time.monotonic() the request's ``deadline_ms`` counts from (default: now)."""
     from spark_pg.config import load_settings
     from spark_pg.db import connect, database_url
     from spark_pg.embedding import load_embedder
@@ -177,7 +179,9 @@ def run_local(request: Mapping[str, Any]) -> dict[str, Any]:
         finally:
             conn.close()
 
-    service = HookService(connection, lambda: load_embedder(settings), params=retrieve_params(settings))
-    answer = service.respond(request)
+    service = HookService(
+        connection, lambda: load_embedder(settings, offline=True), params=retrieve_params(settings)
+    )
+    answer = service.respond(request, received)
     answer["in_process_s"] = round(time.monotonic() - started, 3)
     return answer

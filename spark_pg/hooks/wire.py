@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import socket
+import time
 import warnings
 
 from spark_pg.errors import SparkPgError
@@ -70,11 +71,24 @@ def decode(line: bytes) -> dict[str, Any]:
     return value
 
 
-def read_line(sock: socket.socket) -> bytes:
-    """Bytes up to the first newline (or the end of the stream), at most MAX_MESSAGE."""
+def _left(deadline: float | None) -> float | None:
+    """Seconds until ``deadline`` (time.monotonic()), for socket.settimeout; TimeoutError once it passed."""
+    if deadline is None:
+        return None
+    left = deadline - time.monotonic()
+    if left <= 0:
+        raise TimeoutError("the hook server did not answer in time")
+    return left
+
+
+def read_line(sock: socket.socket, deadline: float | None = None) -> bytes:
+    """Bytes up to the first newline (or the end of the stream), at most MAX_MESSAGE; by ``deadline``
+    (time.monotonic()) if given."""
     chunks: list[bytes] = []
     size = 0
     while True:
+        if deadline is not None:
+            sock.settimeout(_left(deadline))
         chunk = sock.recv(65536)
         if not chunk:
             break
@@ -89,18 +103,34 @@ def read_line(sock: socket.socket) -> bytes:
     return b"".join(chunks)
 
 
+BUSY_RETRY_S = 0.005  # a server whose listen backlog is full is asked again after this
+
+
 def ask(path: str | os.PathLike[str], message: dict[str, Any], timeout: float) -> dict[str, Any]:
-    """Send one request and return the answer. ServerUnavailable when nothing listens on ``path``;
-    TimeoutError when the server does not answer within ``timeout`` seconds."""
+    """Send one request and return the answer, all within ``timeout`` seconds (connect, send and answer
+    together). ServerUnavailable when no server can be reached on ``path`` (nothing there, a stale file, a
+    path the socket API refuses, no permission); TimeoutError when the server does not answer in time,
+    including one too busy to accept the connection until then."""
+    deadline = time.monotonic() + max(timeout, 0.001)
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
-        sock.settimeout(max(timeout, 0.001))
-        try:
-            sock.connect(os.fspath(path))
-        except (FileNotFoundError, ConnectionRefusedError, NotADirectoryError) as exc:
-            raise ServerUnavailable(f"no hook server on {path}: {exc.strerror}") from None
+        while True:
+            sock.settimeout(_left(deadline))
+            try:
+                sock.connect(os.fspath(path))
+                break
+            except BlockingIOError:  # the backlog is full: a live server, busy; ask again shortly
+                time.sleep(min(BUSY_RETRY_S, max(deadline - time.monotonic(), 0)))
+            except (FileNotFoundError, ConnectionRefusedError, NotADirectoryError, PermissionError) as exc:
+                raise ServerUnavailable(f"no hook server on {path}: {exc.strerror}") from None
+            except OSError as exc:
+                if isinstance(exc, TimeoutError) or exc.errno is not None:
+                    raise
+                # no errno: the socket API refused the address itself ("AF_UNIX path too long")
+                raise ServerUnavailable(f"no hook server on {path}: {exc}") from None
+        sock.settimeout(_left(deadline))
         sock.sendall(encode(message))
         sock.shutdown(socket.SHUT_WR)
-        return decode(read_line(sock))
+        return decode(read_line(sock, deadline))
 
 
 def ping(path: str | os.PathLike[str], timeout: float = 1.0) -> dict[str, Any] | None:
