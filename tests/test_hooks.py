@@ -691,3 +691,23 @@ def test_a_stopping_server_recognises_only_its_own_socket(tmp_path: Path) -> Non
             assert not _same_file(path, ours) and _same_file(path, os.lstat(path))
     path.unlink()
     assert not _same_file(path, ours)
+
+
+def test_recording_an_outcome_waits_a_bounded_time_for_a_connection() -> None:
+    from contextlib import contextmanager
+
+    from spark_pg.hooks.service import POST_WAIT_S
+
+    waits: list[float | None] = []
+
+    @contextmanager
+    def no_connection(timeout: float | None = None) -> Iterator[Any]:
+        waits.append(timeout)
+        raise TimeoutError("the pool has no connection to give")
+        yield
+
+    service = HookService(no_connection, lambda: None)  # type: ignore[arg-type, return-value]
+    post = parse_event(POST, json.loads(event(POST, "s-wait", "Bash", {"command": "make"})))
+    answer = service.respond({"v": wire.VERSION, "op": "hook", "tenant": "t", "event": post.to_wire()})
+    assert not answer["ok"] and "TimeoutError" in answer["error"]
+    assert waits == [POST_WAIT_S]

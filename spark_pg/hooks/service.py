@@ -31,6 +31,7 @@ from spark_pg.intent import extract_intent
 Conn = psycopg.Connection[Any]
 HOOK_STATEMENT_TIMEOUT_MS = 2000  # a hook that waits longer has lost its point
 CONNECT_TIMEOUT_S = 2  # libpq's minimum
+POST_WAIT_S = 5.0  # an outcome that cannot get a pooled connection by then is dropped, not queued
 # the answer must still travel back (and the request's own transit is not counted): advice is committed
 # only while at least this much of the client's budget is left
 DEADLINE_MARGIN_S = 0.05
@@ -142,7 +143,9 @@ class HookService:
     def post(self, tenant: str, event: HookEvent) -> list[outcomes.Verdict]:
         if not event.session_id:
             return []
-        with self.connection() as conn:
+        # the client left after its 1 s round trip: a thread must not wait the pool's 30 s default for a
+        # connection while the database is away
+        with self.connection(timeout=POST_WAIT_S) as conn:
             return outcomes.record(conn, tenant, event)
 
 
