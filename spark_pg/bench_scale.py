@@ -27,6 +27,7 @@ from spark_pg import bench_retrieve, scratch, synthetic
 from spark_pg.bench_corpus import REAL_DEFAULT
 from spark_pg.bench_ingest import timed_ingest
 from spark_pg.bench_retrieve import BenchSpec
+from spark_pg.cli_args import DEFAULT_BENCH_REPORT, writable_dir
 from spark_pg.config import Settings
 from spark_pg.db import connect
 from spark_pg.embedding import Embedder, Vector
@@ -307,8 +308,10 @@ def main(args: Any, settings: Settings) -> int:
         baseline=args.baseline,
         fresh=args.fresh,
     )
+    # an explicit --report was checked when the arguments were parsed, the default is checked here: both
+    # before the run
+    folder = args.report or writable_dir(Path(DEFAULT_BENCH_REPORT))
     report = run(settings, database_url(settings), load_embedder(settings), spec, progress=not args.quiet)
-    folder = Path(args.report)  # created and checked when the arguments were parsed (cli_args.report_dir)
     figure = plot(report, folder / "scale.png")
     (folder / "scale.json").write_text(json.dumps(report, indent=1))
     if args.json:

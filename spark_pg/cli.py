@@ -6,7 +6,7 @@ import argparse
 import sys
 
 from spark_pg import __version__
-from spark_pg.cli_args import k_arg, report_dir, time_arg
+from spark_pg.cli_args import DEFAULT_BENCH_REPORT, k_arg, report_dir, time_arg, writable_dir
 from spark_pg.errors import SparkPgError
 
 # `spark-pg hook` runs once per tool call and its start-up is its latency: this module imports only what
@@ -266,6 +266,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
     from spark_pg.db import database_url
     from spark_pg.embedding import load_embedder
 
+    reports = args.report or writable_dir(Path(DEFAULT_BENCH_REPORT))  # checked before the run
+
     settings = load_settings()
     tenants = args.tenants if args.tenants is not None else 100
     spec = bench_retrieve.BenchSpec(args.memories, tenants, args.queries, args.k, real=args.real)
@@ -278,7 +280,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
         fresh=args.fresh,
         baseline=args.baseline,
     )
-    figure = bench_retrieve.plot(result, Path(args.report) / f"latency-{spec.memories}-{spec.tenants}.png")
+    figure = bench_retrieve.plot(result, reports / f"latency-{spec.memories}-{spec.tenants}.png")
     timings = result.pop("timings_ms")
     base = result.get("baseline")
     if base is not None:
@@ -429,7 +431,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--queries", type=int, default=300, help="measured calls (retrieve, --hooks)")
     p.add_argument("--k", type=k_arg, default=8)
     p.add_argument("--fresh", action="store_true", help="rebuild the cached corpus database")
-    p.add_argument("--report", type=report_dir, default="reports/bench", help="folder for the latency plot")
+    p.add_argument(
+        "--report",
+        type=report_dir,
+        help="folder for the plots and reports (retrieve, scale; default reports/bench)",
+    )
     p.add_argument(
         "--baseline",
         action=argparse.BooleanOptionalAction,

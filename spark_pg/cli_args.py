@@ -5,6 +5,20 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+INT4 = (-(2**31), 2**31 - 1)  # what PostgreSQL's integer holds
+
+
+def int4_arg(text: str) -> int:
+    """An integer PostgreSQL's integer can hold (a larger one reaches the database as a bigint, which the
+    function does not take: 42883); the function itself checks its range."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid int value: {text!r}") from None
+    if not INT4[0] <= value <= INT4[1]:
+        raise argparse.ArgumentTypeError(f"must be at most {INT4[1]} in magnitude, got {value}")
+    return value
+
 
 def k_arg(text: str) -> int:
     """``--k`` / ``-k``: an integer PostgreSQL's integer can hold. spark._check_k checks the range, but a k
@@ -22,23 +36,25 @@ def k_arg(text: str) -> int:
     return k
 
 
+DEFAULT_BENCH_REPORT = "reports/bench"
 SPECIAL_TIMES = ("now", "today", "yesterday")  # PostgreSQL's own words for a time, which it has always taken
 
 
 def time_arg(text: str) -> str:
     """``--since``: an ISO 8601 time (or one of PostgreSQL's words ``now``, ``today``, ``yesterday``), checked
-    here so that a mistyped one is a usage error, not a database error; passed on as given."""
+    here so that a mistyped one is a usage error, not a database error; passed on in the form PostgreSQL
+    reads (the words as given)."""
     from datetime import datetime
 
     if text.strip().lower() in SPECIAL_TIMES:
         return text
     try:
-        datetime.fromisoformat(text)
+        parsed = datetime.fromisoformat(text)
     except ValueError:
         raise argparse.ArgumentTypeError(
             f"not an ISO 8601 time: {text!r} (e.g. 2026-11-01 or 2026-11-01T09:00:00+00:00)"
         ) from None
-    return text
+    return parsed.isoformat()  # Python reads forms PostgreSQL does not (2026-W44-1, 09:00:00,5): pass its own
 
 
 def writable_dir(path: Path) -> Path:

@@ -95,7 +95,10 @@ def test_bad_arguments_get_clear_errors(
     ("argv", "expected"),
     [
         (("stats", "--since", "last week"), "not an ISO 8601 time: 'last week'"),
-        (("reflect", "--tenant", "t", "-k", "3000000000", "x"), "k must be between 1 and 1000"),
+        (
+            ("reflect", "--tenant", "t", "-k", "3000000000", "x"),
+            "-k: must be at most 2147483647 in magnitude",
+        ),
         (("search", "--k", "3000000000", "x"), "k must be between 1 and 1000"),
     ],
 )
@@ -108,7 +111,10 @@ def test_values_the_database_would_refuse_are_usage_errors(
     assert stopped.value.code == 2 and expected in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("since", ["2026-11-01", "2026-11-01T09:00:00+00:00", "yesterday"])
+# the last two are ISO 8601 forms Python reads and PostgreSQL does not: passed on in PostgreSQL's form
+@pytest.mark.parametrize(
+    "since", ["2026-11-01", "2026-11-01T09:00:00+00:00", "yesterday", "2026-W44-1", "2026-11-01T09"]
+)
 def test_stats_takes_iso_times_and_postgresql_words(
     cli_env: str, capsys: pytest.CaptureFixture[str], since: str
 ) -> None:
@@ -212,3 +218,17 @@ def test_writable_dir_creates_the_folder_or_names_it(tmp_path: Path) -> None:
     (tmp_path / "f").write_text("")
     with pytest.raises(InputError, match=r"cannot write reports to .*f/x"):
         writable_dir(tmp_path / "f" / "x")
+
+
+def test_bench_commands_that_write_no_report_do_not_touch_the_report_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from spark_pg.cli import build_parser
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "reports").write_text("")  # a file where the default folder would go
+    for argv in (["bench", "--hooks"], ["bench", "ingest"], ["bench", "retrieve"]):
+        assert (
+            build_parser().parse_args(argv).report is None
+        )  # the default is checked by the commands that write
+    assert (tmp_path / "reports").is_file()

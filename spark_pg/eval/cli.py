@@ -35,7 +35,7 @@ def cmd_scenarios(args: argparse.Namespace) -> int:
 
     settings = load_settings()
     extra = _params(args.params)
-    folder = args.report or writable_dir(Path("reports")) / "eval-scenarios"  # checked before the run
+    folder = args.report or writable_dir(Path("reports") / "eval-scenarios")  # checked before the run
     result = evaluate_scenarios(
         settings,
         Path(args.scenarios) if args.scenarios else None,
@@ -68,7 +68,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
     settings = load_settings()
     dataset = Path(args.dataset)
-    reports = args.report or writable_dir(Path("reports"))  # checked before the run
+    # the folder the report goes to (its default is named after the dataset folder), checked before the run
+    folder = args.report or writable_dir(Path("reports") / f"eval-{dataset.resolve().name}")
     run = evaluate(
         dataset,
         settings,
@@ -79,7 +80,6 @@ def cmd_eval(args: argparse.Namespace) -> int:
         params=_params(args.params),
     )
     result = summarize(run)
-    folder = args.report or reports / f"eval-{result['dataset']}"
     report = write_report(result, folder)
     result["report"] = str(report)
     print(

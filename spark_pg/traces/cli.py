@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import argparse
 
-from spark_pg.cli_args import k_arg
+from spark_pg.cli_args import int4_arg
 
 TYPE_CHECKING = False  # not typing's: the parser is built on every command, typing is not needed for it
 if TYPE_CHECKING:
@@ -126,6 +126,6 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     p = subparsers.add_parser("reflect", help="have I faced this before? similar past traces and learnings")
     p.add_argument("--tenant", required=True)
     p.add_argument("text", help="the task or intent at hand")
-    p.add_argument("-k", type=k_arg, default=None, help="how many (default: reflection.top_k)")
+    p.add_argument("-k", type=int4_arg, default=None, help="how many (default: reflection.top_k)")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_reflect)
