@@ -383,6 +383,9 @@ BEGIN
     IF advise_with_warnings.params ->> 'query_model' IS DISTINCT FROM (SELECT m.name FROM spark.active_model() m)
        AND advise_with_warnings.params ->> 'query_model' IS NOT NULL THEN
         qemb := NULL;
+        IF advise_with_warnings.query_text !~ '\S' THEN
+            RETURN;  -- nothing to reflect on without the vector: the advice alone, as spark.advise answers
+        END IF;
     END IF;
     -- the id spark.advise just logged this call under (this session's last value of the identity)
     rid := currval(pg_get_serial_sequence('spark.retrievals', 'id'));

@@ -208,15 +208,30 @@ def test_warnings_ignore_a_vector_of_another_model_like_the_advice_does(conn: Co
     # spark.reflect, which used to fail the whole call with 22000
     conn.execute("SELECT spark.register_model('warn-test-model', %s, 'mean', 256)", (DIM,))
     conn.execute("SELECT * FROM spark.activate_model('warn-test-model')")
+    text = "Intent: deploy the payments service | Outcome: failure | Issue: the migration locked the table"
+    conn.execute(
+        """INSERT INTO spark.memories (tenant, key, kind, text, descriptor, content_hash, metadata,
+                                       action_domain, actionability)
+           VALUES ('warn-t', 'trace:deploy', 'trace', %(d)s, %(d)s, sha256('x'), '{"outcome": "failure"}',
+                   'general', 0)""",
+        {"d": text},
+    )
     rows = conn.execute(
-        """SELECT warning, why
-           FROM spark.advise_with_warnings('t', 'deploy the service', '[1,0,0]'::vector, 5,
-                                           '{"query_model": "older-model"}')"""
+        """SELECT key, warning, why
+           FROM spark.advise_with_warnings('warn-t', 'deploy the payments service', '[1,0,0]'::vector, 5,
+                                           '{"query_model": "older-model"}', warning_min_score => 0)"""
     ).fetchall()
-    assert all("lexical" in str(why.get("query_embedding", "lexical")) for _, why in rows)
+    warnings = [(key, why) for key, warning, why in rows if warning]
+    assert [key for key, _ in warnings] == ["trace:deploy"]  # found lexically, by its words
+    assert all(why["match"] != "semantic" for _, why in warnings)
+    # blank text and a vector of another model: nothing to reflect on, the advice alone (as spark.advise)
+    assert conn.execute(
+        """SELECT count(*) FILTER (WHERE warning) FROM spark.advise_with_warnings('warn-t', '  ',
+               '[1,0,0]'::vector, 5, '{"query_model": "older-model"}')"""
+    ).fetchone() == (0,)
     refused(  # the same vector without saying which model made it is still an error
         conn,
-        "SELECT * FROM spark.advise_with_warnings('t', 'deploy', '[1,0,0]'::vector, 5)",
+        "SELECT * FROM spark.advise_with_warnings('warn-t', 'deploy', '[1,0,0]'::vector, 5)",
         (),
         errors.DataException,
         "3 dimensions",
