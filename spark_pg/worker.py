@@ -37,6 +37,7 @@ from spark_pg.errors import DatabaseError, InputError, ModelMismatch, SchemaErro
 from spark_pg.ingest import ensure_model
 
 CHANNEL = "spark_embed"
+KEPT_ERRORS = 100  # the latest embedding errors a worker keeps for its summary
 RECONNECT_FIRST_S = 0.25  # the first wait after a lost connection; doubled per failed attempt
 # server states that end a session but not the server for good: shutdown (57P01), crash of another backend
 # (57P02), starting up or in recovery (57P03); class 08 is a connection exception
@@ -144,6 +145,7 @@ def embed_batch(
     stats.failed += len(errors)
     stats.skipped_changed += len(good) - stored
     stats.errors.extend(errors.values())
+    del stats.errors[:-KEPT_ERRORS]  # a worker runs for weeks: the latest errors, not all of them
     return len(rows)
 
 

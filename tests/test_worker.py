@@ -406,3 +406,13 @@ def test_without_an_embedding_model_search_runs_lexically_and_says_so(
     assert hits and hits[0].key == "m1"
     assert all(h.why["mode"] == "lexical" for h in hits)
     assert "retrieval runs lexically" in caplog.text
+
+
+def test_a_worker_keeps_only_its_latest_errors(wdb: str, embedder: Embedder) -> None:
+    from spark_pg.worker import KEPT_ERRORS
+
+    with connect(wdb) as c:
+        ingest(c, records("t", KEPT_ERRORS + 5), None)
+        c.commit()
+    stats = work(wdb, Truncated(embedder.spec, embedder._model), batch=KEPT_ERRORS + 5)
+    assert stats.failed == KEPT_ERRORS + 5 and len(stats.errors) == KEPT_ERRORS
