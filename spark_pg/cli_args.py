@@ -5,19 +5,26 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-INT4 = (-(2**31), 2**31 - 1)  # what PostgreSQL's integer holds
+
+def _pg_int(text: str, bits: int) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid int value: {text!r}") from None
+    if not -(2 ** (bits - 1)) <= value <= 2 ** (bits - 1) - 1:
+        raise argparse.ArgumentTypeError(f"must be at most {2 ** (bits - 1) - 1} in magnitude, got {value}")
+    return value
 
 
 def int4_arg(text: str) -> int:
     """An integer PostgreSQL's integer can hold (a larger one reaches the database as a bigint, which the
     function does not take: 42883); the function itself checks its range."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"invalid int value: {text!r}") from None
-    if not INT4[0] <= value <= INT4[1]:
-        raise argparse.ArgumentTypeError(f"must be at most {INT4[1]} in magnitude, got {value}")
-    return value
+    return _pg_int(text, 32)
+
+
+def int8_arg(text: str) -> int:
+    """An integer PostgreSQL's bigint can hold (a larger one fails its cast: 22003, bigint out of range)."""
+    return _pg_int(text, 64)
 
 
 def k_arg(text: str) -> int:

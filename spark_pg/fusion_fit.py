@@ -119,6 +119,9 @@ def fit(
     """Fit weights on the older calls, judge them against ``defaults`` on the newer ones."""
     if not 0 < holdout_share < 1:
         raise InputError(f"holdout_share must be between 0 and 1, got {holdout_share}")
+    # a negative gain would put weights in use that do worse than the defaults; NaN would be stored as such
+    if not 0 <= min_gain <= 1:
+        raise InputError(f"min_gain must be from 0 to 1 (held-out AUC points), got {min_gain}")
     default_coef = [float(defaults[k]) for k in WEIGHT_KEYS]
     calls = sorted({s.retrieval_id for s in samples})
     cut = calls[int(len(calls) * (1 - holdout_share))] if len(calls) >= 2 else None

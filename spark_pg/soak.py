@@ -12,6 +12,7 @@ active model for its current text, the queue is empty, and no call failed (deadl
 
 from __future__ import annotations
 
+import math
 import random
 import threading
 import time
@@ -153,8 +154,10 @@ def run_soak(
     keep: bool = False,
 ) -> SoakReport:
     """Run the soak in a fresh scratch database; see the module docstring."""
-    if seconds <= 0 or min(writers, readers, workers) < 0 or writers + readers + workers == 0:
-        raise InputError("seconds must be positive and the thread counts 0 or more (not all 0)")
+    if not 0 < seconds < math.inf or min(writers, readers, workers) < 0 or writers + readers + workers == 0:
+        raise InputError(
+            "seconds must be a positive, finite number and the thread counts 0 or more (not all 0)"
+        )
     if not 1 <= batch <= 1000:
         raise InputError(f"batch must be from 1 to 1000, got {batch}")
     name = f"spark_soak_{int(time.time())}"
@@ -191,7 +194,7 @@ def run_soak(
             t.join(timeout=120)
         drained = time.monotonic()
         with connect(url, autocommit=True) as conn:  # drain what the writers left
-            stats.append(run_worker(conn, embedder, once=True))
+            stats.append(run_worker(conn, embedder, once=True, progress=progress))
         soak.report.drain_seconds = time.monotonic() - drained
         soak.report.embedded = sum(s.embedded for s in stats)
         soak.report.keys = len(soak.expected)

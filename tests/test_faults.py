@@ -111,3 +111,23 @@ def test_a_worker_that_never_connected_fails_at_once(lab: Lab) -> None:
             once=True,
         )
     assert time.monotonic() - started < 5
+
+
+def test_a_lab_whose_setup_fails_leaves_no_server_or_home_behind(
+    model_settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import psutil
+
+    lab = Lab(model_dir_for(model_settings))
+    pids: list[int | None] = []
+
+    def broken(url: str) -> None:  # the server is up by now
+        pids.append(lab.server.status().pid)
+        raise RuntimeError("schema install failed")
+
+    monkeypatch.setattr("spark_pg.faults.harness.schema.install", broken)
+    with pytest.raises(RuntimeError, match="schema install failed"), lab:
+        pass
+    assert pids and pids[0] is not None
+    assert not lab.home.exists()
+    assert not psutil.pid_exists(pids[0]) or psutil.Process(pids[0]).status() == psutil.STATUS_ZOMBIE

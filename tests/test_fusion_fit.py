@@ -91,6 +91,9 @@ def test_too_few_or_uniform_samples_keep_the_defaults() -> None:
     uniform = fit(same, DEFAULTS, tenant="t")
     assert not uniform.in_use and "same" in uniform.evaluation["decision"]
     assert not fit([], DEFAULTS, tenant="t").in_use
+    for gain in (-0.1, float("nan"), 2.0):  # a negative gain would use weights worse than the defaults
+        with pytest.raises(InputError, match="min_gain"):
+            fit(keyword_world(60), DEFAULTS, tenant="t", min_gain=gain)
     one_call = [Sample(1, (0.5, kw, 0.1, 0.5, 0.0), 0.0, float(kw > 0.2), 1.0) for kw in (0.1, 0.3) * 30]
     lone = fit(one_call, DEFAULTS, tenant="t")
     assert not lone.in_use and "no calls left to hold out" in lone.evaluation["decision"]

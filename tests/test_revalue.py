@@ -848,6 +848,9 @@ def test_cli_errors(
         main(["revalue", "--tenant", tenant, "--max-importance", "2"])
     with pytest.raises(SystemExit):
         main(["revalue", "--tenant", tenant, "--auto", "--interactive"])
+    with pytest.raises(SystemExit):  # past bigint: was "database error: bigint out of range", exit 1
+        main(["revalue", "--tenant", tenant, "--seed", str(2**64)])
+    assert "--seed: must be at most 9223372036854775807 in magnitude" in capsys.readouterr().err
 
 
 # ------------------------------------------------------------------------------------------------- schema

@@ -23,3 +23,6 @@ def test_soak_arguments_are_checked(server_url: str, embedder: Embedder) -> None
         run_soak(server_url, embedder, seconds=0)
     with pytest.raises(InputError):
         run_soak(server_url, embedder, seconds=1, batch=0)
+    for seconds in (float("nan"), float("inf")):  # refused before a scratch database is made
+        with pytest.raises(InputError, match="finite"):
+            run_soak(server_url, embedder, seconds=seconds)

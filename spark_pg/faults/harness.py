@@ -79,17 +79,21 @@ class Lab:
 
     def open(self) -> Lab:
         started = time.perf_counter()
-        self.logs.mkdir()
-        shutil.copytree(self.model_source, self.model_dir, copy_function=_link_or_copy)
-        self.say(f"scratch home {self.home}: starting its own embedded server")
-        self.url = self.server.up()
-        schema.install(self.url)
-        config = {
-            "home": str(self.home),
-            "database": {"url": self.url},
-            "embedding": {"model": "all-MiniLM-L6-v2-int8", "model_dir": str(self.model_dir)},
-        }
-        self.config.write_text(yaml.safe_dump(config))
+        try:
+            self.logs.mkdir()
+            shutil.copytree(self.model_source, self.model_dir, copy_function=_link_or_copy)
+            self.say(f"scratch home {self.home}: starting its own embedded server")
+            self.url = self.server.up()
+            schema.install(self.url)
+            config = {
+                "home": str(self.home),
+                "database": {"url": self.url},
+                "embedding": {"model": "all-MiniLM-L6-v2-int8", "model_dir": str(self.model_dir)},
+            }
+            self.config.write_text(yaml.safe_dump(config))
+        except BaseException:  # __exit__ never runs for a failed __enter__: stop the server, remove the home
+            self.close()
+            raise
         self.setup_s = time.perf_counter() - started
         self.say(f"server up and schema installed in {self.setup_s:.1f} s")
         return self

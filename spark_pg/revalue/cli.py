@@ -10,6 +10,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import TextIO, TypeVar
 
+from spark_pg.cli_args import int8_arg
 from spark_pg.errors import InputError
 from spark_pg.revalue.decide import decide_auto
 from spark_pg.revalue.files import read_decisions, write_sample
@@ -177,7 +178,7 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         "--cooldown-days", type=_days, default=DEFAULT_COOLDOWN_DAYS, metavar="D",
         help="leave out memories revalued this recently (default 90)",
     )  # fmt: skip
-    p.add_argument("--seed", type=int, help="repeat a sample: same seed, same data, same memories")
+    p.add_argument("--seed", type=int8_arg, help="repeat a sample: same seed, same data, same memories")
     mode = p.add_mutually_exclusive_group()
     mode.add_argument(
         "--auto", dest="mode", action="store_const", const="auto", help="re-score with the project's signals"
