@@ -284,7 +284,7 @@ USING (SELECT tenant, memory_id FROM spark.embeddings WHERE model_id = %(model_i
 WHERE e.tenant = d.tenant AND e.memory_id = d.memory_id AND e.model_id = %(model_id)s
 """
 
-REFRESH_TENANT_STATS_ALL = "SELECT spark.refresh_tenant_stats(NULL)"
+TENANTS = "SELECT DISTINCT tenant FROM spark.memories ORDER BY tenant"
 
 # traces and learnings (spark_pg/traces): the stored row of a key, locked; its metadata replaced (a repeat
 # bumps its counters this way: nothing is embedded again, the content hash is unchanged)

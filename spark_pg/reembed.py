@@ -162,9 +162,17 @@ def reembed(
     report.dropped_indexes = _drop_indexes(conn, old_id)
     if drop_old_vectors:
         report.dropped_vectors = _drop_vectors(conn, old_id)
-    conn.execute(queries.REFRESH_TENANT_STATS_ALL)
+    _refresh_tenants(conn, progress=progress)
     report.decision = f"switched from {previous} to {embedder.spec.name}"
     return report
+
+
+def _refresh_tenants(conn: psycopg.Connection[Any], *, progress: bool) -> None:
+    """spark.refresh_tenant_stats tenant by tenant, each in its own transaction (an index build locks writes
+    to spark.embeddings until its transaction ends): the new model's per-tenant indexes get built."""
+    tenants = [str(r[0]) for r in conn.execute(queries.TENANTS).fetchall()]
+    for tenant in tqdm(tenants, desc="tenant indexes", unit="tenant", disable=not progress):
+        conn.execute(queries.REFRESH_TENANT_STATS, {"tenants": [tenant]})
 
 
 def _switch(conn: psycopg.Connection[Any], report: ReembedReport) -> None:

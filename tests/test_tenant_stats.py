@@ -273,6 +273,31 @@ def test_tenant_index_is_built_used_and_dropped(conn: Conn) -> None:
     assert conn.execute("SELECT to_regclass(%s)", (f"spark.{name}",)).fetchone() == (None,)
 
 
+def test_only_the_active_models_tenant_indexes_are_kept(conn: Conn) -> None:
+    # after a switch the old model's vectors stay (a way back) but are never searched: a refresh used to
+    # build their per-tenant indexes again right after reembed dropped them
+    old = model(conn)
+    add(conn, "big", [f"note {n}" for n in range(30)], old)
+    assert refresh(conn, "big", index_min=20) == 1
+    new = conn.execute("SELECT spark.register_model('other-model', %s, 'mean', 256)", (DIM,)).fetchone()
+    assert new is not None
+    conn.execute(
+        """INSERT INTO spark.embeddings (tenant, memory_id, model_id, created_at, embedding)
+           SELECT tenant, memory_id, %s, created_at, embedding FROM spark.embeddings WHERE model_id = %s""",
+        (new[0], old),
+    )
+    conn.execute("SELECT * FROM spark.activate_model('other-model')")
+    refresh(conn, "big", index_min=20)
+    registry = conn.execute(
+        "SELECT model_id FROM spark.tenant_vector_indexes WHERE tenant = 'big'"
+    ).fetchall()
+    assert registry == [(new[0],)]
+    names = conn.execute(
+        "SELECT indexname FROM pg_indexes WHERE indexname LIKE %s", (f"embeddings_hnsw_m{old}_t%",)
+    ).fetchall()
+    assert names == []  # the old model's index is gone, not rebuilt
+
+
 def test_ingest_refreshes_the_tenants_it_touched(conn: Conn, embedder: Embedder) -> None:
     records = [
         MemoryIn(tenant="ingested", key=f"k{n}", text=f"Rotate the API keys, reminder {n}") for n in range(21)
