@@ -54,6 +54,7 @@ SELECT tenant, key, kind, category, source, text, context, descriptor, content_h
        priority, coalesce(created_at, now()), metadata, action_domain, actionability
 FROM _spark_ingest
 WHERE (created_at IS NOT NULL) = %(created_given)s
+ORDER BY tenant, key  -- every writer locks rows in one order: overlapping ingests wait, never deadlock
 ON CONFLICT (tenant, key) DO UPDATE SET
     kind = EXCLUDED.kind, category = EXCLUDED.category, source = EXCLUDED.source, text = EXCLUDED.text,
     context = EXCLUDED.context, descriptor = EXCLUDED.descriptor, content_hash = EXCLUDED.content_hash,
@@ -61,6 +62,15 @@ ON CONFLICT (tenant, key) DO UPDATE SET
     metadata = EXCLUDED.metadata, action_domain = EXCLUDED.action_domain,
     actionability = EXCLUDED.actionability, updated_at = now(){created_at}
 RETURNING (xmax = 0) AS inserted
+"""
+# the stored rows an ingest will update, locked first and in one order (across its two upserts, which
+# each also go in that order): two ingests sharing keys wait for each other instead of deadlocking. The
+# lock an UPDATE takes, no stronger: FOR UPDATE would also block the workers' foreign-key checks (KEY
+# SHARE) on these rows while they hold queue rows this ingest's trigger re-queues (a deadlock the soak found)
+LOCK_INGEST_ROWS = """
+SELECT 1 FROM spark.memories m JOIN _spark_ingest s ON m.tenant = s.tenant AND m.key = s.key
+ORDER BY m.tenant, m.key
+FOR NO KEY UPDATE OF m
 """
 # rows that give created_at overwrite it on update, rows that do not keep the stored one
 UPSERT_WITH_CREATED_AT = _UPSERT.replace("{created_at}", ", created_at = EXCLUDED.created_at")
@@ -72,6 +82,7 @@ INSERT INTO spark.embeddings AS e (tenant, memory_id, model_id, created_at, embe
 SELECT m.tenant, m.id, s.embedding_model_id, m.created_at, s.embedding
 FROM _spark_ingest s JOIN spark.memories m ON m.tenant = s.tenant AND m.key = s.key
 WHERE s.embedding IS NOT NULL
+ORDER BY m.tenant, m.id
 ON CONFLICT (tenant, memory_id, model_id) DO UPDATE SET
     embedding = EXCLUDED.embedding, created_at = EXCLUDED.created_at, embedded_at = now()
 """

@@ -255,3 +255,40 @@ def test_changed_content_drops_every_models_stale_vector_and_created_at_follows(
     with conn.transaction():
         left = [name for name, _ in conn.execute(vectors, (tenant,)).fetchall()]
     assert left == [client.embedder.spec.name]  # re-embedded by the active model only
+
+
+def test_overlapping_ingests_in_opposite_orders_wait_instead_of_deadlocking(db_url: str, tenant: str) -> None:
+    # each ingest locks the rows it updates in (tenant, key) order; in file order two writers sharing keys
+    # in opposite orders could each hold a row the other needs (40P01, deadlock detected)
+    import threading
+
+    from spark_pg.db import connect
+    from spark_pg.records import MemoryIn
+
+    keys = [f"k{i:03d}" for i in range(300)]
+    with connect(db_url) as c:  # stored first, so that both writers update (and lock) existing rows
+        ingest(c, [MemoryIn(tenant=tenant, key=k, text=f"first version of {k}") for k in keys], None)
+        c.commit()
+    errors: list[BaseException] = []
+    for round_ in range(4):
+        start = threading.Barrier(2)
+
+        def write(order: list[str], round_: int = round_, start: threading.Barrier = start) -> None:
+            try:
+                with connect(db_url) as c:
+                    records = [MemoryIn(tenant=tenant, key=k, text=f"round {round_} of {k}") for k in order]
+                    start.wait(timeout=30)
+                    ingest(c, records, None)
+                    c.commit()
+            except BaseException as exc:
+                errors.append(exc)
+
+        threads = [threading.Thread(target=write, args=(o,)) for o in (keys, keys[::-1])]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=120)
+    assert errors == []
+    with connect(db_url) as c:
+        row = c.execute("SELECT count(*) FROM spark.memories WHERE tenant = %s", (tenant,)).fetchone()
+    assert row == (300,)
