@@ -29,7 +29,7 @@ from spark_pg import queries
 from spark_pg.embedding import Embedder
 from spark_pg.errors import InputError
 from spark_pg.ingest import register_model
-from spark_pg.worker import store_vectors
+from spark_pg.worker import embed_each, store_vectors
 
 
 @dataclass
@@ -44,6 +44,8 @@ class ReembedReport:
     queued_after_switch: int = 0
     dropped_indexes: list[str] = field(default_factory=list)
     dropped_vectors: int = 0
+    failed: int = 0  # memories the new model could not embed (left without its vector, queued at the switch)
+    errors: list[str] = field(default_factory=list)
     decision: str = ""
 
     def as_json(self) -> dict[str, Any]:
@@ -58,6 +60,8 @@ class ReembedReport:
             "queued_after_switch": self.queued_after_switch,
             "dropped_indexes": self.dropped_indexes,
             "dropped_vectors": self.dropped_vectors,
+            "failed": self.failed,
+            "errors": self.errors[-5:],
             "decision": self.decision,
         }
 
@@ -71,9 +75,17 @@ def register(conn: psycopg.Connection[Any], embedder: Embedder) -> tuple[int, st
 
 
 def build(
-    conn: psycopg.Connection[Any], embedder: Embedder, model_id: int, *, batch: int, progress: bool
+    conn: psycopg.Connection[Any],
+    embedder: Embedder,
+    model_id: int,
+    *,
+    batch: int,
+    progress: bool,
+    errors: dict[tuple[str, int], str] | None = None,
 ) -> int:
-    """Embed every memory that lacks a vector of ``model_id``; returns how many were stored."""
+    """Embed every memory that lacks a vector of ``model_id``; returns how many were stored. A text the
+    model cannot embed is left without its vector and recorded in ``errors`` ((tenant, id) -> error): one
+    bad memory does not stop the others."""
     total_row = conn.execute(queries.COUNT_MISSING_FOR_MODEL, {"model_id": model_id}).fetchone()
     assert total_row is not None
     stored = 0
@@ -88,8 +100,11 @@ def build(
                 ).fetchall()
                 if not rows:
                     return stored
-                vectors = embedder.embed_documents([r[2] for r in rows], batch_size=min(batch, 32))
-                stored += store_vectors(conn, model_id, rows, vectors)
+                vectors, failed = embed_each(embedder, [r[2] for r in rows])
+                good = sorted(vectors)
+                stored += store_vectors(conn, model_id, [rows[i] for i in good], [vectors[i] for i in good])
+                if errors is not None:
+                    errors.update(((str(rows[i][0]), int(rows[i][1])), e) for i, e in failed.items())
             after = (str(rows[-1][0]), int(rows[-1][1]))
             bar.update(len(rows))
 
@@ -134,12 +149,17 @@ def reembed(
     model_id, previous = register(conn, embedder)
     report = ReembedReport(model=embedder.spec.name, previous=previous)
     started = time.perf_counter()
+    failures: dict[tuple[str, int], str] = {}
     for _ in range(3):  # then catch up with what was written during the pass
-        added = build(conn, embedder, model_id, batch=batch, progress=progress)
+        added = build(conn, embedder, model_id, batch=batch, progress=progress, errors=failures)
         report.embedded += added
         if added == 0:
             break
     report.build_seconds = time.perf_counter() - started
+    report.failed = len(failures)
+    report.errors = [
+        f"{tenant} memory {memory_id}: {error}" for (tenant, memory_id), error in failures.items()
+    ]
     if previous is None or previous == embedder.spec.name:
         report.decision = "no other model was active: the vectors are built, nothing to switch"
         if previous is None and switch:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 
 
 def cmd_reembed(args: argparse.Namespace) -> int:
@@ -47,6 +48,13 @@ def cmd_reembed(args: argparse.Namespace) -> int:
                 f"set embedding.model to {out['model']} for every worker and client "
                 f"({out['queued_after_switch']} memories queued for the worker)"
             )
+    if report.failed:  # the rest were embedded; these wait in the queue once the model is active
+        print(
+            f"spark-pg reembed: {report.failed} memories could not be embedded by {report.model}:",
+            file=sys.stderr,
+        )
+        for error in report.errors[-5:]:
+            print(f"  {error}", file=sys.stderr)
     return 1 if out["decision"].startswith("not switched") else 0
 
 

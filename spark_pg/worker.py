@@ -92,7 +92,7 @@ def store_vectors(
     return conn.execute(queries.STORE_CLAIMED, args).rowcount
 
 
-def _embed_each(embedder: Embedder, texts: list[str]) -> tuple[dict[int, Any], dict[int, str]]:
+def embed_each(embedder: Embedder, texts: list[str]) -> tuple[dict[int, Any], dict[int, str]]:
     """Embed ``texts`` as one batch or, if the batch fails, one by one: (vectors, errors) by position."""
     try:
         return dict(enumerate(embedder.embed_documents(texts, batch_size=min(len(texts), 32)))), {}
@@ -133,7 +133,7 @@ def embed_batch(
         rows = conn.execute(queries.CLAIM_QUEUE, {"n": batch, "max_attempts": max_attempts}).fetchall()
         if not rows:
             return 0
-        vectors, errors = _embed_each(embedder, [r[2] for r in rows])
+        vectors, errors = embed_each(embedder, [r[2] for r in rows])
         good = sorted(vectors)
         stored = store_vectors(conn, model_id, [rows[i] for i in good], [vectors[i] for i in good])
         for i, error in errors.items():

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
 import psycopg
 import pytest
@@ -18,7 +18,7 @@ from psycopg.types.json import Jsonb
 
 from spark_pg.config import Settings
 from spark_pg.db import connect
-from spark_pg.embedding import Embedder, ModelSpec, model_dir_for
+from spark_pg.embedding import Embedder, ModelSpec, Vector, model_dir_for
 from spark_pg.errors import InputError, ModelMismatch
 from spark_pg.ingest import ingest
 from spark_pg.records import MemoryIn
@@ -177,3 +177,24 @@ def test_cli_refuses_an_unknown_model(cli_env: str, capsys: pytest.CaptureFixtur
 
     assert main(["reembed", "--model", "no-such-model"]) == 2
     assert "unknown model" in capsys.readouterr().err
+
+
+def test_a_memory_the_new_model_cannot_embed_does_not_stop_the_others(
+    rdb: str, cls_embedder: Embedder
+) -> None:
+    class Picky(Embedder):  # one descriptor the new model refuses (another client wrote something odd)
+        def embed_documents(self, texts: Sequence[str], batch_size: int = 16) -> list[Vector]:
+            if any("(case 7)" in t for t in texts):
+                raise ValueError("cannot tokenise")
+            return cls_embedder.embed_documents(texts, batch_size)
+
+    picky = Picky(cls_embedder.spec, cls_embedder._model)
+    with connect(rdb, autocommit=True) as c:
+        report = reembed(c, picky, batch=8, canaries=5, k=5, min_overlap=0.0)
+    assert report.switched and report.embedded == 58 and report.failed == 2  # case 7 of tenants a and b
+    assert all("ValueError: cannot tokenise" in e for e in report.errors)
+    with connect(rdb) as c:  # the two wait in the queue for a worker on the new model
+        queued = c.execute(
+            "SELECT m.key FROM spark.embed_queue q JOIN spark.memories m ON m.id = q.memory_id ORDER BY 1"
+        ).fetchall()
+    assert queued == [("a7",), ("b7",)]
