@@ -54,7 +54,7 @@ SELECT tenant, key, kind, category, source, text, context, descriptor, content_h
        priority, coalesce(created_at, now()), metadata, action_domain, actionability
 FROM _spark_ingest
 WHERE (created_at IS NOT NULL) = %(created_given)s
-ORDER BY tenant, key  -- every writer locks rows in one order: overlapping ingests wait, never deadlock
+ORDER BY tenant, key  -- new keys in one order too
 ON CONFLICT (tenant, key) DO UPDATE SET
     kind = EXCLUDED.kind, category = EXCLUDED.category, source = EXCLUDED.source, text = EXCLUDED.text,
     context = EXCLUDED.context, descriptor = EXCLUDED.descriptor, content_hash = EXCLUDED.content_hash,
@@ -63,13 +63,14 @@ ON CONFLICT (tenant, key) DO UPDATE SET
     actionability = EXCLUDED.actionability, updated_at = now(){created_at}
 RETURNING (xmax = 0) AS inserted
 """
-# the stored rows an ingest will update, locked first and in one order (across its two upserts, which
-# each also go in that order): two ingests sharing keys wait for each other instead of deadlocking. The
+# the stored rows an ingest will update, locked first and in (tenant, id) order, as spark.revalue_apply
+# locks them: two writers sharing stored rows wait for each other instead of deadlocking (new keys that
+# two ingests insert at once can still meet in opposite orders across the two upserts below). The
 # lock an UPDATE takes, no stronger: FOR UPDATE would also block the workers' foreign-key checks (KEY
 # SHARE) on these rows while they hold queue rows this ingest's trigger re-queues (a deadlock the soak found)
 LOCK_INGEST_ROWS = """
 SELECT 1 FROM spark.memories m JOIN _spark_ingest s ON m.tenant = s.tenant AND m.key = s.key
-ORDER BY m.tenant, m.key
+ORDER BY m.tenant, m.id
 FOR NO KEY UPDATE OF m
 """
 # rows that give created_at overwrite it on update, rows that do not keep the stored one
@@ -250,6 +251,18 @@ WHERE NOT EXISTS (SELECT 1 FROM spark.embeddings e
                   WHERE e.tenant = m.tenant AND e.memory_id = m.id AND e.model_id = %(model_id)s)
 """
 
+# of (tenant, id) pairs, those memories that exist and still lack a vector of the model
+STILL_MISSING_FOR_MODEL = """
+SELECT m.tenant, m.id FROM unnest(%(tenants)s::text[], %(ids)s::bigint[]) AS f(tenant, id)
+JOIN spark.memories m ON m.tenant = f.tenant AND m.id = f.id
+WHERE NOT EXISTS (SELECT 1 FROM spark.embeddings e
+                  WHERE e.tenant = m.tenant AND e.memory_id = m.id AND e.model_id = %(model_id)s)
+ORDER BY m.tenant, m.id
+"""
+
+# vectors of a model stored before this run (a resumed reembed)
+COUNT_HAVING_MODEL = "SELECT count(*) FROM spark.embeddings WHERE model_id = %(model_id)s"
+
 # keyset order, so a stopped run resumes where it was
 MISSING_FOR_MODEL = """
 SELECT m.tenant, m.id, m.descriptor, m.content_hash FROM spark.memories m
@@ -295,7 +308,12 @@ USING (SELECT tenant, memory_id FROM spark.embeddings WHERE model_id = %(model_i
 WHERE e.tenant = d.tenant AND e.memory_id = d.memory_id AND e.model_id = %(model_id)s
 """
 
-TENANTS = "SELECT DISTINCT tenant FROM spark.memories ORDER BY tenant"
+# every tenant spark.refresh_tenant_stats(NULL) visits (emptied ones included: their statistics go)
+TENANTS = """
+SELECT tenant FROM spark.memories UNION SELECT tenant FROM spark.tenant_stats
+UNION SELECT tenant FROM spark.tenant_vector_indexes
+ORDER BY 1
+"""
 
 # traces and learnings (spark_pg/traces): the stored row of a key, locked; its metadata replaced (a repeat
 # bumps its counters this way: nothing is embedded again, the content hash is unchanged)

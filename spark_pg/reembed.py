@@ -132,6 +132,7 @@ def reembed(
     min_overlap: float = 0.3,
     switch: bool = True,
     drop_old_vectors: bool = False,
+    max_failed_share: float = 0.01,
     progress: bool = False,
 ) -> ReembedReport:
     """Build ``embedder``'s vectors, check them on canaries, switch and drop the old index (see module).
@@ -146,6 +147,8 @@ def reembed(
         raise InputError(f"min_overlap must be from 0 to 1, got {min_overlap}")
     if canaries < 0 or not 1 <= k <= 100:
         raise InputError(f"canaries must be 0 or more and k from 1 to 100, got {canaries} and {k}")
+    if not 0 <= max_failed_share <= 1:
+        raise InputError(f"max_failed_share must be from 0 to 1, got {max_failed_share}")
     model_id, previous = register(conn, embedder)
     report = ReembedReport(model=embedder.spec.name, previous=previous)
     started = time.perf_counter()
@@ -156,10 +159,19 @@ def reembed(
         if added == 0:
             break
     report.build_seconds = time.perf_counter() - started
-    report.failed = len(failures)
+    missing = _still_missing(conn, model_id, failures)  # a retry in a later pass may have stored some
+    report.failed = len(missing)
     report.errors = [
-        f"{tenant} memory {memory_id}: {error}" for (tenant, memory_id), error in failures.items()
+        f"{tenant} memory {memory_id}: {failures[(tenant, memory_id)]}" for tenant, memory_id in missing
     ]
+    have = _count(conn, queries.COUNT_HAVING_MODEL, model_id)  # this run's and a stopped run's
+    if report.failed and (have == 0 or report.failed > max_failed_share * (have + report.failed)):
+        report.decision = (
+            f"not switched: {report.failed} memories could not be embedded by {embedder.spec.name} (more "
+            f"than {max_failed_share:.0%}); the vectors built so far are kept, fix the model or the texts "
+            "and run again"
+        )
+        return report
     if previous is None or previous == embedder.spec.name:
         report.decision = "no other model was active: the vectors are built, nothing to switch"
         if previous is None and switch:
@@ -185,6 +197,25 @@ def reembed(
     _refresh_tenants(conn, progress=progress)
     report.decision = f"switched from {previous} to {embedder.spec.name}"
     return report
+
+
+def _still_missing(
+    conn: psycopg.Connection[Any], model_id: int, failures: dict[tuple[str, int], str]
+) -> list[tuple[str, int]]:
+    """The failed memories that still lack a vector of ``model_id`` (and still exist), in key order."""
+    if not failures:
+        return []
+    rows = conn.execute(
+        queries.STILL_MISSING_FOR_MODEL,
+        {"model_id": model_id, "tenants": [t for t, _ in failures], "ids": [i for _, i in failures]},
+    ).fetchall()
+    return [(str(r[0]), int(r[1])) for r in rows]
+
+
+def _count(conn: psycopg.Connection[Any], query: str, model_id: int) -> int:
+    row = conn.execute(query, {"model_id": model_id}).fetchone()
+    assert row is not None
+    return int(row[0])
 
 
 def _refresh_tenants(conn: psycopg.Connection[Any], *, progress: bool) -> None:

@@ -33,6 +33,7 @@ def cmd_reembed(args: argparse.Namespace) -> int:
             min_overlap=args.min_overlap,
             switch=not args.no_switch,
             drop_old_vectors=args.drop_old_vectors,
+            max_failed_share=args.max_failed_share,
             progress=not args.quiet,
         )
     out = report.as_json()
@@ -68,6 +69,12 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     p.add_argument("--k", type=int, default=10, help="neighbours compared per canary")
     p.add_argument("--min-overlap", type=float, default=0.3, help="mean overlap needed to switch (0-1)")
     p.add_argument("--no-switch", action="store_true", help="build and check only")
+    p.add_argument(
+        "--max-failed-share",
+        type=float,
+        default=0.01,
+        help="share of memories the new model may fail to embed and still switch (default 0.01)",
+    )
     p.add_argument("--drop-old-vectors", action="store_true", help="after the switch, delete the old vectors")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.add_argument("--json", action="store_true")

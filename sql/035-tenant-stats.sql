@@ -68,19 +68,20 @@ BEGIN
 
         -- a partial HNSW index of the active model once the tenant holds index_min_vectors of its vectors;
         -- dropped when it falls below half of that (the gap keeps a tenant near the line from flapping). Other
-        -- models' vectors are never searched: their indexes are dropped, not built (a model activated again
-        -- gets its indexes at the next refresh)
-        FOR md IN SELECT e.id, e.dim, e.active FROM spark.embedding_models e ORDER BY e.id LOOP
+        -- models' vectors are never searched: their indexes are neither built nor dropped here (a plain DROP
+        -- INDEX would lock every reader out of spark.embeddings for the rest of this transaction; reembed
+        -- drops them concurrently), and a model activated again gets its indexes at the next refresh
+        FOR md IN SELECT e.id, e.dim FROM spark.embedding_models e WHERE e.active ORDER BY e.id LOOP
             SELECT count(*) INTO nv FROM spark.embeddings e WHERE e.tenant = t AND e.model_id = md.id;
             SELECT v.index_name INTO reg_name FROM spark.tenant_vector_indexes v WHERE v.tenant = t AND v.model_id = md.id;
-            IF reg_name IS NOT NULL AND (NOT md.active OR nv * 2 < index_min_vectors
+            IF reg_name IS NOT NULL AND (nv * 2 < index_min_vectors
                                          OR to_regclass(format('spark.%I', reg_name)) IS NULL) THEN
                 EXECUTE format('DROP INDEX IF EXISTS spark.%I', reg_name);
                 DELETE FROM spark.tenant_vector_indexes v WHERE v.tenant = t AND v.model_id = md.id;
                 reg_name := NULL;
                 changed := true;
             END IF;
-            IF reg_name IS NULL AND md.active AND nv >= index_min_vectors THEN
+            IF reg_name IS NULL AND nv >= index_min_vectors THEN
                 -- the name must fit 63 bytes whatever the tenant is called: a hash of it
                 idx := format('embeddings_hnsw_m%s_t%s', md.id, left(md5(t), 16));
                 EXECUTE spark._hnsw_index_ddl(idx, md.dim, format('tenant = %L AND model_id = %s', t, md.id),
@@ -102,8 +103,8 @@ COMMENT ON FUNCTION spark.refresh_tenant_stats(text, boolean, integer) IS
     'Rebuilds spark.lexeme_stats (lexemes held by at least 20 of the tenant''s memories) when they are missing '
     'or the tenant''s memory count moved by more than a quarter since (force = true: always); creates a '
     'partial HNSW index over the tenant''s vectors of the active model once it holds index_min_vectors '
-    '(default 1,500) of them and drops it below half that, and drops those of any other model '
-    '(spark.tenant_vector_indexes). Returns how many tenants '
+    '(default 1,500) of them and drops it below half that (spark.tenant_vector_indexes; other models'' '
+    'indexes are left alone). Returns how many tenants '
     'changed. Index builds lock writes to spark.embeddings until the transaction ends: commit soon. Ingest '
     'calls it after each commit; call it after loads that bypass ingest. Errors: 22004 NULL force or '
     'index_min_vectors, 22023 empty or over-long tenant, index_min_vectors below 1.';

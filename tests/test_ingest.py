@@ -288,6 +288,7 @@ def test_overlapping_ingests_in_opposite_orders_wait_instead_of_deadlocking(db_u
             t.start()
         for t in threads:
             t.join(timeout=120)
+        assert not any(t.is_alive() for t in threads)  # a hung writer is a failure, not a pass
     assert errors == []
     with connect(db_url) as c:
         row = c.execute("SELECT count(*) FROM spark.memories WHERE tenant = %s", (tenant,)).fetchone()

@@ -189,12 +189,36 @@ def test_a_memory_the_new_model_cannot_embed_does_not_stop_the_others(
             return cls_embedder.embed_documents(texts, batch_size)
 
     picky = Picky(cls_embedder.spec, cls_embedder._model)
-    with connect(rdb, autocommit=True) as c:
-        report = reembed(c, picky, batch=8, canaries=5, k=5, min_overlap=0.0)
-    assert report.switched and report.embedded == 58 and report.failed == 2  # case 7 of tenants a and b
+    with connect(rdb, autocommit=True) as c:  # 2 of 60 is more than the default 1%: no switch
+        held = reembed(c, picky, batch=8, canaries=5, k=5, min_overlap=0.0)
+        assert not held.switched and held.failed == 2 and held.decision.startswith("not switched: 2 memories")
+        report = reembed(c, picky, batch=8, canaries=5, k=5, min_overlap=0.0, max_failed_share=0.05)
+    # the second run resumes: the 58 stored by the first are kept, the 2 are tried again and fail again
+    assert held.embedded == 58 and report.embedded == 0 and report.failed == 2
+    assert report.switched  # case 7 of tenants a and b
     assert all("ValueError: cannot tokenise" in e for e in report.errors)
     with connect(rdb) as c:  # the two wait in the queue for a worker on the new model
         queued = c.execute(
             "SELECT m.key FROM spark.embed_queue q JOIN spark.memories m ON m.id = q.memory_id ORDER BY 1"
         ).fetchall()
     assert queued == [("a7",), ("b7",)]
+
+
+def test_a_model_that_embeds_nothing_is_never_switched_to(rdb: str, cls_embedder: Embedder) -> None:
+    class Broken(Embedder):
+        def embed_documents(self, texts: Sequence[str], batch_size: int = 16) -> list[Vector]:
+            raise RuntimeError("model file truncated")
+
+    with connect(rdb, autocommit=True) as c:
+        report = reembed(
+            c,
+            Broken(cls_embedder.spec, cls_embedder._model),
+            canaries=5,
+            k=5,
+            min_overlap=0.0,
+            drop_old_vectors=True,
+            max_failed_share=1.0,
+        )
+        kept = c.execute("SELECT count(*) FROM spark.embeddings").fetchone()
+    assert not report.switched and report.failed == 60 and report.dropped_vectors == 0
+    assert kept == (60,)  # the old vectors are all still there
