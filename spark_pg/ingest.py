@@ -135,14 +135,14 @@ def ingest(
                     vector = by_pos.get(i)
                     copy.write_row(_row(record, vector, model_id if vector is not None else None))
             bar.update(len(chunk))
+        cur.execute(queries.INDEX_INGEST_TABLE)
         cur.execute(queries.LOCK_INGEST_ROWS)
-        for sql in (queries.UPSERT_WITH_CREATED_AT, queries.UPSERT_KEEP_CREATED_AT):
-            cur.execute(sql, {"created_given": sql is queries.UPSERT_WITH_CREATED_AT})
-            for (was_insert,) in cur.fetchall():
-                if was_insert:
-                    inserted += 1
-                else:
-                    updated += 1
+        cur.execute(queries.UPSERT)
+        for (was_insert,) in cur.fetchall():
+            if was_insert:
+                inserted += 1
+            else:
+                updated += 1
         cur.execute(queries.STORE_VECTORS)
     # its own transaction: an index build locks writes to spark.embeddings until it commits
     with conn.transaction():

@@ -46,26 +46,33 @@ COPY_INGEST = f"COPY _spark_ingest ({', '.join(INGEST_COLUMNS)}) FROM STDIN"
 # A stored memory whose content changes loses its vectors (every model's) and is queued again: the
 # memories_queue_update trigger does both (migrations 0008, 0009), for every writer.
 
-_UPSERT = """
+# One statement, rows in (tenant, key) order: two ingests inserting the same new keys take them in one
+# order, so they wait for each other instead of deadlocking. A row that gives created_at overwrites the
+# stored one on update, a row that does not keeps it (looked up in the staged rows: EXCLUDED holds the
+# now() a missing one was given; the staging table's index makes that one probe per updated row).
+UPSERT = """
 INSERT INTO spark.memories AS m (tenant, key, kind, category, source, text, context, descriptor, content_hash,
                                  importance, tier, priority, created_at, metadata, action_domain,
                                  actionability)
 SELECT tenant, key, kind, category, source, text, context, descriptor, content_hash, importance, tier,
        priority, coalesce(created_at, now()), metadata, action_domain, actionability
 FROM _spark_ingest
-WHERE (created_at IS NOT NULL) = %(created_given)s
-ORDER BY tenant, key  -- new keys in one order too
+ORDER BY tenant, key
 ON CONFLICT (tenant, key) DO UPDATE SET
     kind = EXCLUDED.kind, category = EXCLUDED.category, source = EXCLUDED.source, text = EXCLUDED.text,
     context = EXCLUDED.context, descriptor = EXCLUDED.descriptor, content_hash = EXCLUDED.content_hash,
     importance = EXCLUDED.importance, tier = EXCLUDED.tier, priority = EXCLUDED.priority,
     metadata = EXCLUDED.metadata, action_domain = EXCLUDED.action_domain,
-    actionability = EXCLUDED.actionability, updated_at = now(){created_at}
+    actionability = EXCLUDED.actionability, updated_at = now(),
+    created_at = coalesce((SELECT s.created_at FROM _spark_ingest s
+                           WHERE s.tenant = EXCLUDED.tenant AND s.key = EXCLUDED.key), m.created_at)
 RETURNING (xmax = 0) AS inserted
 """
+
+INDEX_INGEST_TABLE = "CREATE INDEX ON _spark_ingest (tenant, key)"
+
 # the stored rows an ingest will update, locked first and in (tenant, id) order, as spark.revalue_apply
-# locks them: two writers sharing stored rows wait for each other instead of deadlocking (new keys that
-# two ingests insert at once can still meet in opposite orders across the two upserts below). The
+# locks them: two writers sharing stored rows wait for each other instead of deadlocking. The
 # lock an UPDATE takes, no stronger: FOR UPDATE would also block the workers' foreign-key checks (KEY
 # SHARE) on these rows while they hold queue rows this ingest's trigger re-queues (a deadlock the soak found)
 LOCK_INGEST_ROWS = """
@@ -73,9 +80,6 @@ SELECT 1 FROM spark.memories m JOIN _spark_ingest s ON m.tenant = s.tenant AND m
 ORDER BY m.tenant, m.id
 FOR NO KEY UPDATE OF m
 """
-# rows that give created_at overwrite it on update, rows that do not keep the stored one
-UPSERT_WITH_CREATED_AT = _UPSERT.replace("{created_at}", ", created_at = EXCLUDED.created_at")
-UPSERT_KEEP_CREATED_AT = _UPSERT.replace("{created_at}", "")
 
 # the staged vectors (a row staged without one kept its content, and so its stored vector)
 STORE_VECTORS = """

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 
 import psycopg
@@ -293,3 +294,35 @@ def test_overlapping_ingests_in_opposite_orders_wait_instead_of_deadlocking(db_u
     with connect(db_url) as c:
         row = c.execute("SELECT count(*) FROM spark.memories WHERE tenant = %s", (tenant,)).fetchone()
     assert row == (300,)
+    # new keys, each writer giving created_at to the other half of them: one statement inserts them all in
+    # one order (two statements, with and without created_at, took them in opposite halves)
+    given = datetime(2026, 1, 1, tzinfo=UTC)
+    for round_ in range(4):
+        fresh = [f"new{round_}-{i:03d}" for i in range(300)]
+        start = threading.Barrier(2)
+
+        def insert(dated: set[str], start: threading.Barrier = start, fresh: list[str] = fresh) -> None:
+            try:
+                with connect(db_url) as c:
+                    records = [
+                        MemoryIn(
+                            tenant=tenant, key=k, text=f"new {k}", created_at=given if k in dated else None
+                        )
+                        for k in fresh
+                    ]
+                    start.wait(timeout=30)
+                    ingest(c, records, None)
+                    c.commit()
+            except BaseException as exc:
+                errors.append(exc)
+
+        threads = [
+            threading.Thread(target=insert, args=(set(fresh[:150]),)),
+            threading.Thread(target=insert, args=(set(fresh[150:]),)),
+        ]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=120)
+        assert not any(t.is_alive() for t in threads)
+    assert errors == []
