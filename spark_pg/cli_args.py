@@ -6,13 +6,22 @@ import argparse
 from pathlib import Path
 
 
-def _pg_int(text: str, bits: int) -> int:
+def _int(text: str) -> int:
     try:
-        value = int(text)
+        return int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"invalid int value: {text!r}") from None
-    if not -(2 ** (bits - 1)) <= value <= 2 ** (bits - 1) - 1:
-        raise argparse.ArgumentTypeError(f"must be at most {2 ** (bits - 1) - 1} in magnitude, got {value}")
+
+
+def _fits(value: int, bits: int) -> bool:
+    """Whether a PostgreSQL integer of ``bits`` bits holds ``value``."""
+    return -(1 << (bits - 1)) <= value <= (1 << (bits - 1)) - 1
+
+
+def _pg_int(text: str, bits: int) -> int:
+    value = _int(text)
+    if not _fits(value, bits):
+        raise argparse.ArgumentTypeError(f"must be at most {(1 << (bits - 1)) - 1} in magnitude, got {value}")
     return value
 
 
@@ -31,11 +40,8 @@ def k_arg(text: str) -> int:
     """``--k`` / ``-k``: an integer PostgreSQL's integer can hold. spark._check_k checks the range, but a k
     past 2**31 - 1 would reach the database as a bigint, which no spark function takes (42883): refuse it
     here, in _check_k's words (its bound is the retrieval.k config key's)."""
-    try:
-        k = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"invalid int value: {text!r}") from None
-    if not -(2**31) <= k <= 2**31 - 1:
+    k = _int(text)
+    if not _fits(k, 32):
         from spark_pg.config import KEY_BY_NAME
 
         key = KEY_BY_NAME["retrieval.k"]

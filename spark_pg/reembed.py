@@ -29,7 +29,7 @@ from spark_pg import queries
 from spark_pg.embedding import Embedder
 from spark_pg.errors import InputError
 from spark_pg.ingest import register_model
-from spark_pg.worker import embed_each, store_vectors
+from spark_pg.worker import embed_and_store
 
 
 @dataclass
@@ -86,12 +86,11 @@ def build(
     """Embed every memory that lacks a vector of ``model_id``; returns how many were stored. A text the
     model cannot embed is left without its vector and recorded in ``errors`` ((tenant, id) -> error): one
     bad memory does not stop the others."""
-    total_row = conn.execute(queries.COUNT_MISSING_FOR_MODEL, {"model_id": model_id}).fetchone()
-    assert total_row is not None
+    total = _count(conn, queries.COUNT_MISSING_FOR_MODEL, model_id)
     stored = 0
     after: tuple[str, int] = ("", 0)
     desc = f"reembed {embedder.spec.name}"
-    with tqdm(total=int(total_row[0]), desc=desc, unit="mem", disable=not progress) as bar:
+    with tqdm(total=total, desc=desc, unit="mem", disable=not progress) as bar:
         while True:
             with conn.transaction():
                 rows = conn.execute(
@@ -100,9 +99,8 @@ def build(
                 ).fetchall()
                 if not rows:
                     return stored
-                vectors, failed = embed_each(embedder, [r[2] for r in rows])
-                good = sorted(vectors)
-                stored += store_vectors(conn, model_id, [rows[i] for i in good], [vectors[i] for i in good])
+                added, _, failed = embed_and_store(conn, embedder, model_id, rows)
+                stored += added
                 if errors is not None:
                     errors.update(((str(rows[i][0]), int(rows[i][1])), e) for i, e in failed.items())
             after = (str(rows[-1][0]), int(rows[-1][1]))

@@ -107,6 +107,18 @@ def embed_each(embedder: Embedder, texts: list[str]) -> tuple[dict[int, Any], di
         return vectors, errors
 
 
+def embed_and_store(
+    conn: psycopg.Connection[Any], embedder: Embedder, model_id: int, rows: Sequence[Any]
+) -> tuple[int, int, dict[int, str]]:
+    """Embed the descriptors of ``rows`` (tenant, memory_id, descriptor, content_hash) with
+    :func:`embed_each` and store the vectors made (:func:`store_vectors`): (stored, embedded, errors by
+    position in ``rows``)."""
+    vectors, errors = embed_each(embedder, [r[2] for r in rows])
+    good = sorted(vectors)
+    stored = store_vectors(conn, model_id, [rows[i] for i in good], [vectors[i] for i in good])
+    return stored, len(good), errors
+
+
 def embed_batch(
     conn: psycopg.Connection[Any],
     embedder: Embedder,
@@ -133,9 +145,7 @@ def embed_batch(
         rows = conn.execute(queries.CLAIM_QUEUE, {"n": batch, "max_attempts": max_attempts}).fetchall()
         if not rows:
             return 0
-        vectors, errors = embed_each(embedder, [r[2] for r in rows])
-        good = sorted(vectors)
-        stored = store_vectors(conn, model_id, [rows[i] for i in good], [vectors[i] for i in good])
+        stored, embedded, errors = embed_and_store(conn, embedder, model_id, rows)
         for i, error in errors.items():
             conn.execute(
                 queries.QUEUE_ATTEMPT_FAILED, {"tenant": rows[i][0], "id": rows[i][1], "error": error}
@@ -143,7 +153,7 @@ def embed_batch(
     stats.batches += 1
     stats.embedded += stored
     stats.failed += len(errors)
-    stats.skipped_changed += len(good) - stored
+    stats.skipped_changed += embedded - stored
     stats.errors.extend(errors.values())
     del stats.errors[:-KEPT_ERRORS]  # a worker runs for weeks: the latest errors, not all of them
     return len(rows)

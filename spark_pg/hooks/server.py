@@ -65,16 +65,15 @@ class _Handler(socketserver.StreamRequestHandler):
             response = self.server.service.respond(wire.decode(line), received)
         except wire.WireError as exc:
             response = {"ok": False, "error": str(exc)}
+        self.server.count()
         try:
             self.wfile.write(wire.encode(response))
         except OSError as exc:  # the client left first (its budget ran out, or it was killed)
-            self.server.count()
             spent = (time.perf_counter() - started) * 1000
             self.server.log(
                 f"answer not delivered after {spent:.0f} ms: the client left ({type(exc).__name__})"
             )
             return
-        self.server.count()
         spent = (time.perf_counter() - started) * 1000
         if not response.get("ok"):
             self.server.log(f"request failed after {spent:.0f} ms: {response.get('error')}")
