@@ -306,6 +306,15 @@ MODEL_TENANT_INDEXES = "SELECT index_name FROM spark.tenant_vector_indexes WHERE
 
 FORGET_MODEL_TENANT_INDEXES = "DELETE FROM spark.tenant_vector_indexes WHERE model_id = %(model_id)s"
 
+INDEX_EXISTS = "SELECT to_regclass(format('spark.%%I', %(name)s::text)) IS NOT NULL"
+
+# models another one replaced (spark.activate_model sets retired_at), the latest first
+RETIRED_MODELS = """
+SELECT m.id, m.name FROM spark.embedding_models m
+WHERE m.retired_at IS NOT NULL AND NOT m.active
+ORDER BY m.retired_at DESC, m.id DESC
+"""
+
 DELETE_MODEL_VECTORS = """
 DELETE FROM spark.embeddings e
 USING (SELECT tenant, memory_id FROM spark.embeddings WHERE model_id = %(model_id)s LIMIT %(n)s) d

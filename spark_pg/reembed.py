@@ -13,6 +13,10 @@
    vector is ignored (lexical mode), never compared with the new vectors.
 5. **Drop** the old model's HNSW indexes (``DROP INDEX CONCURRENTLY``: queries are not blocked) and, if
    asked, its vectors; then refresh per-tenant statistics so large tenants get their own index again.
+
+Run again for the model that is active by then, it finishes what a run stopped after step 4 left undone:
+the indexes of every retired model (``spark.embedding_models.retired_at``), the vectors of the one the
+active model replaced when asked, and the per-tenant statistics.
 """
 
 from __future__ import annotations
@@ -170,9 +174,12 @@ def reembed(
             "and run again"
         )
         return report
-    if previous is None or previous == embedder.spec.name:
+    if previous == embedder.spec.name:
+        _finish_switch(conn, report, drop_old_vectors=drop_old_vectors, progress=progress)
+        return report
+    if previous is None:
         report.decision = "no other model was active: the vectors are built, nothing to switch"
-        if previous is None and switch:
+        if switch:
             _switch(conn, report)
         return report
     old_row = conn.execute(queries.MODEL_ID, {"name": previous}).fetchone()
@@ -195,6 +202,31 @@ def reembed(
     _refresh_tenants(conn, progress=progress)
     report.decision = f"switched from {previous} to {embedder.spec.name}"
     return report
+
+
+def _finish_switch(
+    conn: psycopg.Connection[Any], report: ReembedReport, *, drop_old_vectors: bool, progress: bool
+) -> None:
+    """The model is the active one already: finish what a run stopped after its switch left undone. The
+    indexes of every retired model go, the vectors of the one it replaced when asked, and the per-tenant
+    statistics are refreshed (a stop during the refresh leaves large tenants on the shared index)."""
+    retired = [(int(r[0]), str(r[1])) for r in conn.execute(queries.RETIRED_MODELS).fetchall()]
+    if not retired:
+        report.decision = "no other model was active: the vectors are built, nothing to switch"
+        return
+    for model_id, _ in retired:
+        report.dropped_indexes += _drop_indexes(conn, model_id)
+    if drop_old_vectors:
+        report.dropped_vectors = _drop_vectors(conn, retired[0][0])
+    _refresh_tenants(conn, progress=progress)
+    done = [f"{len(report.dropped_indexes)} indexes of retired models dropped"]
+    if drop_old_vectors:
+        done.append(f"{report.dropped_vectors} vectors of {retired[0][1]} deleted")
+    done.append("per-tenant statistics refreshed")
+    report.decision = (
+        f"{report.model} is already active, nothing to switch; the switch from {retired[0][1]} is finished: "
+        + ", ".join(done)
+    )
 
 
 def _still_missing(
@@ -233,14 +265,17 @@ def _switch(conn: psycopg.Connection[Any], report: ReembedReport) -> None:
 
 
 def _drop_indexes(conn: psycopg.Connection[Any], old_id: int) -> list[str]:
-    """The old model's shared and per-tenant HNSW indexes, dropped without blocking queries."""
+    """The old model's shared and per-tenant HNSW indexes, dropped without blocking queries; returns the
+    names of those that existed."""
     names = [f"embeddings_hnsw_m{old_id}"] + [
         str(r[0]) for r in conn.execute(queries.MODEL_TENANT_INDEXES, {"model_id": old_id}).fetchall()
     ]
     dropped = []
     for name in names:
-        conn.execute(sql.SQL("DROP INDEX CONCURRENTLY IF EXISTS spark.{}").format(sql.Identifier(name)))
-        dropped.append(name)
+        row = conn.execute(queries.INDEX_EXISTS, {"name": name}).fetchone()
+        if row is not None and row[0]:
+            conn.execute(sql.SQL("DROP INDEX CONCURRENTLY IF EXISTS spark.{}").format(sql.Identifier(name)))
+            dropped.append(name)
     conn.execute(queries.FORGET_MODEL_TENANT_INDEXES, {"model_id": old_id})
     return dropped
 

@@ -131,8 +131,9 @@ BEGIN
     END IF;
     old := spark.active_model();
     -- two statements: the one-active index is checked row by row
-    UPDATE spark.embedding_models m SET active = false WHERE m.active AND m.id <> target.id;
-    UPDATE spark.embedding_models m SET active = true WHERE m.id = target.id AND NOT m.active;
+    -- retired_at: which models were replaced (reembed drops their indexes, and finishes that when run again)
+    UPDATE spark.embedding_models m SET active = false, retired_at = now() WHERE m.active AND m.id <> target.id;
+    UPDATE spark.embedding_models m SET active = true, retired_at = NULL WHERE m.id = target.id AND NOT m.active;
     -- whatever lacks the new model's vector is queued for it (workers must now run that model)
     DELETE FROM spark.embed_queue;
     INSERT INTO spark.embed_queue (tenant, memory_id)
@@ -147,7 +148,8 @@ END
 $fn$;
 COMMENT ON FUNCTION spark.activate_model(text) IS
     'Make a registered model the active one (the one retrieval compares against), in one transaction: the '
-    'previous model''s vectors stay (its index may be dropped after), and spark.embed_queue is rebuilt with '
+    'previous model''s vectors stay (its index may be dropped after; its retired_at is set, the new one''s '
+    'cleared), and spark.embed_queue is rebuilt with '
     'the memories that lack a vector of the new model. name: spark.embedding_models.name. Returns the '
     'previous and new active model and how many memories were queued. Errors: 22004 NULL name; 22023 an '
     'empty or unknown name.';

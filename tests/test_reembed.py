@@ -172,6 +172,46 @@ def test_activation_and_arguments_are_checked(rdb: str, embedder: Embedder, cls_
     assert (same.embedded, same.switched) == (0, False) and "nothing to switch" in same.decision
 
 
+def test_a_run_stopped_after_the_switch_is_finished_by_the_next(
+    rdb: str, embedder: Embedder, cls_embedder: Embedder, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import spark_pg.reembed as module
+
+    with connect(rdb, autocommit=True) as c:
+        c.execute("SELECT spark.refresh_tenant_stats(NULL, true, 10)")  # per-tenant indexes of the old model
+        old_tenant_indexes = [r[0] for r in c.execute("SELECT index_name FROM spark.tenant_vector_indexes")]
+        assert len(old_tenant_indexes) == 2
+        built = reembed(c, cls_embedder, canaries=0, switch=False)  # the new model, built but not active
+        assert not built.switched and index_exists(rdb, "embeddings_hnsw_m2")
+        again = reembed(c, embedder)  # for the active model: no model was ever retired, nothing to drop
+        assert "nothing to switch" in again.decision and again.dropped_indexes == []
+        assert index_exists(rdb, "embeddings_hnsw_m2")  # a model never active keeps its index
+
+        def stop(*_: object) -> list[str]:
+            raise KeyboardInterrupt  # Ctrl-C right after the switch
+
+        monkeypatch.setattr(module, "_drop_indexes", stop)
+        with pytest.raises(KeyboardInterrupt):
+            reembed(c, cls_embedder, canaries=0)
+        monkeypatch.undo()
+        assert c.execute("SELECT name FROM spark.active_model()").fetchone() == (NEW,)
+        assert index_exists(rdb, "embeddings_hnsw_m1")  # left behind
+        done = reembed(c, cls_embedder, canaries=0, drop_old_vectors=True)
+        assert not done.switched and "finished" in done.decision, done.decision
+        assert sorted(done.dropped_indexes) == sorted(["embeddings_hnsw_m1", *old_tenant_indexes])
+        assert done.dropped_vectors == 60
+        assert not any(index_exists(rdb, n) for n in done.dropped_indexes)
+        assert index_exists(rdb, "embeddings_hnsw_m2")
+        left = c.execute("SELECT count(*) FROM spark.tenant_vector_indexes WHERE model_id = 1").fetchone()
+        assert left == (0,)
+        retired = c.execute(
+            "SELECT name, retired_at IS NOT NULL FROM spark.embedding_models ORDER BY id"
+        ).fetchall()
+        assert retired == [("all-MiniLM-L6-v2-int8", True), (NEW, False)]
+        twice = reembed(c, cls_embedder, canaries=0)  # nothing left to finish
+    assert twice.dropped_indexes == [] and twice.dropped_vectors == 0, twice.decision
+
+
 def test_cli_refuses_an_unknown_model(cli_env: str, capsys: pytest.CaptureFixture[str]) -> None:
     from spark_pg.cli import main
 
