@@ -111,53 +111,29 @@ COMMENT ON FUNCTION spark.refresh_tenant_stats(text, boolean, integer) IS
 
 CREATE OR REPLACE FUNCTION spark._keyword_plan(tenants text[], query_text text, budget integer)
 RETURNS TABLE (lexq tsquery[], lexdf double precision[], lexkeys text[], skipped text[])
-LANGUAGE plpgsql STABLE PARALLEL SAFE
+LANGUAGE sql STABLE PARALLEL SAFE
 SET search_path = pg_catalog, @vector_schema@, pg_temp
 AS $fn$
--- plpgsql steps, not one SQL statement: under the generic plans of spark.retrieve the statement cost ~410 us a
--- call (tenant = ANY(tenants) was planned as a scan of spark.lexeme_stats per lexeme), these steps ~90 us
-DECLARE
-    lx text[];
-    dfs double precision[];
-    matched boolean[];
-    spent double precision := 0;
-    i integer;
-    tn text;
-BEGIN
-    -- the question's English lexemes in collation order (the order of every array returned)
-    SELECT coalesce(array_agg(l.lexeme ORDER BY l.lexeme), '{}') INTO lx
-    FROM unnest(to_tsvector('english', coalesce(query_text, ''))) l;
-    -- each one's counted document frequency over the tenants (no count: rare)
-    dfs := array_fill(0::double precision, ARRAY[cardinality(lx)]);
-    FOREACH tn IN ARRAY ARRAY(SELECT DISTINCT x FROM unnest(tenants) x) LOOP
-        -- a primary-key probe per lexeme and tenant (a tenant named twice counts once)
-        dfs := ARRAY(SELECT dfs[l.i] + coalesce((SELECT s.df FROM spark.lexeme_stats s
-                                                 WHERE s.tenant = tn AND s.lexeme = l.x), 0)
-                     FROM unnest(lx) WITH ORDINALITY l(x, i) ORDER BY l.i);
-    END LOOP;
-    -- the budget goes to the rarest first; what does not fit is skipped as too common
-    matched := array_fill(budget = 0, ARRAY[cardinality(lx)]);
-    IF budget <> 0 THEN
-        FOR i IN SELECT o.i FROM unnest(dfs, lx) WITH ORDINALITY o(d, x, i) ORDER BY o.d, o.x LOOP
-            spent := spent + dfs[i];
-            matched[i] := spent <= budget;
-        END LOOP;
-    END IF;
-    lexq := '{}'; lexdf := '{}'; skipped := '{}';
-    FOR i IN 1..cardinality(lx) LOOP
-        lexq := lexq || to_tsquery('simple', quote_literal(lx[i]));
-        lexdf := lexdf || CASE WHEN matched[i] THEN NULL ELSE dfs[i] END;
-        IF NOT matched[i] THEN
-            skipped := skipped || lx[i];
-        END IF;
-    END LOOP;
-    -- spark._tenant_lexemes' key format, written inline (a call per lexeme and tenant costs ~20 us; the
-    -- keyword tests fail if the two ever differ)
-    SELECT coalesce(array_agg(k.key ORDER BY k.key), '{}') INTO lexkeys
-    FROM (SELECT length(tt.t) || ':' || tt.t || ':' || u.x AS key
-          FROM unnest(lx, matched) u(x, ok), unnest(tenants) tt(t) WHERE u.ok) k;
-    RETURN NEXT;
-END
+    -- the question's English lexemes, rarest first by their counted document frequency (no count: rare);
+    -- the match reads the lexemes that fit the budget together, the rest are skipped as too common
+    WITH lx AS (
+        SELECT l.lexeme,
+               coalesce((SELECT sum(s.df) FROM spark.lexeme_stats s
+                         WHERE s.tenant = ANY(tenants) AND s.lexeme = l.lexeme), 0)::double precision AS df
+        FROM unnest(to_tsvector('english', coalesce(query_text, ''))) l),
+    plan AS (
+        SELECT lx.lexeme, lx.df,
+               budget = 0 OR sum(lx.df) OVER (ORDER BY lx.df, lx.lexeme) <= budget AS matched
+        FROM lx)
+    SELECT coalesce(array_agg(to_tsquery('simple', quote_literal(p.lexeme)) ORDER BY p.lexeme), '{}'),
+           coalesce(array_agg(CASE WHEN NOT p.matched THEN p.df END ORDER BY p.lexeme), '{}'),
+           -- spark._tenant_lexemes' key format, written inline (a call per lexeme and tenant costs ~20 us;
+           -- the keyword tests fail if the two ever differ)
+           coalesce((SELECT array_agg(x.key ORDER BY x.key)
+                     FROM (SELECT length(t) || ':' || t || ':' || m.lexeme AS key
+                           FROM plan m, unnest(tenants) t WHERE m.matched) x), '{}'),
+           coalesce(array_agg(p.lexeme ORDER BY p.lexeme) FILTER (WHERE NOT p.matched), '{}')
+    FROM plan p
 $fn$;
 COMMENT ON FUNCTION spark._keyword_plan(text[], text, integer) IS
     'Internal: the keyword plan of query_text for tenants under a match budget (0 = no budget). lexq: one '
