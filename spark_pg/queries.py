@@ -308,6 +308,8 @@ FORGET_MODEL_TENANT_INDEXES = "DELETE FROM spark.tenant_vector_indexes WHERE mod
 
 INDEX_EXISTS = "SELECT to_regclass(format('spark.%%I', %(name)s::text)) IS NOT NULL"
 
+UNRETIRE_MODEL = "UPDATE spark.embedding_models SET retired_at = NULL WHERE id = %(model_id)s AND NOT active"
+
 # models another one replaced (spark.activate_model sets retired_at), the latest first
 RETIRED_MODELS = """
 SELECT m.id, m.name FROM spark.embedding_models m

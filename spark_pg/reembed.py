@@ -75,6 +75,8 @@ def register(conn: psycopg.Connection[Any], embedder: Embedder) -> tuple[int, st
     with conn.transaction():
         active = conn.execute(queries.ACTIVE_MODEL).fetchone()
         model_id = register_model(conn, embedder.spec)
+        # built again, a retired model is wanted again: a later run does not drop its index as a leftover
+        conn.execute(queries.UNRETIRE_MODEL, {"model_id": model_id})
     return model_id, (None if active is None else str(active[1]))
 
 
@@ -166,6 +168,9 @@ def reembed(
     report.errors = [
         f"{tenant} memory {memory_id}: {failures[(tenant, memory_id)]}" for tenant, memory_id in missing
     ]
+    if previous == embedder.spec.name:  # nothing to switch: the failures wait in the queue for a worker
+        _finish_switch(conn, report, switch=switch, drop_old_vectors=drop_old_vectors, progress=progress)
+        return report
     have = _count(conn, queries.COUNT_HAVING_MODEL, model_id)  # this run's and a stopped run's
     if report.failed and (have == 0 or report.failed > max_failed_share * (have + report.failed)):
         report.decision = (
@@ -173,9 +178,6 @@ def reembed(
             f"than {max_failed_share:.0%}); the vectors built so far are kept, fix the model or the texts "
             "and run again"
         )
-        return report
-    if previous == embedder.spec.name:
-        _finish_switch(conn, report, drop_old_vectors=drop_old_vectors, progress=progress)
         return report
     if previous is None:
         report.decision = "no other model was active: the vectors are built, nothing to switch"
@@ -205,28 +207,43 @@ def reembed(
 
 
 def _finish_switch(
-    conn: psycopg.Connection[Any], report: ReembedReport, *, drop_old_vectors: bool, progress: bool
+    conn: psycopg.Connection[Any],
+    report: ReembedReport,
+    *,
+    switch: bool,
+    drop_old_vectors: bool,
+    progress: bool,
 ) -> None:
     """The model is the active one already: finish what a run stopped after its switch left undone. The
-    indexes of every retired model go, the vectors of the one it replaced when asked, and the per-tenant
-    statistics are refreshed (a stop during the refresh leaves large tenants on the shared index)."""
+    indexes of every retired model go, the vectors of the one retired last when asked, and the per-tenant
+    statistics are refreshed (again on every such run: a stop during the refresh leaves no other trace)."""
     retired = [(int(r[0]), str(r[1])) for r in conn.execute(queries.RETIRED_MODELS).fetchall()]
+    name = report.model
     if not retired:
-        report.decision = "no other model was active: the vectors are built, nothing to switch"
+        report.decision = (
+            f"{name} is already active, nothing to switch; no retired model to clean up (models replaced "
+            "before schema 0012 are not recorded: see docs/lifecycle.md)"
+        )
+        return
+    if not switch:
+        report.decision = (
+            f"{name} is already active, nothing to switch; the clean-up of retired models is not run "
+            "(--no-switch)"
+        )
         return
     for model_id, _ in retired:
         report.dropped_indexes += _drop_indexes(conn, model_id)
     if drop_old_vectors:
         report.dropped_vectors = _drop_vectors(conn, retired[0][0])
     _refresh_tenants(conn, progress=progress)
-    done = [f"{len(report.dropped_indexes)} indexes of retired models dropped"]
-    if drop_old_vectors:
-        done.append(f"{report.dropped_vectors} vectors of {retired[0][1]} deleted")
-    done.append("per-tenant statistics refreshed")
-    report.decision = (
-        f"{report.model} is already active, nothing to switch; the switch from {retired[0][1]} is finished: "
-        + ", ".join(done)
-    )
+    if report.dropped_indexes or report.dropped_vectors:
+        done = [f"{len(report.dropped_indexes)} indexes of retired models dropped"]
+        if drop_old_vectors:
+            done.append(f"{report.dropped_vectors} vectors of {retired[0][1]} deleted")
+        what = f"the switch from {retired[0][1]} is finished: " + ", ".join(done)
+    else:
+        what = "nothing of the retired models was left to drop"
+    report.decision = f"{name} is already active, nothing to switch; {what}; per-tenant statistics refreshed"
 
 
 def _still_missing(

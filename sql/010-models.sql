@@ -131,8 +131,10 @@ BEGIN
     END IF;
     old := spark.active_model();
     -- two statements: the one-active index is checked row by row
-    -- retired_at: which models were replaced (reembed drops their indexes, and finishes that when run again)
-    UPDATE spark.embedding_models m SET active = false, retired_at = now() WHERE m.active AND m.id <> target.id;
+    -- retired_at: which models were replaced, in order even within one transaction (reembed drops their
+    -- indexes, and finishes that when run again)
+    UPDATE spark.embedding_models m SET active = false, retired_at = clock_timestamp()
+        WHERE m.active AND m.id <> target.id;
     UPDATE spark.embedding_models m SET active = true, retired_at = NULL WHERE m.id = target.id AND NOT m.active;
     -- whatever lacks the new model's vector is queued for it (workers must now run that model)
     DELETE FROM spark.embed_queue;

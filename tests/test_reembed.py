@@ -172,11 +172,28 @@ def test_activation_and_arguments_are_checked(rdb: str, embedder: Embedder, cls_
     assert (same.embedded, same.switched) == (0, False) and "nothing to switch" in same.decision
 
 
+def stop_after_the_switch(monkeypatch: pytest.MonkeyPatch, c: psycopg.Connection, model: Embedder) -> None:
+    """A reembed run interrupted (Ctrl-C) right after its switch, before any clean-up."""
+    import spark_pg.reembed as module
+
+    def stop(*_: object) -> list[str]:
+        raise KeyboardInterrupt
+
+    with monkeypatch.context() as m:
+        m.setattr(module, "_drop_indexes", stop)
+        with pytest.raises(KeyboardInterrupt):
+            reembed(c, model, canaries=0)
+    assert c.execute("SELECT name FROM spark.active_model()").fetchone() == (model.spec.name,)
+
+
+def vectors_of(c: psycopg.Connection, model_id: int) -> int:
+    row = c.execute("SELECT count(*) FROM spark.embeddings WHERE model_id = %s", (model_id,)).fetchone()
+    return int(row[0]) if row else -1
+
+
 def test_a_run_stopped_after_the_switch_is_finished_by_the_next(
     rdb: str, embedder: Embedder, cls_embedder: Embedder, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import spark_pg.reembed as module
-
     with connect(rdb, autocommit=True) as c:
         c.execute("SELECT spark.refresh_tenant_stats(NULL, true, 10)")  # per-tenant indexes of the old model
         old_tenant_indexes = [r[0] for r in c.execute("SELECT index_name FROM spark.tenant_vector_indexes")]
@@ -187,29 +204,68 @@ def test_a_run_stopped_after_the_switch_is_finished_by_the_next(
         assert "nothing to switch" in again.decision and again.dropped_indexes == []
         assert index_exists(rdb, "embeddings_hnsw_m2")  # a model never active keeps its index
 
-        def stop(*_: object) -> list[str]:
-            raise KeyboardInterrupt  # Ctrl-C right after the switch
-
-        monkeypatch.setattr(module, "_drop_indexes", stop)
-        with pytest.raises(KeyboardInterrupt):
-            reembed(c, cls_embedder, canaries=0)
-        monkeypatch.undo()
-        assert c.execute("SELECT name FROM spark.active_model()").fetchone() == (NEW,)
+        stop_after_the_switch(monkeypatch, c, cls_embedder)
         assert index_exists(rdb, "embeddings_hnsw_m1")  # left behind
+        held = reembed(c, cls_embedder, canaries=0, switch=False, drop_old_vectors=True)
+        assert "not run (--no-switch)" in held.decision and held.dropped_indexes == []
+        assert index_exists(rdb, "embeddings_hnsw_m1") and vectors_of(c, 1) == 60
+        c.execute("DELETE FROM spark.tenant_stats")  # as if the stop had come before the refresh too
         done = reembed(c, cls_embedder, canaries=0, drop_old_vectors=True)
         assert not done.switched and "finished" in done.decision, done.decision
         assert sorted(done.dropped_indexes) == sorted(["embeddings_hnsw_m1", *old_tenant_indexes])
-        assert done.dropped_vectors == 60
+        assert done.dropped_vectors == 60 and vectors_of(c, 1) == 0
         assert not any(index_exists(rdb, n) for n in done.dropped_indexes)
         assert index_exists(rdb, "embeddings_hnsw_m2")
         left = c.execute("SELECT count(*) FROM spark.tenant_vector_indexes WHERE model_id = 1").fetchone()
         assert left == (0,)
+        refreshed = c.execute("SELECT count(*) FROM spark.tenant_stats").fetchone()
+        assert refreshed == (2,)  # tenants a and b
         retired = c.execute(
             "SELECT name, retired_at IS NOT NULL FROM spark.embedding_models ORDER BY id"
         ).fetchall()
         assert retired == [("all-MiniLM-L6-v2-int8", True), (NEW, False)]
         twice = reembed(c, cls_embedder, canaries=0)  # nothing left to finish
-    assert twice.dropped_indexes == [] and twice.dropped_vectors == 0, twice.decision
+    assert twice.dropped_indexes == [] and twice.dropped_vectors == 0
+    assert "nothing of the retired models was left" in twice.decision, twice.decision
+
+
+def test_finishing_drops_only_what_the_retired_models_left(
+    rdb: str, embedder: Embedder, cls_embedder: Embedder, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    third = Embedder(
+        ModelSpec("minilm-int8-cls-b", cls_embedder.spec.fastembed_name, 384, "cls", 256, offline_files=True),
+        cls_embedder._model,
+    )
+    with connect(rdb, autocommit=True) as c:
+        # A -> B finished; A's vectors kept (a way back)
+        assert reembed(c, cls_embedder, canaries=0).switched
+        # B -> C stopped after the switch: B is retired after A
+        stop_after_the_switch(monkeypatch, c, third)
+        done = reembed(c, third, canaries=0, drop_old_vectors=True)
+        assert done.dropped_indexes == ["embeddings_hnsw_m2"]  # A's went at its own switch
+        assert (vectors_of(c, 1), vectors_of(c, 2), vectors_of(c, 3)) == (60, 0, 60)  # only B's, the last
+        # the way back to A: built again without a switch, A is wanted again and keeps what it rebuilt
+        back = reembed(c, embedder, canaries=0, switch=False)
+        assert not back.switched and index_exists(rdb, "embeddings_hnsw_m1")
+        later = reembed(c, third, canaries=0, drop_old_vectors=True)
+        assert later.dropped_indexes == [] and later.dropped_vectors == 0, later.decision
+        assert index_exists(rdb, "embeddings_hnsw_m1") and vectors_of(c, 1) == 60
+        # rolled back to A and stopped after that switch: C is retired, A active again (not retired)
+        stop_after_the_switch(monkeypatch, c, embedder)
+        rolled = reembed(c, embedder, canaries=0)
+        assert rolled.dropped_indexes == ["embeddings_hnsw_m3"] and vectors_of(c, 3) == 60
+        states = "SELECT name, active, retired_at IS NOT NULL FROM spark.embedding_models ORDER BY id"
+        assert c.execute(states).fetchall() == [
+            ("all-MiniLM-L6-v2-int8", True, False),
+            (NEW, False, True),
+            ("minilm-int8-cls-b", False, True),
+        ]
+        c.execute("SELECT * FROM spark.activate_model(%s)", (NEW,))  # by hand: the same stamps
+        assert c.execute(states).fetchall() == [
+            ("all-MiniLM-L6-v2-int8", False, True),
+            (NEW, True, False),
+            ("minilm-int8-cls-b", False, True),
+        ]
 
 
 def test_cli_refuses_an_unknown_model(cli_env: str, capsys: pytest.CaptureFixture[str]) -> None:
