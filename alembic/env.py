@@ -28,6 +28,10 @@ def _run(connection) -> None:  # type: ignore[no-untyped-def]
         transaction_per_migration=False,
     )
     with context.begin_transaction():
+        # waiting for a lock behind a long transaction would queue every later query of the tables behind
+        # the upgrade: give up after the timeout instead (the transaction rolls back, nothing is changed)
+        timeout = int(context.config.attributes.get("lock_timeout_ms", 10000))
+        connection.exec_driver_sql("SELECT set_config('lock_timeout', %s, true)", (f"{timeout}ms",))
         context.run_migrations()
         heads = set(context.get_context().get_current_heads())
         if heads and heads == set(context.script.get_heads()):

@@ -73,7 +73,9 @@ class SparkClient:
     def init(self) -> str:
         """Upgrade the schema to head and re-apply sql/. Safe to run any number of times."""
         self.close()
-        return schema.install(self.url)
+        return schema.install(
+            self.url, lock_timeout_ms=self.settings.get_int("database.migration_lock_timeout_ms")
+        )
 
     @property
     def embedder(self) -> Embedder:

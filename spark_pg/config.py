@@ -90,6 +90,15 @@ KEYS: tuple[Key, ...] = (
         hi=3_600_000,
     ),
     Key(
+        "database.migration_lock_timeout_ms",
+        int,
+        10000,
+        "How long `spark-pg init` waits for a lock before it gives up and changes nothing (0 = no limit): an "
+        "upgrade queued behind a long transaction would hold up every query that comes after it.",
+        lo=0,
+        hi=3_600_000,
+    ),
+    Key(
         "embedding.model",
         str,
         MODEL_NAMES[0],

@@ -61,8 +61,11 @@ def apply_sql(conn: psycopg.Connection[Any]) -> list[str]:
     return names
 
 
+LOCK_TIMEOUT_MS = 10000  # the default of database.migration_lock_timeout_ms
+
+
 @contextmanager
-def _alembic(url: str) -> Iterator[tuple[Any, Any]]:
+def _alembic(url: str, lock_timeout_ms: int = LOCK_TIMEOUT_MS) -> Iterator[tuple[Any, Any]]:
     from alembic.config import Config
     from sqlalchemy import create_engine
     from sqlalchemy.exc import DBAPIError
@@ -74,8 +77,15 @@ def _alembic(url: str) -> Iterator[tuple[Any, Any]]:
     try:
         with engine.connect() as connection:
             cfg.attributes["connection"] = connection
+            cfg.attributes["lock_timeout_ms"] = lock_timeout_ms
             yield cfg, connection
     except DBAPIError as exc:
+        if isinstance(exc.orig, psycopg.errors.LockNotAvailable):
+            raise SchemaError(
+                f"the upgrade waited {lock_timeout_ms} ms for a lock another transaction holds and changed "
+                "nothing: run it again when long transactions have ended, or raise "
+                "database.migration_lock_timeout_ms"
+            ) from exc.orig
         # SQLAlchemy wraps the driver's error; callers (and the CLI) handle psycopg's own, with its SQLSTATE
         if isinstance(exc.orig, psycopg.Error):
             raise exc.orig from None
@@ -84,10 +94,12 @@ def _alembic(url: str) -> Iterator[tuple[Any, Any]]:
         engine.dispose()
 
 
-def upgrade(url: str, revision: str = "head") -> None:
+def upgrade(url: str, revision: str = "head", *, lock_timeout_ms: int = LOCK_TIMEOUT_MS) -> None:
+    """Migrate to ``revision`` in one transaction; each lock is waited for at most ``lock_timeout_ms``
+    (0: no limit), after which nothing is changed and SchemaError says so."""
     from alembic import command
 
-    with _alembic(url) as (cfg, connection):
+    with _alembic(url, lock_timeout_ms) as (cfg, connection):
         command.upgrade(cfg, revision)
         connection.commit()
 
@@ -126,9 +138,9 @@ def head_revision() -> str:
     return head
 
 
-def install(url: str) -> str:
+def install(url: str, *, lock_timeout_ms: int = LOCK_TIMEOUT_MS) -> str:
     """Upgrade to head and (re-)apply sql/; safe to run any number of times. Returns the revision."""
-    upgrade(url, "head")
+    upgrade(url, "head", lock_timeout_ms=lock_timeout_ms)
     return head_revision()
 
 

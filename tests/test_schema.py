@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import time
+
 import psycopg
 import pytest
 from alembic.config import Config
 from alembic.script import ScriptDirectory
+from psycopg.conninfo import make_conninfo
 
 from spark_pg import schema
+from spark_pg.errors import SchemaError
 
 SNAPSHOT_QUERIES = {
     "columns": """
@@ -155,3 +159,19 @@ def test_upgrade_to_the_embeddings_table_moves_vectors_and_back(fresh_db: str) -
             "SELECT key, embedding::text = %s, embedding_model_id FROM spark.memories ORDER BY key", (vector,)
         ).fetchall()
         assert back == [("a", True, 1), ("pending", None, None)]
+
+
+def test_an_upgrade_behind_a_long_transaction_gives_up_and_changes_nothing(fresh_db: str) -> None:
+    before, target = "0011_gin_no_pending_list", "0012_model_retired_at"  # 0012 alters embedding_models
+    schema.upgrade(fresh_db, before)
+    # without the lock timeout the upgrade would wait for ever: this ends the test after 20 s instead
+    bounded = make_conninfo(fresh_db, options="-c statement_timeout=20000")
+    with psycopg.connect(fresh_db) as holder:  # a reader in a long transaction on the table 0012 alters
+        holder.execute("SELECT count(*) FROM spark.embedding_models").fetchone()
+        started = time.monotonic()
+        with pytest.raises(SchemaError, match="waited 300 ms for a lock"):
+            schema.upgrade(bounded, target, lock_timeout_ms=300)
+        assert time.monotonic() - started < 10
+        assert schema.current_revision(fresh_db) == before  # rolled back whole
+    schema.upgrade(fresh_db, target, lock_timeout_ms=300)  # the reader has ended
+    assert schema.current_revision(fresh_db) == target
