@@ -36,6 +36,7 @@ from spark_pg.bench_corpus import REAL_DEFAULT, corpus_vectors, embed_cached
 from spark_pg.config import Settings
 from spark_pg.db import connect
 from spark_pg.embedding import Embedder, Vector
+from spark_pg.errors import InputError
 from spark_pg.ingest import ensure_model
 from spark_pg.retrieve import retrieve
 
@@ -70,13 +71,35 @@ class BenchSpec:
         return f"spark_bench2_{self.memories}_{self.tenants}_{self.seed}{derived}"  # 2: interleaved layout
 
 
-def tenant_sizes(spec: BenchSpec) -> list[int]:
-    """Zipf-skewed tenant sizes summing to spec.memories, every tenant at least 1."""
-    weights = [1 / (i + 1) for i in range(spec.tenants)]
+def _zipf_sizes(memories: int, tenants: int) -> list[int] | None:
+    """Zipf-skewed sizes summing to ``memories``, every tenant at least 1 and the first the largest; None
+    when the memories are too few for that."""
+    weights = [1 / (i + 1) for i in range(tenants)]
     total = sum(weights)
-    sizes = [max(1, int(spec.memories * w / total)) for w in weights]
-    sizes[0] += spec.memories - sum(sizes)
+    sizes = [max(1, int(memories * w / total)) for w in weights]
+    if not sizes:
+        return None
+    sizes[0] += memories - sum(sizes)
+    return sizes if sizes[0] >= max(sizes) else None
+
+
+def tenant_sizes(spec: BenchSpec) -> list[int]:
+    """The corpus's tenant sizes (:func:`_zipf_sizes`); InputError when the memories are too few."""
+    sizes = _zipf_sizes(spec.memories, spec.tenants)
+    if sizes is None:
+        fewest = max(spec.tenants, 1)
+        while _zipf_sizes(fewest, spec.tenants) is None:
+            fewest += max(1, fewest // 16)
+        raise InputError(
+            f"{spec.memories} memories are too few for {spec.tenants} tenants of Zipf-skewed sizes: give "
+            f"about {fewest} or more, or fewer tenants"
+        )
     return sizes
+
+
+def owners(spec: BenchSpec) -> list[str]:
+    """The tenant of each corpus text (index order): tenant-0000 holds the first, largest block."""
+    return [f"tenant-{t:04d}" for t, size in enumerate(tenant_sizes(spec)) for _ in range(size)]
 
 
 def _backend_peak_rss_mb(conn: psycopg.Connection[Any]) -> float | None:
@@ -118,7 +141,7 @@ def _load(
         model_id = ensure_model(conn, embedder)
         conn.execute(f"DROP INDEX IF EXISTS spark.embeddings_hnsw_m{model_id}")  # build once, after the load
         # rows arrive in time order, the tenants interleaved, as they would in a shared database
-        owner = [f"tenant-{t:04d}" for t, size in enumerate(tenant_sizes(spec)) for _ in range(size)]
+        owner = owners(spec)
         created = [NOW - timedelta(days=rng.random() * 365) for _ in texts]
         order = sorted(range(len(texts)), key=lambda i: created[i])
         started = time.perf_counter()
@@ -198,6 +221,42 @@ def _load(
     return figures
 
 
+def _check_cached(url: str, spec: BenchSpec, texts: list[str], embedder: Embedder) -> None:
+    """A reused corpus database must hold what this run would load: a finished build, the active model
+    this run embeds queries with, every row and its vector, and the same texts (a sample of 200 compared);
+    else InputError (a build killed before its clean-up, another model, a changed generator)."""
+    problem = None
+    with connect(url) as conn:
+        finished = conn.execute("SELECT to_regclass('public.spark_bench_build') IS NOT NULL").fetchone()
+        row = conn.execute(
+            """SELECT (SELECT name FROM spark.active_model()), (SELECT count(*) FROM spark.memories),
+                      (SELECT count(*) FROM spark.embeddings e JOIN spark.embedding_models m
+                       ON m.id = e.model_id AND m.active)"""
+        ).fetchone()
+        assert row is not None
+        if not (finished and finished[0]):
+            problem = "has no record of a finished build"
+        elif row[0] != embedder.spec.name:
+            problem = f"was embedded with {row[0]}, not {embedder.spec.name}"
+        elif (row[1], row[2]) != (spec.memories, spec.memories):
+            problem = f"holds {row[1]} memories and {row[2]} vectors, not {spec.memories} of each"
+        else:
+            owner = owners(spec)
+            sample = sorted({round(i * (len(texts) - 1) / 199) for i in range(200)})
+            stored = dict(
+                conn.execute(
+                    """SELECT m.key, m.text FROM spark.memories m
+                       JOIN unnest(%s::text[], %s::text[]) k(tenant, key)
+                         ON m.tenant = k.tenant AND m.key = k.key""",
+                    ([owner[i] for i in sample], [f"m{i}" for i in sample]),
+                ).fetchall()
+            )
+            if any(stored.get(f"m{i}") != texts[i] for i in sample):
+                problem = "holds other texts than this version's corpus generator makes"
+    if problem:
+        raise InputError(f"the cached corpus {spec.db_name} {problem}: run again with --fresh to rebuild it")
+
+
 def build_figures(url: str) -> dict[str, Any] | None:
     """The figures recorded when the corpus database at ``url`` was built (None for older ones)."""
     with connect(url) as conn:
@@ -268,11 +327,15 @@ def quality(
         exact = {lo + int(i) for i in np.argsort(-sims, kind="stable")[: spec.k]}
         overlaps += len(got & exact) / min(spec.k, hi - lo)
     n = len(results)
+
+    def share(total: float, count: int) -> float | None:  # None: nothing to measure it on
+        return round(total / count, 4) if count else None
+
     return {
-        "hit_rate": round(hits / max(eligible, 1), 4),
-        "recall_at_k": round(recalls / max(eligible, 1), 4),
-        "precision": round(precisions / max(answered, 1), 4),
-        "exact_overlap_at_k": round(overlaps / max(n, 1), 4),
+        "hit_rate": share(hits, eligible),
+        "recall_at_k": share(recalls, eligible),
+        "precision": share(precisions, answered),
+        "exact_overlap_at_k": share(overlaps, n),
         "mean_results": round(float(np.mean([len(r) for r in results])), 2),
         "queries_with_relevant": eligible,
     }
@@ -300,6 +363,7 @@ def run(
     baseline: bool = False,
 ) -> dict[str, Any]:
     started = time.perf_counter()
+    tenant_sizes(spec)  # memories too few for the tenants: refused before anything is embedded or loaded
     cache = settings.home / "bench"
     texts, vectors, derivation = corpus_vectors(
         embedder, spec.memories, spec.seed, cache, spec.real, progress
@@ -311,6 +375,7 @@ def run(
     reused = scratch.exists(server_url, spec.db_name)
     if reused:
         schema.install(url)  # measure the current functions
+        _check_cached(url, spec, texts, embedder)
         with connect(url) as conn:  # a reused corpus may predate the counts
             with tqdm(total=1, desc="tenant statistics and indexes", disable=not progress) as bar:
                 conn.execute("SELECT spark.refresh_tenant_stats()")

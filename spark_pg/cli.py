@@ -6,7 +6,17 @@ import argparse
 import sys
 
 from spark_pg import __version__
-from spark_pg.cli_args import DEFAULT_BENCH_REPORT, k_arg, report_dir, time_arg, writable_dir
+from spark_pg.cli_args import (
+    DEFAULT_BENCH_REPORT,
+    bench_k_arg,
+    count_arg,
+    k_arg,
+    positive_int,
+    report_dir,
+    seconds_arg,
+    time_arg,
+    writable_dir,
+)
 from spark_pg.errors import SparkPgError
 
 # `spark-pg hook` runs once per tool call and its start-up is its latency: this module imports only what
@@ -252,6 +262,11 @@ def cmd_bench(args: argparse.Namespace) -> int:
         with _client(args) as client:
             ingested = bench_ingest.run(client, args.n, progress=not args.quiet)
             batch = client.settings.get_int("embedding.batch_size")
+        if args.json:
+            out: dict[str, object] = {"memories": ingested.rows, "seconds": round(ingested.seconds, 3)}
+            out |= {"memories_per_s": round(ingested.rate, 1), "batch_size": batch, "cores": os.cpu_count()}
+            print(json.dumps(out | {"machine": platform.machine()}))
+            return 0
         print(
             f"ingest: {ingested.rows} short memories in {ingested.seconds:.2f} s = "
             f"{ingested.rate:.0f} memories/s (embedding included; {os.cpu_count()} cores, "
@@ -301,7 +316,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
                 f"Python hybrid baseline, same queries, interleaved: p50 {b['p50']} ms, p95 {b['p95']} ms, "
                 f"p99 {b['p99']} ms (baseline / spark.retrieve {r['p50']}x, {r['p95']}x, {r['p99']}x); "
                 f"hit rate {ours['hit_rate']} vs {theirs['hit_rate']}, recall@{spec.k} {ours['recall_at_k']} "
-                f"vs {theirs['recall_at_k']} (spark.retrieve vs baseline)"
+                f"vs {theirs['recall_at_k']} (spark.retrieve vs baseline, over the "
+                f"{ours['queries_with_relevant']} queries whose tenant holds a relevant memory)"
             )
         print(f"latency histogram: {figure}")
     return 0
@@ -413,23 +429,23 @@ def build_parser() -> argparse.ArgumentParser:
         help="corpus sizes, comma-separated (scale; tenants: size/1000, "
         "at least 100, unless --tenants is given)",
     )
-    p.add_argument("--clients", type=int, default=8, help="concurrent clients (scale)")
+    p.add_argument("--clients", type=positive_int, default=8, help="concurrent clients (scale)")
     p.add_argument(
-        "--seconds", type=float, default=20.0, help="length of the concurrent run per size (scale)"
+        "--seconds", type=seconds_arg, default=20.0, help="length of the concurrent run per size (scale)"
     )
     p.add_argument(
-        "--ingest-sample", type=int, default=500, help="memories ingested per size (scale; 0: skip)"
+        "--ingest-sample", type=count_arg, default=500, help="memories ingested per size (scale; 0: skip)"
     )
     p.add_argument(
         "--real",
-        type=int,
+        type=positive_int,
         default=100_000,
         help="corpus texts embedded for real; vectors past them are derived (docs/performance.md)",
     )
-    p.add_argument("--memories", type=int, default=100_000, help="corpus size (retrieve)")
-    p.add_argument("--tenants", type=int, help="tenants, Zipf-skewed sizes (retrieve: default 100)")
-    p.add_argument("--queries", type=int, default=300, help="measured calls (retrieve, --hooks)")
-    p.add_argument("--k", type=k_arg, default=8)
+    p.add_argument("--memories", type=positive_int, default=100_000, help="corpus size (retrieve)")
+    p.add_argument("--tenants", type=positive_int, help="tenants, Zipf-skewed sizes (retrieve: default 100)")
+    p.add_argument("--queries", type=positive_int, default=300, help="measured calls (retrieve, --hooks)")
+    p.add_argument("--k", type=bench_k_arg, default=8)
     p.add_argument("--fresh", action="store_true", help="rebuild the cached corpus database")
     p.add_argument(
         "--report",
@@ -442,9 +458,9 @@ def build_parser() -> argparse.ArgumentParser:
         default=True,
         help="also the common Python-side hybrid on the same queries, interleaved (retrieve; ~10-15 s more)",
     )
-    p.add_argument("--n", type=int, default=2000, help="memories to ingest (ingest)")
+    p.add_argument("--n", type=positive_int, default=2000, help="memories to ingest (ingest)")
     p.add_argument("--hooks", action="store_true", help="hook latency: `spark-pg hook` processes, server up")
-    p.add_argument("--parallel", type=int, default=1, help="hook processes at once (--hooks)")
+    p.add_argument("--parallel", type=positive_int, default=1, help="hook processes at once (--hooks)")
     p.add_argument("--socket", type=Path, help="use the server on this socket, or start one there (--hooks)")
     p.add_argument("--json", action="store_true")
     p.add_argument("--quiet", action="store_true", help="no progress bars")

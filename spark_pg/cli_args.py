@@ -13,6 +13,35 @@ def _int(text: str) -> int:
         raise argparse.ArgumentTypeError(f"invalid int value: {text!r}") from None
 
 
+def positive_int(text: str) -> int:
+    """A count that must be at least 1 (sizes, queries, clients, processes)."""
+    value = _int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def count_arg(text: str) -> int:
+    """A count that may be 0 (0: skip that part)."""
+    value = _int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more, got {value}")
+    return value
+
+
+def seconds_arg(text: str) -> float:
+    """A length of time in seconds: a finite number above 0 (NaN or inf would never end or never start)."""
+    import math
+
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid number: {text!r}") from None
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"must be a finite number of seconds above 0, got {text}")
+    return value
+
+
 def _fits(value: int, bits: int) -> bool:
     """Whether a PostgreSQL integer of ``bits`` bits holds ``value``."""
     return -(1 << (bits - 1)) <= value <= (1 << (bits - 1)) - 1
@@ -45,6 +74,19 @@ def k_arg(text: str) -> int:
         from spark_pg.config import KEY_BY_NAME
 
         key = KEY_BY_NAME["retrieval.k"]
+        raise argparse.ArgumentTypeError(f"k must be between {key.lo:g} and {key.hi:g}, got {k}")
+    return k
+
+
+def bench_k_arg(text: str) -> int:
+    """``--k`` of the benchmarks: checked against retrieval.k's range here, not by the first call after a
+    corpus load of minutes."""
+    k = k_arg(text)
+    from spark_pg.config import KEY_BY_NAME
+
+    key = KEY_BY_NAME["retrieval.k"]
+    assert key.lo is not None and key.hi is not None
+    if not key.lo <= k <= key.hi:
         raise argparse.ArgumentTypeError(f"k must be between {key.lo:g} and {key.hi:g}, got {k}")
     return k
 

@@ -16,6 +16,7 @@ import math
 import random
 import threading
 import time
+import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -45,6 +46,7 @@ class SoakReport:
     embedded: int = 0
     errors: list[str] = field(default_factory=list)
     reconcile: dict[str, Any] = field(default_factory=dict)
+    database: str | None = None  # the scratch database, when kept (--keep)
 
     @property
     def ok(self) -> bool:
@@ -54,6 +56,7 @@ class SoakReport:
         ms = np.asarray(self.read_ms) if self.read_ms else None
         return {
             "ok": self.ok,
+            "database": self.database,
             "seconds": round(self.seconds, 1),
             "drain_seconds": round(self.drain_seconds, 1),
             "writes": self.written,
@@ -160,7 +163,7 @@ def run_soak(
         )
     if not 1 <= batch <= 1000:
         raise InputError(f"batch must be from 1 to 1000, got {batch}")
-    name = f"spark_soak_{int(time.time())}"
+    name = f"spark_soak_{int(time.time())}_{uuid.uuid4().hex[:6]}"  # two runs in one second: two databases
     url = scratch.create(server_url, name)
     try:
         schema.install(url)
@@ -199,6 +202,7 @@ def run_soak(
         soak.report.embedded = sum(s.embedded for s in stats)
         soak.report.keys = len(soak.expected)
         soak.report.reconcile = _reconcile(url, soak.expected, embedder)
+        soak.report.database = name if keep else None
         return soak.report
     finally:
         if not keep:

@@ -40,6 +40,9 @@ def cmd_soak(args: argparse.Namespace) -> int:
         )
         for e in out["errors"]:
             print(f"  error: {e}")
+        if out["database"]:
+            name = out["database"]
+            print(f"kept the scratch database {name} (drop it with: DROP DATABASE {name})")
     return 0 if out["ok"] else 1
 
 

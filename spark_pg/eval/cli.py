@@ -14,19 +14,9 @@ from pathlib import Path
 
 import psycopg
 
-from spark_pg.cli_args import report_dir, writable_dir
+from spark_pg.cli_args import positive_int, report_dir, writable_dir
 from spark_pg.config import load_settings
 from spark_pg.errors import InputError, SparkPgError
-
-
-def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
-    return value
 
 
 def cmd_scenarios(args: argparse.Namespace) -> int:
@@ -125,7 +115,9 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         help="spark.retrieve params (a JSON object) for every question, e.g. '{\"pool_semantic\": 20}' "
         "(--scenarios: the advisor's)",
     )
-    p.add_argument("--k", type=_positive, default=10, help="results retrieved per question (at least 10 are)")
+    p.add_argument(
+        "--k", type=positive_int, default=10, help="results retrieved per question (at least 10 are)"
+    )
     p.add_argument("--json", action="store_true", help="print one JSON object on stdout")
     p.add_argument(
         "--report",
@@ -134,7 +126,7 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         help="report folder (default: ./reports/eval-<dataset name>)",
     )
     p.add_argument("--fresh", action="store_true", help="drop and rebuild the scratch database")
-    p.add_argument("--limit", type=_positive, metavar="N", help="only the first N questions")
+    p.add_argument("--limit", type=positive_int, metavar="N", help="only the first N questions")
     p.set_defaults(func=cmd_eval)
 
 

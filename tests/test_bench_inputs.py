@@ -1,0 +1,138 @@
+"""The benchmark commands refuse what would make their figures wrong, before any long work: bad counts,
+more tenants than the memories can spread over, and a cached corpus that is not the one a run would build."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import psycopg
+import pytest
+
+from spark_pg import bench_ingest, bench_retrieve, scratch
+from spark_pg.bench_retrieve import BenchSpec, tenant_sizes
+from spark_pg.cli import main
+from spark_pg.config import Settings
+from spark_pg.db import connect
+from spark_pg.embedding import Embedder
+from spark_pg.errors import InputError
+
+
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        (("bench", "--queries", "0"), "--queries: must be at least 1, got 0"),
+        (("bench", "--memories", "-5"), "--memories: must be at least 1, got -5"),
+        (("bench", "--tenants", "0"), "--tenants: must be at least 1, got 0"),
+        (("bench", "--k", "0"), "k must be between 1 and 1000, got 0"),
+        (("bench", "--real", "0"), "--real: must be at least 1"),
+        (("bench", "ingest", "--n", "0"), "--n: must be at least 1"),
+        (("bench", "--hooks", "--parallel", "-3"), "--parallel: must be at least 1"),
+        (("bench", "scale", "--seconds", "nan"), "must be a finite number of seconds above 0, got nan"),
+        (("bench", "scale", "--seconds", "inf"), "must be a finite number of seconds above 0, got inf"),
+        (("bench", "scale", "--clients", "0"), "--clients: must be at least 1"),
+        (("bench", "scale", "--ingest-sample", "-1"), "--ingest-sample: must be 0 or more"),
+    ],
+)
+def test_bad_counts_are_usage_errors_before_any_work(
+    capsys: pytest.CaptureFixture[str], argv: tuple[str, ...], expected: str
+) -> None:
+    with pytest.raises(SystemExit) as stopped:
+        main(list(argv))
+    assert stopped.value.code == 2 and expected in capsys.readouterr().err
+
+
+def test_too_few_memories_for_the_tenants_is_refused(
+    cli_env: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # before, the first tenant got a negative size (-53 here) and the quality figures read the wrong rows
+    with pytest.raises(InputError, match="300 memories are too few for 250 tenants"):
+        tenant_sizes(BenchSpec(300, 250))
+    assert main(["bench", "--memories", "300", "--tenants", "250", "--quiet"]) == 2
+    assert "too few for 250 tenants" in capsys.readouterr().err
+    assert main(["bench", "scale", "--sizes", "100", "--quiet"]) == 2  # 100 tenants at the least
+    assert "100 memories are too few for 100 tenants" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("memories", "tenants"), [(10_000, 100), (1_000_000, 1000), (300, 3), (7, 1)])
+def test_tenant_sizes_are_positive_skewed_and_sum_up(memories: int, tenants: int) -> None:
+    sizes = tenant_sizes(BenchSpec(memories, tenants))
+    assert len(sizes) == tenants and sum(sizes) == memories and min(sizes) >= 1
+    assert sizes[0] == max(sizes)
+
+
+@pytest.fixture
+def tiny_corpus(server_url: str, model_settings: Settings, embedder: Embedder) -> Iterator[BenchSpec]:
+    spec = BenchSpec(60, 3, queries=4, warmup=1, real=60)
+    if scratch.exists(server_url, spec.db_name):
+        scratch.drop(server_url, spec.db_name)
+    try:
+        bench_retrieve.run(model_settings, server_url, embedder, spec, progress=False)
+        yield spec
+    finally:
+        if scratch.exists(server_url, spec.db_name):
+            scratch.drop(server_url, spec.db_name)
+
+
+@pytest.mark.parametrize(
+    ("tamper", "expected"),
+    [
+        (None, None),
+        ("DROP TABLE public.spark_bench_build", "has no record of a finished build"),  # killed mid-build
+        ("DELETE FROM spark.memories WHERE key = 'm59'", "holds 59 memories and 59 vectors, not 60"),
+        ("UPDATE spark.memories SET text = 'something else' WHERE key = 'm0'", "holds other texts"),
+        ("UPDATE spark.embedding_models SET active = false", "was embedded with None"),
+    ],
+)
+def test_a_cached_corpus_is_reused_only_when_it_is_the_one_the_run_would_build(
+    tiny_corpus: BenchSpec,
+    server_url: str,
+    model_settings: Settings,
+    embedder: Embedder,
+    tamper: str | None,
+    expected: str | None,
+) -> None:
+    url = scratch.with_dbname(server_url, tiny_corpus.db_name)
+    if tamper is not None:
+        with connect(url) as conn:
+            conn.execute(tamper)
+            conn.commit()
+    if expected is None:
+        result = bench_retrieve.run(model_settings, server_url, embedder, tiny_corpus, progress=False)
+        assert result["corpus_reused"] and len(result["timings_ms"]) == 4
+        return
+    with pytest.raises(InputError, match=f"{tiny_corpus.db_name} {expected}.*--fresh"):
+        bench_retrieve.run(model_settings, server_url, embedder, tiny_corpus, progress=False)
+    fresh = bench_retrieve.run(model_settings, server_url, embedder, tiny_corpus, progress=False, fresh=True)
+    assert not fresh["corpus_reused"]
+
+
+def test_bench_ingest_leaves_no_vector_index_of_its_tenant(
+    db_url: str, embedder: Embedder, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    real_ingest = bench_ingest.ingest
+    seen: list[str] = []
+
+    def ingest_past_the_index_threshold(
+        conn: psycopg.Connection[Any], records: Any, *a: Any, **kw: Any
+    ) -> Any:
+        result = real_ingest(conn, records, *a, **kw)
+        # as if the tenant had index_min_vectors (1,500) vectors: it gets its own HNSW index
+        conn.execute("SELECT spark.refresh_tenant_stats(%s, true, 1)", (records[0].tenant,))
+        conn.commit()
+        seen.append(records[0].tenant)
+        return result
+
+    monkeypatch.setattr(bench_ingest, "ingest", ingest_past_the_index_threshold)
+    with connect(db_url) as conn:
+        timed = bench_ingest.timed_ingest(conn, ["Rotate the signing keys", "Pin the base image"], embedder)
+        assert timed.rows == 2 and len(seen) == 1
+        left = conn.execute(
+            """SELECT (SELECT count(*) FROM spark.tenant_vector_indexes WHERE tenant = %(t)s),
+                      (SELECT count(*) FROM pg_class
+                       WHERE relname LIKE 'embeddings_hnsw_m%%_t' || left(md5(%(t)s), 16)),
+                      (SELECT count(*) FROM spark.tenant_stats WHERE tenant = %(t)s),
+                      (SELECT count(*) FROM spark.memories WHERE tenant = %(t)s)""",
+            {"t": seen[0]},
+        ).fetchone()
+    assert left == (0, 0, 0, 0)
