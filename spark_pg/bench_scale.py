@@ -16,6 +16,7 @@ import sys
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -131,9 +132,28 @@ def ingest_sample(url: str, embedder: Embedder, n: int, progress: bool) -> dict[
 
 
 def run(
-    settings: Settings, server_url: str, embedder: Embedder, spec: ScaleSpec, *, progress: bool = True
+    settings: Settings,
+    server_url: str,
+    embedder: Embedder,
+    spec: ScaleSpec,
+    *,
+    progress: bool = True,
+    on_size: Callable[[dict[str, Any]], None] | None = None,
 ) -> dict[str, Any]:
-    rows = []
+    """Every size in turn; ``on_size`` gets the report so far after each but the last (``complete``
+    False)."""
+    rows: list[dict[str, Any]] = []
+
+    def report(complete: bool) -> dict[str, Any]:
+        return {
+            "sizes": rows,
+            "k": spec.k,
+            "queries": spec.queries,
+            "model": embedder.spec.name,
+            "machine": {"cores": __import__("os").cpu_count()},
+            "complete": complete,
+        }
+
     for size in spec.sizes:
         bench = spec.bench(size)
         result = bench_retrieve.run(
@@ -169,13 +189,18 @@ def run(
         if spec.ingest_sample > 0:
             row["ingest"] = ingest_sample(url, embedder, spec.ingest_sample, progress)
         rows.append(row)
-    return {
-        "sizes": rows,
-        "k": spec.k,
-        "queries": spec.queries,
-        "model": embedder.spec.name,
-        "machine": {"cores": __import__("os").cpu_count()},
-    }
+        if on_size is not None and len(rows) < len(spec.sizes):
+            on_size(report(False))
+    return report(True)
+
+
+def _write_json(path: Path, data: dict[str, Any]) -> None:
+    """``path`` replaced whole (a temporary file beside it, then a rename): never a half-written report."""
+    import json
+
+    partial = path.with_name(f".{path.name}.partial")
+    partial.write_text(json.dumps(data, indent=1))
+    partial.replace(path)
 
 
 def _share(value: float | None) -> str:
@@ -311,9 +336,17 @@ def main(args: Any, settings: Settings) -> int:
     for size in spec.sizes:  # too few memories for the tenants: refused now, not after the first sizes
         bench_retrieve.tenant_sizes(spec.bench(size))
     folder = args.report or writable_dir(Path(DEFAULT_BENCH_REPORT))
-    report = run(settings, database_url(settings), load_embedder(settings), spec, progress=not args.quiet)
+    # the report so far is written after each size: an interrupted run keeps the sizes it finished
+    report = run(
+        settings,
+        database_url(settings),
+        load_embedder(settings),
+        spec,
+        progress=not args.quiet,
+        on_size=lambda partial: _write_json(folder / "scale.json", partial),
+    )
     figure = plot(report, folder / "scale.png")
-    (folder / "scale.json").write_text(json.dumps(report, indent=1))
+    _write_json(folder / "scale.json", report)
     if args.json:
         print(json.dumps(report | {"plot": str(figure)}))
     else:

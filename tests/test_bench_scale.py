@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+from typing import Any
+
 import numpy as np
 import pytest
 
@@ -55,17 +58,26 @@ def test_a_corpus_no_larger_than_the_real_vectors_is_all_real() -> None:
 
 def test_a_tiny_scale_run_reports_every_figure(server_url: str, model_settings: Settings) -> None:
     spec = bench_scale.ScaleSpec(
-        sizes=(400,), tenants=3, queries=12, clients=2, seconds=1.0, ingest_sample=4, real=300, baseline=True
+        sizes=(300, 400), tenants=3, queries=12, clients=2, seconds=1.0, ingest_sample=4, real=300
     )
-    name = spec.bench(400).db_name
+    partials: list[dict[str, Any]] = []
     try:
         report = bench_scale.run(
-            model_settings, server_url, load_embedder(model_settings), spec, progress=False
+            model_settings,
+            server_url,
+            load_embedder(model_settings),
+            spec,
+            progress=False,
+            on_size=lambda partial: partials.append(json.loads(json.dumps(partial))),  # as it was then
         )
     finally:
-        if scratch.exists(server_url, name):
-            scratch.drop(server_url, name)
-    (row,) = report["sizes"]
+        for size in spec.sizes:
+            if scratch.exists(server_url, spec.bench(size).db_name):
+                scratch.drop(server_url, spec.bench(size).db_name)
+    # the report so far after the first size (what an interrupted run keeps), then the whole
+    assert [(p["complete"], len(p["sizes"])) for p in partials] == [(False, 1)]
+    assert report["complete"] and [r["memories"] for r in report["sizes"]] == [300, 400]
+    row = report["sizes"][1]
     assert row["memories"] == 400 and row["tenants"] == 3 and row["largest_tenant"] > 133
     assert row["vectors"]["real_vectors"] == 300 and row["vectors"]["derived_vectors"] == 100
     assert row["warmup_queries"] == 12 and row["server"]["shared_buffers"] and row["server"]["pgvector"]
@@ -83,7 +95,7 @@ def test_a_tiny_scale_run_reports_every_figure(server_url: str, model_settings: 
     )
     assert row["ingest"]["with_embedding_per_s"] > 0 and row["ingest"]["deferred_embedding_per_s"] > 0
     table = bench_scale.format_table(report)
-    assert table.count("\n") == 2 and "| 400 | 3 (" in table and "% of queries |" in table
+    assert table.count("\n") == 3 and "| 400 | 3 (" in table and "% of queries |" in table
 
 
 @pytest.mark.parametrize("memories", [1_000, 100_000, 1_000_000])
