@@ -37,6 +37,7 @@ from spark_pg.config import Settings
 from spark_pg.db import connect
 from spark_pg.embedding import Embedder, Vector
 from spark_pg.errors import InputError
+from spark_pg.index_progress import index_build_progress
 from spark_pg.ingest import ensure_model
 from spark_pg.retrieve import retrieve
 
@@ -186,20 +187,19 @@ def _load(
         notices: list[str] = []
         conn.add_notice_handler(lambda d: notices.append(str(d.message_primary)))
         mwm = maintenance_work_mem_mb(spec.memories)
-        with tqdm(total=1, desc="build the shared HNSW index", disable=not progress) as bar:
+        pid = conn.info.backend_pid
+        with index_build_progress(url, pid, "build the shared HNSW index", enabled=progress):
             conn.execute(f"SET maintenance_work_mem = '{mwm}MB'")
             started = time.perf_counter()
             conn.execute("SELECT spark.ensure_model_index(%s::smallint)", (model_id,))
             conn.commit()
             figures["index_build_s"] = round(time.perf_counter() - started, 1)
-            bar.update(1)
         figures["index_bytes"] = _index_bytes(conn)
-        with tqdm(total=1, desc="tenant statistics and per-tenant HNSW indexes", disable=not progress) as bar:
+        with index_build_progress(url, pid, "per-tenant HNSW indexes", enabled=progress):
             started = time.perf_counter()
             conn.execute("SELECT spark.refresh_tenant_stats()")
             conn.commit()
             figures["tenant_indexes_s"] = round(time.perf_counter() - started, 1)
-            bar.update(1)
         figures["all_index_bytes"] = _index_bytes(conn)
         counted = conn.execute("SELECT count(*) FROM spark.tenant_vector_indexes").fetchone()
         figures["tenant_indexes"] = counted[0] if counted else 0
@@ -377,10 +377,10 @@ def run(
         schema.install(url)  # measure the current functions
         _check_cached(url, spec, texts, embedder)
         with connect(url) as conn:  # a reused corpus may predate the counts
-            with tqdm(total=1, desc="tenant statistics and indexes", disable=not progress) as bar:
+            pid = conn.info.backend_pid
+            with index_build_progress(url, pid, "tenant statistics and indexes", enabled=progress):
                 conn.execute("SELECT spark.refresh_tenant_stats()")
-                bar.update(1)
-            conn.commit()
+                conn.commit()
         build = build_figures(url)
     else:
         scratch.create(server_url, spec.db_name)

@@ -1,0 +1,34 @@
+"""The bar of long index builds reads PostgreSQL's own progress report from a second connection."""
+
+from __future__ import annotations
+
+import pytest
+
+from spark_pg import index_progress
+from spark_pg.db import connect
+from spark_pg.index_progress import index_build_progress
+
+
+def test_a_build_shows_its_blocks_and_a_failed_poll_leaves_it_alone(
+    db_url: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(index_progress, "POLL_S", 0.02)
+    with connect(db_url, autocommit=True) as conn:
+        conn.execute("CREATE TABLE public.progress_probe (v vector(16))")
+        try:
+            conn.execute(
+                """INSERT INTO public.progress_probe
+                   SELECT array_agg(random())::vector(16) FROM generate_series(1, 5000) i,
+                          generate_series(1, 16) d GROUP BY i"""
+            )
+            with index_build_progress(db_url, conn.info.backend_pid, "probe index"):
+                conn.execute(
+                    "CREATE INDEX progress_probe_idx ON public.progress_probe USING hnsw (v vector_l2_ops)"
+                )
+            shown = capsys.readouterr().err
+            assert "probe index" in shown and "build 1: building index" in shown, shown[-500:]
+            # a server the poller cannot reach: no bar, and the block runs as ever
+            with index_build_progress("postgresql://nobody@/none?host=/nonexistent", 1, "lost"):
+                conn.execute("DROP INDEX public.progress_probe_idx")
+        finally:
+            conn.execute("DROP TABLE public.progress_probe")
