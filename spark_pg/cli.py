@@ -17,7 +17,7 @@ from spark_pg.cli_args import (
     time_arg,
     writable_dir,
 )
-from spark_pg.errors import SparkPgError
+from spark_pg.errors import InputError, SparkPgError
 
 # `spark-pg hook` runs once per tool call and its start-up is its latency: this module imports only what
 # the hook needs too; everything else (json, pathlib, typing, psycopg, YAML) is imported where it is used
@@ -252,6 +252,9 @@ def cmd_bench(args: argparse.Namespace) -> int:
     if args.hooks:
         from spark_pg import bench_hooks
 
+        if args.what != "retrieve" or args.report is not None:
+            raise InputError("--hooks measures the hooks alone: it takes no subcommand and no --report")
+
         settings = load_settings()
         report = bench_hooks.run(settings, args.queries, args.parallel, args.socket, progress=not args.quiet)
         print(json.dumps(report) if args.json else bench_hooks.format_report(report))
@@ -450,7 +453,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--report",
         type=report_dir,
-        help="folder for the plots and reports (retrieve, scale; default reports/bench)",
+        help="folder for the latency plot (retrieve) or the report and plot (scale); default reports/bench",
     )
     p.add_argument(
         "--baseline",

@@ -42,6 +42,23 @@ def test_bad_counts_are_usage_errors_before_any_work(
     assert stopped.value.code == 2 and expected in capsys.readouterr().err
 
 
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        (("bench", "ingest", "--hooks"), "--hooks measures the hooks alone"),
+        (("bench", "--hooks", "--report", "/tmp"), "--hooks measures the hooks alone"),
+        (("eval", "--scenarios", "--k", "5"), "--k apply to --dataset, not --scenarios"),
+        (("eval", "--scenarios", "--limit", "3", "--fresh"), "--limit, --fresh apply to --dataset"),
+        (("eval", "--dataset", "/nonexistent", "--split", "tune"), "--split applies to --scenarios"),
+    ],
+)
+def test_options_of_another_mode_are_refused_not_ignored(
+    capsys: pytest.CaptureFixture[str], argv: tuple[str, ...], expected: str
+) -> None:
+    assert main(list(argv)) == 2
+    assert expected in capsys.readouterr().err
+
+
 def test_too_few_memories_for_the_tenants_is_refused(
     cli_env: str, capsys: pytest.CaptureFixture[str]
 ) -> None:

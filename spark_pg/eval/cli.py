@@ -18,6 +18,8 @@ from spark_pg.cli_args import positive_int, report_dir, writable_dir
 from spark_pg.config import load_settings
 from spark_pg.errors import InputError, SparkPgError
 
+DEFAULT_K = 10
+
 
 def cmd_scenarios(args: argparse.Namespace) -> int:
     from spark_pg.advisor import AdvisorOptions
@@ -50,7 +52,19 @@ def _params(text: str | None) -> dict[str, object]:
     return extra
 
 
+def _refuse_unused(args: argparse.Namespace) -> None:
+    """Options of the other kind of evaluation are refused, not silently ignored."""
+    if args.scenarios is not None:
+        given = [f"--{n}" for n in ("k", "limit") if getattr(args, n) is not None]
+        given += ["--fresh"] if args.fresh else []
+        if given:
+            raise InputError(f"{', '.join(given)} apply to --dataset, not --scenarios")
+    elif args.split is not None:
+        raise InputError("--split applies to --scenarios, not --dataset")
+
+
 def cmd_eval(args: argparse.Namespace) -> int:
+    _refuse_unused(args)
     if args.scenarios is not None:
         return cmd_scenarios(args)
     from spark_pg.eval.harness import evaluate, summarize
@@ -63,7 +77,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     run = evaluate(
         dataset,
         settings,
-        k=args.k,
+        k=args.k if args.k is not None else DEFAULT_K,
         limit=args.limit,
         fresh=args.fresh,
         progress=True,
@@ -116,7 +130,9 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         "(--scenarios: the advisor's)",
     )
     p.add_argument(
-        "--k", type=positive_int, default=10, help="results retrieved per question (at least 10 are)"
+        "--k",
+        type=positive_int,
+        help=f"results retrieved per question (default {DEFAULT_K}; at least 10 are)",
     )
     p.add_argument("--json", action="store_true", help="print one JSON object on stdout")
     p.add_argument(
