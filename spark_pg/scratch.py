@@ -50,6 +50,15 @@ def create(server_url: str, name: str, *, exist_ok: bool = False) -> str:
     return with_dbname(server_url, name)
 
 
+def in_use(server_url: str, name: str) -> bool:
+    """Whether some session is connected to database ``name``."""
+    with _admin(server_url) as admin:
+        row = admin.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = %s", (_checked(name),)
+        ).fetchone()
+    return bool(row and row[0])
+
+
 def drop(server_url: str, name: str) -> None:
     """Drop database ``name`` if it exists, disconnecting its sessions."""
     with _admin(server_url) as admin:

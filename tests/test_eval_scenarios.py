@@ -6,10 +6,20 @@ from pathlib import Path
 
 import pytest
 
+from spark_pg import scratch
 from spark_pg.advisor import AdvisorOptions
 from spark_pg.config import Settings
+from spark_pg.db import connect
 from spark_pg.embedding import Embedder
-from spark_pg.eval.scenarios import Outcome, Scenario, _score, evaluate_scenarios, load_scenarios
+from spark_pg.errors import InputError
+from spark_pg.eval.scenarios import (
+    Outcome,
+    Scenario,
+    _score,
+    database_name,
+    evaluate_scenarios,
+    load_scenarios,
+)
 
 
 def scenario(relevant: set[str]) -> Scenario:
@@ -31,10 +41,8 @@ def test_precision_counts_what_was_delivered_and_rewards_silence_only_when_right
     assert scores["advise_ms"]["p50"] == pytest.approx(2.5)
 
 
-def test_a_small_scenario_set_runs_end_to_end(
-    tmp_path: Path, server_url: str, model_settings: Settings, embedder: Embedder
-) -> None:
-    (tmp_path / "insights.yaml").write_text(
+def write_small_set(folder: Path) -> None:
+    (folder / "insights.yaml").write_text(
         """memories:
   - {key: ins:jwt, category: security, text: "Verify JWT signatures on the server before trusting any claim."}
   - {key: ins:alembic, category: database, text: "Write an Alembic revision for every schema change."}
@@ -42,7 +50,7 @@ def test_a_small_scenario_set_runs_end_to_end(
      metadata: {noise: retweet}}
 """
     )
-    (tmp_path / "scenarios.yaml").write_text(
+    (folder / "scenarios.yaml").write_text(
         """scenarios:
   - {id: auth, category: code_editing, split: tune, tool_name: Edit,
      tool_input: {file_path: /src/auth/tokens.py, old_string: a, new_string: b},
@@ -51,6 +59,12 @@ def test_a_small_scenario_set_runs_end_to_end(
      task_context: "", relevant: []}
 """
     )
+
+
+def test_a_small_scenario_set_runs_end_to_end(
+    tmp_path: Path, server_url: str, model_settings: Settings, embedder: Embedder
+) -> None:
+    write_small_set(tmp_path)
     assert [s.id for s in load_scenarios(tmp_path)] == ["auth", "readme"]
     # a loose adaptive cutoff: this checks the harness end to end, not the tuned defaults (docs/results.md)
     options = AdvisorOptions(adaptive_ratio=0.5)
@@ -65,3 +79,18 @@ def test_a_small_scenario_set_runs_end_to_end(
     assert "ins:jwt" in advisor["scenarios"]["auth"]["delivered"]
     assert "noise:rt" not in advisor["scenarios"]["auth"]["delivered"]
     assert 0 <= advisor["precision@5"] <= 1 and set(advisor["by_split"]) == {"tune", "holdout"}
+
+
+def test_a_second_run_of_the_same_scenarios_does_not_end_the_first(
+    tmp_path: Path, server_url: str, model_settings: Settings, embedder: Embedder
+) -> None:
+    write_small_set(tmp_path)
+    name = database_name(tmp_path, embedder.spec.name)
+    url = scratch.create(server_url, name)
+    try:
+        # the first run, connected to its database
+        with connect(url), pytest.raises(InputError, match=r"another `eval --scenarios` .* is running"):
+            evaluate_scenarios(model_settings, tmp_path, server_url=server_url, embedder=embedder)
+        assert scratch.exists(server_url, name)  # not dropped under it
+    finally:
+        scratch.drop(server_url, name)

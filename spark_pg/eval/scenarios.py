@@ -165,6 +165,12 @@ def _ask(
     return out
 
 
+def database_name(folder: Path, model: str) -> str:
+    """The scratch database of an evaluation of ``folder``'s scenarios with ``model`` (one at a time)."""
+    digest = hashlib.sha256(f"{folder.resolve()}:{model}".encode()).hexdigest()[:12]
+    return f"spark_scen_{digest}"
+
+
 def evaluate_scenarios(
     settings: Settings,
     folder: Path | None = None,
@@ -183,16 +189,18 @@ def evaluate_scenarios(
         raise InputError(f"no scenarios{f' in split {split!r}' if split else ''} in {folder}")
     embedder = embedder or load_embedder(settings)
     server = server_url or database_url(settings)
-    digest = hashlib.sha256(f"{folder.resolve()}:{embedder.spec.name}".encode()).hexdigest()[:12]
-    name = f"spark_scen_{digest}"
+    name = database_name(folder, embedder.spec.name)
+    if scratch.in_use(server, name):  # dropping it would end that run (a killed run's copy is not in use)
+        raise InputError(
+            f"another `eval --scenarios` of {folder} with {embedder.spec.name} is running (its database "
+            f"{name} is in use): wait for it to finish"
+        )
     scratch.drop(server, name)
     url = scratch.create(server, name)
     try:
         noise = _load_pool(url, folder, embedder, settings)
         with connect(url) as conn:
             advisor = Advisor(conn, embedder, TENANT, session_id="eval", options=options)
-            for s in scenarios[:3]:  # warm the model, plans and caches
-                advisor.advise(s.tool_name, s.tool_input, s.task_context)
 
             def advise(s: Scenario) -> list[str]:
                 return [a.key for a in advisor.advise(s.tool_name, s.tool_input, s.task_context)]
@@ -203,6 +211,9 @@ def evaluate_scenarios(
                     rows = conn.execute(KEYWORD_BASELINE, {"tenant": TENANT, "text": text}).fetchall()
                 return [r[0] for r in rows]
 
+            for s in scenarios[:3]:  # warm the model, plans and caches of both systems
+                advise(s)
+                keyword(s)
             runs = {"advisor": _ask("advisor", scenarios, advise, progress)}
             runs["keyword"] = _ask("keyword", scenarios, keyword, progress)
     finally:
