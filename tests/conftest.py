@@ -164,3 +164,13 @@ def cli_env(db_url: str, model_settings: Settings, monkeypatch: pytest.MonkeyPat
     config.write_text("embedding:\n  model_dir: " + str(model_dir_for(model_settings)) + "\n")
     monkeypatch.setenv("SPARK_PG_CONFIG", str(config))
     return db_url
+
+
+def usage_error(capsys: pytest.CaptureFixture[str], argv: tuple[str, ...]) -> str:
+    """The CLI's message for ``argv``, which argparse must refuse (exit 2) before running anything."""
+    from spark_pg.cli import main
+
+    with pytest.raises(SystemExit) as stopped:
+        main(list(argv))
+    assert stopped.value.code == 2
+    return capsys.readouterr().err

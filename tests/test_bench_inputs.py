@@ -16,6 +16,7 @@ from spark_pg.config import Settings
 from spark_pg.db import connect
 from spark_pg.embedding import Embedder
 from spark_pg.errors import InputError
+from tests.conftest import usage_error
 
 
 @pytest.mark.parametrize(
@@ -37,9 +38,7 @@ from spark_pg.errors import InputError
 def test_bad_counts_are_usage_errors_before_any_work(
     capsys: pytest.CaptureFixture[str], argv: tuple[str, ...], expected: str
 ) -> None:
-    with pytest.raises(SystemExit) as stopped:
-        main(list(argv))
-    assert stopped.value.code == 2 and expected in capsys.readouterr().err
+    assert expected in usage_error(capsys, argv)
 
 
 @pytest.mark.parametrize(
