@@ -17,7 +17,7 @@ from sqlalchemy import create_engine
 from sqlalchemy.pool import NullPool
 
 from alembic import context
-from spark_pg.schema import VERSION_TABLE, apply_sql
+from spark_pg.schema import LOCK_TIMEOUT_MS, VERSION_TABLE, apply_sql
 
 
 def _run(connection) -> None:  # type: ignore[no-untyped-def]
@@ -30,7 +30,7 @@ def _run(connection) -> None:  # type: ignore[no-untyped-def]
     with context.begin_transaction():
         # waiting for a lock behind a long transaction would queue every later query of the tables behind
         # the upgrade: give up after the timeout instead (the transaction rolls back, nothing is changed)
-        timeout = int(context.config.attributes.get("lock_timeout_ms", 10000))
+        timeout = int(context.config.attributes.get("lock_timeout_ms", LOCK_TIMEOUT_MS))
         connection.exec_driver_sql("SELECT set_config('lock_timeout', %s, true)", (f"{timeout}ms",))
         context.run_migrations()
         heads = set(context.get_context().get_current_heads())

@@ -73,27 +73,27 @@ class BenchSpec:
 
 
 def _zipf_sizes(memories: int, tenants: int) -> list[int] | None:
-    """Zipf-skewed sizes summing to ``memories``, every tenant at least 1 and the first the largest; None
-    when the memories are too few for that."""
+    """Zipf-skewed sizes summing to ``memories``, every tenant at least 1 (the first takes the rounding);
+    None when the memories are too few for that."""
     weights = [1 / (i + 1) for i in range(tenants)]
     total = sum(weights)
     sizes = [max(1, int(memories * w / total)) for w in weights]
     if not sizes:
         return None
     sizes[0] += memories - sum(sizes)
-    return sizes if sizes[0] >= max(sizes) else None
+    return sizes if sizes[0] >= 1 else None
 
 
 def tenant_sizes(spec: BenchSpec) -> list[int]:
     """The corpus's tenant sizes (:func:`_zipf_sizes`); InputError when the memories are too few."""
     sizes = _zipf_sizes(spec.memories, spec.tenants)
     if sizes is None:
-        fewest = max(spec.tenants, 1)
-        while _zipf_sizes(fewest, spec.tenants) is None:
-            fewest += max(1, fewest // 16)
+        enough = max(spec.tenants, 1)
+        while _zipf_sizes(enough, spec.tenants) is None:
+            enough += 1
         raise InputError(
-            f"{spec.memories} memories are too few for {spec.tenants} tenants of Zipf-skewed sizes: give "
-            f"about {fewest} or more, or fewer tenants"
+            f"{spec.memories} memories are too few for {spec.tenants} tenants of Zipf-skewed sizes (every "
+            f"tenant at least 1): give more (e.g. {enough}) or fewer tenants"
         )
     return sizes
 

@@ -164,7 +164,7 @@ def run(
         row: dict[str, Any] = {
             "memories": size,
             "tenants": bench.tenants,
-            "largest_tenant": bench_retrieve.tenant_sizes(bench)[0],
+            "largest_tenant": max(bench_retrieve.tenant_sizes(bench)),
             "single_client_ms": result["retrieve_ms"],
             "mean_results": result["mean_results"],
             "build": result["build"],
@@ -197,10 +197,11 @@ def run(
 def _write_json(path: Path, data: dict[str, Any]) -> None:
     """``path`` replaced whole (a temporary file beside it, then a rename): never a half-written report."""
     import json
+    import tempfile
 
-    partial = path.with_name(f".{path.name}.partial")
-    partial.write_text(json.dumps(data, indent=1))
-    partial.replace(path)
+    with tempfile.NamedTemporaryFile("w", dir=path.parent, prefix=f".{path.name}.", delete=False) as out:
+        out.write(json.dumps(data, indent=1))
+    Path(out.name).replace(path)
 
 
 def _share(value: float | None) -> str:
@@ -345,8 +346,8 @@ def main(args: Any, settings: Settings) -> int:
         progress=not args.quiet,
         on_size=lambda partial: _write_json(folder / "scale.json", partial),
     )
+    _write_json(folder / "scale.json", report)  # before the plot: a plot that fails loses no figure
     figure = plot(report, folder / "scale.png")
-    _write_json(folder / "scale.json", report)
     if args.json:
         print(json.dumps(report | {"plot": str(figure)}))
     else:

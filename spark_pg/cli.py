@@ -252,7 +252,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     if args.hooks:
         from spark_pg import bench_hooks
 
-        if args.what != "retrieve" or args.report is not None:
+        if args.what is not None or args.report is not None:
             raise InputError("--hooks measures the hooks alone: it takes no subcommand and no --report")
 
         settings = load_settings()
@@ -425,7 +425,7 @@ def build_parser() -> argparse.ArgumentParser:
         "bench",
         help="benchmarks: retrieve latency (default), ingest throughput, or scale (10k to 1M memories)",
     )
-    p.add_argument("what", nargs="?", choices=("retrieve", "ingest", "scale"), default="retrieve")
+    p.add_argument("what", nargs="?", choices=("retrieve", "ingest", "scale"), help="default: retrieve")
     p.add_argument(
         "--sizes",
         default="10000,100000,1000000",

@@ -13,32 +13,35 @@ from tqdm import tqdm
 from spark_pg.db import connect
 
 POLL_S = 0.5
-PROGRESS = """
-SELECT index_relid, blocks_total, blocks_done, phase FROM pg_stat_progress_create_index WHERE pid = %s
-"""
+PROGRESS = "SELECT blocks_total, blocks_done, phase FROM pg_stat_progress_create_index WHERE pid = %s"
 
 
 @contextmanager
 def index_build_progress(url: str, pid: int, desc: str, *, enabled: bool = True) -> Iterator[None]:
     """While the block runs, show the index builds of backend ``pid``: the heap blocks the current build has
-    scanned and how many builds have started. A failure to poll only ends the bar, never the build."""
+    scanned and how many builds have been seen (a new one when the scan starts over: the report names no
+    index for a plain CREATE INDEX; a build shorter than a poll goes unseen). A failure to poll only ends
+    the bar, never the build."""
     if not enabled:
         yield
         return
     stop = threading.Event()
 
     def poll() -> None:
-        builds: set[int] = set()
+        builds, last = 0, -1
         try:
             with connect(url, autocommit=True) as conn, tqdm(total=0, desc=desc, unit="block") as bar:
                 while not stop.wait(POLL_S):
                     row = conn.execute(PROGRESS, (pid,)).fetchone()
                     if row is None:
+                        last = -1  # between two builds
                         continue
-                    index, total, done, phase = row
-                    builds.add(int(index))
-                    bar.total, bar.n = int(total or 0), int(done or 0)
-                    bar.set_postfix_str(f"build {len(builds)}: {phase}", refresh=False)
+                    total, done, phase = int(row[0] or 0), int(row[1] or 0), row[2]
+                    if last < 0 or done < last:
+                        builds += 1
+                    last = done
+                    bar.total, bar.n = total, done
+                    bar.set_postfix_str(f"build {builds}: {phase}", refresh=False)
                     bar.refresh()
         except Exception:  # the server went away, or too many connections: the build goes on without a bar
             return

@@ -74,18 +74,20 @@ def _alembic(url: str, lock_timeout_ms: int = LOCK_TIMEOUT_MS) -> Iterator[tuple
     engine = create_engine("postgresql+psycopg://", creator=lambda: psycopg.connect(url), poolclass=NullPool)
     cfg = Config()
     cfg.set_main_option("script_location", str(resource_dir("alembic")))
+    waited = SchemaError(
+        f"the upgrade waited {lock_timeout_ms} ms for a lock another transaction holds and changed nothing: "
+        "run it again when long transactions have ended, or raise database.migration_lock_timeout_ms"
+    )
     try:
         with engine.connect() as connection:
             cfg.attributes["connection"] = connection
             cfg.attributes["lock_timeout_ms"] = lock_timeout_ms
             yield cfg, connection
+    except psycopg.errors.LockNotAvailable as exc:  # in the sql/ step, which runs on the driver's connection
+        raise waited from exc
     except DBAPIError as exc:
         if isinstance(exc.orig, psycopg.errors.LockNotAvailable):
-            raise SchemaError(
-                f"the upgrade waited {lock_timeout_ms} ms for a lock another transaction holds and changed "
-                "nothing: run it again when long transactions have ended, or raise "
-                "database.migration_lock_timeout_ms"
-            ) from exc.orig
+            raise waited from exc.orig
         # SQLAlchemy wraps the driver's error; callers (and the CLI) handle psycopg's own, with its SQLSTATE
         if isinstance(exc.orig, psycopg.Error):
             raise exc.orig from None

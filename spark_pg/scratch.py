@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import psycopg
@@ -50,13 +52,16 @@ def create(server_url: str, name: str, *, exist_ok: bool = False) -> str:
     return with_dbname(server_url, name)
 
 
-def in_use(server_url: str, name: str) -> bool:
-    """Whether some session is connected to database ``name``."""
+@contextmanager
+def claimed(server_url: str, name: str) -> Iterator[bool]:
+    """Hold a session advisory lock on scratch database ``name`` for the block (on a connection of its own,
+    so it holds across the block's connections and ends with the process); yields whether this process got
+    it: False while another holds it."""
     with _admin(server_url) as admin:
         row = admin.execute(
-            "SELECT count(*) FROM pg_stat_activity WHERE datname = %s", (_checked(name),)
+            "SELECT pg_try_advisory_lock(hashtextextended(%s, 0))", (f"scratch:{name}",)
         ).fetchone()
-    return bool(row and row[0])
+        yield bool(row and row[0])
 
 
 def drop(server_url: str, name: str) -> None:

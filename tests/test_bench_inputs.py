@@ -45,6 +45,7 @@ def test_bad_counts_are_usage_errors_before_any_work(
     ("argv", "expected"),
     [
         (("bench", "ingest", "--hooks"), "--hooks measures the hooks alone"),
+        (("bench", "retrieve", "--hooks"), "--hooks measures the hooks alone"),
         (("bench", "--hooks", "--report", "/tmp"), "--hooks measures the hooks alone"),
         (("eval", "--scenarios", "--k", "5"), "--k apply to --dataset, not --scenarios"),
         (("eval", "--scenarios", "--limit", "3", "--fresh"), "--limit, --fresh apply to --dataset"),
@@ -74,7 +75,7 @@ def test_too_few_memories_for_the_tenants_is_refused(
 def test_tenant_sizes_are_positive_skewed_and_sum_up(memories: int, tenants: int) -> None:
     sizes = tenant_sizes(BenchSpec(memories, tenants))
     assert len(sizes) == tenants and sum(sizes) == memories and min(sizes) >= 1
-    assert sizes[0] == max(sizes)
+    assert sizes[0] == max(sizes)  # the corpora cached so far: the first tenant the largest
 
 
 @pytest.fixture

@@ -88,9 +88,11 @@ def test_a_second_run_of_the_same_scenarios_does_not_end_the_first(
     name = database_name(tmp_path, embedder.spec.name)
     url = scratch.create(server_url, name)
     try:
-        # the first run, connected to its database
-        with connect(url), pytest.raises(InputError, match=r"another `eval --scenarios` .* is running"):
-            evaluate_scenarios(model_settings, tmp_path, server_url=server_url, embedder=embedder)
-        assert scratch.exists(server_url, name)  # not dropped under it
+        # the first run holds its claim from before it (re)creates the database until it drops it
+        with scratch.claimed(server_url, name) as first, connect(url):
+            assert first
+            with pytest.raises(InputError, match=r"another `eval --scenarios` .* is running"):
+                evaluate_scenarios(model_settings, tmp_path, server_url=server_url, embedder=embedder)
+            assert scratch.exists(server_url, name)  # not dropped under it
     finally:
         scratch.drop(server_url, name)

@@ -22,13 +22,13 @@ def test_a_build_shows_its_blocks_and_a_failed_poll_leaves_it_alone(
                           generate_series(1, 16) d GROUP BY i"""
             )
             with index_build_progress(db_url, conn.info.backend_pid, "probe index"):
-                conn.execute(
-                    "CREATE INDEX progress_probe_idx ON public.progress_probe USING hnsw (v vector_l2_ops)"
-                )
+                for name in ("probe_a", "probe_b"):  # two builds in a row, as the per-tenant ones
+                    conn.execute(f"CREATE INDEX {name} ON public.progress_probe USING hnsw (v vector_l2_ops)")
             shown = capsys.readouterr().err
             assert "probe index" in shown and "build 1: building index" in shown, shown[-500:]
+            assert "build 2: building index" in shown and "build 3" not in shown, shown[-500:]
             # a server the poller cannot reach: no bar, and the block runs as ever
             with index_build_progress("postgresql://nobody@/none?host=/nonexistent", 1, "lost"):
-                conn.execute("DROP INDEX public.progress_probe_idx")
+                conn.execute("DROP INDEX public.probe_a, public.probe_b")
         finally:
             conn.execute("DROP TABLE public.progress_probe")

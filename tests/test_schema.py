@@ -175,3 +175,10 @@ def test_an_upgrade_behind_a_long_transaction_gives_up_and_changes_nothing(fresh
         assert schema.current_revision(fresh_db) == before  # rolled back whole
     schema.upgrade(fresh_db, target, lock_timeout_ms=300)  # the reader has ended
     assert schema.current_revision(fresh_db) == target
+
+
+def test_an_init_behind_another_init_gives_up_in_the_sql_step_too(installed_db: str) -> None:
+    with psycopg.connect(installed_db) as other:  # another init, its sql/ step not yet committed
+        schema.apply_sql(other)
+        with pytest.raises(SchemaError, match="waited 300 ms for a lock"):
+            schema.install(installed_db, lock_timeout_ms=300)

@@ -190,11 +190,26 @@ def evaluate_scenarios(
     embedder = embedder or load_embedder(settings)
     server = server_url or database_url(settings)
     name = database_name(folder, embedder.spec.name)
-    if scratch.in_use(server, name):  # dropping it would end that run (a killed run's copy is not in use)
-        raise InputError(
-            f"another `eval --scenarios` of {folder} with {embedder.spec.name} is running (its database "
-            f"{name} is in use): wait for it to finish"
-        )
+    with scratch.claimed(server, name) as mine:
+        if not mine:  # dropping its database would end that run (a killed run's copy is claimed by no one)
+            raise InputError(
+                f"another `eval --scenarios` of {folder} with {embedder.spec.name} is running (it holds "
+                f"{name}): wait for it to finish"
+            )
+        return _evaluate(settings, scenarios, folder, split, embedder, server, name, options, progress)
+
+
+def _evaluate(
+    settings: Settings,
+    scenarios: list[Scenario],
+    folder: Path,
+    split: str | None,
+    embedder: Embedder,
+    server: str,
+    name: str,
+    options: AdvisorOptions | None,
+    progress: bool,
+) -> dict[str, Any]:
     scratch.drop(server, name)
     url = scratch.create(server, name)
     try:
