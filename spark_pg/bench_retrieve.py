@@ -221,26 +221,34 @@ def _load(
     return figures
 
 
-def _check_cached(url: str, spec: BenchSpec, texts: list[str], embedder: Embedder) -> None:
-    """A reused corpus database must hold what this run would load: a finished build, the active model
-    this run embeds queries with, every row and its vector, and the same texts (a sample of 200 compared);
-    else InputError (a build killed before its clean-up, another model, a changed generator)."""
+def _cached_build(url: str, spec: BenchSpec, texts: list[str], embedder: Embedder) -> dict[str, Any]:
+    """The figures recorded when the reused corpus database was built, once it is checked to hold what this
+    run would load: a finished build, the active model this run embeds queries with, every row and its
+    vector, and the same texts (a sample of 200 compared); else InputError (a build killed before its
+    clean-up, another model, a changed generator)."""
     problem = None
+    figures: dict[str, Any] = {}
     with connect(url) as conn:
         finished = conn.execute("SELECT to_regclass('public.spark_bench_build') IS NOT NULL").fetchone()
+        recorded = (
+            conn.execute("SELECT figures FROM public.spark_bench_build ORDER BY id DESC LIMIT 1").fetchone()
+            if finished and finished[0]
+            else None
+        )
         row = conn.execute(
             """SELECT (SELECT name FROM spark.active_model()), (SELECT count(*) FROM spark.memories),
                       (SELECT count(*) FROM spark.embeddings e JOIN spark.embedding_models m
                        ON m.id = e.model_id AND m.active)"""
         ).fetchone()
         assert row is not None
-        if not (finished and finished[0]):
+        if recorded is None:
             problem = "has no record of a finished build"
         elif row[0] != embedder.spec.name:
             problem = f"was embedded with {row[0]}, not {embedder.spec.name}"
         elif (row[1], row[2]) != (spec.memories, spec.memories):
             problem = f"holds {row[1]} memories and {row[2]} vectors, not {spec.memories} of each"
         else:
+            figures = dict(recorded[0])
             owner = owners(spec)
             sample = sorted({round(i * (len(texts) - 1) / 199) for i in range(200)})
             stored = dict(
@@ -255,15 +263,7 @@ def _check_cached(url: str, spec: BenchSpec, texts: list[str], embedder: Embedde
                 problem = "holds other texts than this version's corpus generator makes"
     if problem:
         raise InputError(f"the cached corpus {spec.db_name} {problem}: run again with --fresh to rebuild it")
-
-
-def build_figures(url: str) -> dict[str, Any] | None:
-    """The figures recorded when the corpus database at ``url`` was built (None for older ones)."""
-    with connect(url) as conn:
-        if conn.execute("SELECT to_regclass('public.spark_bench_build')").fetchone() == (None,):
-            return None
-        row = conn.execute("SELECT figures FROM public.spark_bench_build ORDER BY id DESC LIMIT 1").fetchone()
-        return dict(row[0]) if row else None
+    return figures
 
 
 def _percentiles(values: list[float]) -> dict[str, float]:
@@ -375,13 +375,12 @@ def run(
     reused = scratch.exists(server_url, spec.db_name)
     if reused:
         schema.install(url)  # measure the current functions
-        _check_cached(url, spec, texts, embedder)
+        build = _cached_build(url, spec, texts, embedder)
         with connect(url) as conn:  # a reused corpus may predate the counts
             pid = conn.info.backend_pid
             with index_build_progress(url, pid, "tenant statistics and indexes", enabled=progress):
                 conn.execute("SELECT spark.refresh_tenant_stats()")
                 conn.commit()
-        build = build_figures(url)
     else:
         scratch.create(server_url, spec.db_name)
         try:

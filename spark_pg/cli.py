@@ -266,9 +266,15 @@ def cmd_bench(args: argparse.Namespace) -> int:
             ingested = bench_ingest.run(client, args.n, progress=not args.quiet)
             batch = client.settings.get_int("embedding.batch_size")
         if args.json:
-            out: dict[str, object] = {"memories": ingested.rows, "seconds": round(ingested.seconds, 3)}
-            out |= {"memories_per_s": round(ingested.rate, 1), "batch_size": batch, "cores": os.cpu_count()}
-            print(json.dumps(out | {"machine": platform.machine()}))
+            out = {
+                "memories": ingested.rows,
+                "seconds": round(ingested.seconds, 3),
+                "memories_per_s": round(ingested.rate, 1),
+                "batch_size": batch,
+                "cores": os.cpu_count(),
+                "machine": platform.machine(),
+            }
+            print(json.dumps(out))
             return 0
         print(
             f"ingest: {ingested.rows} short memories in {ingested.seconds:.2f} s = "

@@ -65,30 +65,30 @@ def int8_arg(text: str) -> int:
     return _pg_int(text, 64)
 
 
+def _k_checked(text: str, *, whole_range: bool) -> int:
+    """An int ``k`` in the range of the retrieval.k config key (the bound spark._check_k applies), refused in
+    _check_k's words: past 2**31 - 1 always, below or above the key's range when ``whole_range``."""
+    from spark_pg.config import KEY_BY_NAME
+
+    k = _int(text)
+    key = KEY_BY_NAME["retrieval.k"]
+    assert key.lo is not None and key.hi is not None
+    if not _fits(k, 32) or (whole_range and not key.lo <= k <= key.hi):
+        raise argparse.ArgumentTypeError(f"k must be between {key.lo:g} and {key.hi:g}, got {k}")
+    return k
+
+
 def k_arg(text: str) -> int:
     """``--k`` / ``-k``: an integer PostgreSQL's integer can hold. spark._check_k checks the range, but a k
     past 2**31 - 1 would reach the database as a bigint, which no spark function takes (42883): refuse it
     here, in _check_k's words (its bound is the retrieval.k config key's)."""
-    k = _int(text)
-    if not _fits(k, 32):
-        from spark_pg.config import KEY_BY_NAME
-
-        key = KEY_BY_NAME["retrieval.k"]
-        raise argparse.ArgumentTypeError(f"k must be between {key.lo:g} and {key.hi:g}, got {k}")
-    return k
+    return _k_checked(text, whole_range=False)
 
 
 def bench_k_arg(text: str) -> int:
-    """``--k`` of the benchmarks: checked against retrieval.k's range here, not by the first call after a
-    corpus load of minutes."""
-    k = k_arg(text)
-    from spark_pg.config import KEY_BY_NAME
-
-    key = KEY_BY_NAME["retrieval.k"]
-    assert key.lo is not None and key.hi is not None
-    if not key.lo <= k <= key.hi:
-        raise argparse.ArgumentTypeError(f"k must be between {key.lo:g} and {key.hi:g}, got {k}")
-    return k
+    """``--k`` of the benchmarks: checked against retrieval.k's whole range here, not by the first call after
+    a corpus load of minutes."""
+    return _k_checked(text, whole_range=True)
 
 
 DEFAULT_BENCH_REPORT = "reports/bench"

@@ -16,6 +16,7 @@ from typing import Any
 
 import psycopg
 
+from spark_pg.config import KEY_BY_NAME
 from spark_pg.errors import DatabaseError, SchemaError
 
 SQL_FILE = re.compile(r"^\d{3}-[a-z0-9][a-z0-9-]*\.sql$")
@@ -61,7 +62,7 @@ def apply_sql(conn: psycopg.Connection[Any]) -> list[str]:
     return names
 
 
-LOCK_TIMEOUT_MS = 10000  # the default of database.migration_lock_timeout_ms
+LOCK_TIMEOUT_MS: int = KEY_BY_NAME["database.migration_lock_timeout_ms"].default
 
 
 @contextmanager
