@@ -215,7 +215,7 @@ CREATE OR REPLACE FUNCTION spark._candidates(
     lexq tsquery[], sem_ids bigint[], sem_dist double precision[], model_id smallint, lexkeys text[],
     lexdf double precision[], trigger_text text)
 RETURNS TABLE (id bigint, score double precision, key text, text text, category text, kind text,
-               system_default boolean, created_at timestamptz, content_hash bytea, emb vector, prio_label text,
+               system_default boolean, created_at timestamptz, content_hash bytea, prio_label text,
                sim double precision, kw double precision, rec double precision, outc double precision,
                prio double precision, pools text[], pool_ranks jsonb, trig double precision, trig_rules text[],
                trig_prio text, trig_interrupt boolean, adomain text, act real, domain_ok boolean, act_ok boolean,
@@ -277,35 +277,35 @@ BEGIN
               AND $18 ~* r.pattern AND (r.context_pattern IS NULL OR $18 ~* r.context_pattern)
             ORDER BY mm.id, r.confidence DESC, r.interrupt DESC, r.name),
         pools AS (
-            SELECT s.id, 'semantic'::text AS pool, row_number() OVER (ORDER BY s.dist, s.id) AS rnk FROM sem s
+            SELECT s.id, 'semantic'::text AS pool, row_number() OVER (ORDER BY s.dist, s.id) AS rnk, s.dist FROM sem s
             UNION ALL
             -- ORDER BY ... LIMIT first (a top-N heap sort), then number the few rows kept
-            SELECT x.id, 'keyword_recent', row_number() OVER (ORDER BY x.kr DESC, x.id) FROM (
+            SELECT x.id, 'keyword_recent', row_number() OVER (ORDER BY x.kr DESC, x.id), NULL::double precision FROM (
                 SELECT kw.id, kw.kr FROM kw WHERE kw.created_at > $7
                 ORDER BY kw.kr DESC, kw.id LIMIT ($5 ->> 'pool_keyword_recent')::integer) x
             UNION ALL
-            SELECT x.id, 'keyword_old', row_number() OVER (ORDER BY x.s DESC, x.id) FROM (
+            SELECT x.id, 'keyword_old', row_number() OVER (ORDER BY x.s DESC, x.id), NULL::double precision FROM (
                 SELECT kw.id, kw.kr * (0.5 + kw.importance) AS s FROM kw WHERE kw.created_at <= $7
                 ORDER BY s DESC, kw.id LIMIT ($5 ->> 'pool_keyword_old')::integer) x
             UNION ALL
-            SELECT r.id, 'recent', row_number() OVER (ORDER BY r.created_at DESC, r.id) FROM (
+            SELECT r.id, 'recent', row_number() OVER (ORDER BY r.created_at DESC, r.id), NULL::double precision FROM (
                 SELECT mm.id, mm.created_at FROM spark.memories mm
                 WHERE mm.tenant = ANY($1) AND mm.created_at <= $3 AND mm.created_at > $7
                 ORDER BY mm.created_at DESC LIMIT ($5 ->> 'pool_recent')::integer) r
             UNION ALL
-            SELECT pb.id, 'random', row_number() OVER (ORDER BY pb.id) FROM probes pb
+            SELECT pb.id, 'random', row_number() OVER (ORDER BY pb.id), NULL::double precision FROM probes pb
             UNION ALL
-            SELECT x.id, 'trigger', row_number() OVER (ORDER BY x.conf DESC, x.id) FROM (
+            SELECT x.id, 'trigger', row_number() OVER (ORDER BY x.conf DESC, x.id), NULL::double precision FROM (
                 SELECT t.id, t.conf FROM trig t ORDER BY t.conf DESC, t.id
                 LIMIT ($5 ->> 'pool_trigger')::integer) x
             UNION ALL
-            SELECT pn.id, 'pinned', row_number() OVER (ORDER BY pn.importance DESC, pn.id) FROM (
+            SELECT pn.id, 'pinned', row_number() OVER (ORDER BY pn.importance DESC, pn.id), NULL::double precision FROM (
                 SELECT mm.id, mm.importance FROM spark.memories mm
                 WHERE mm.tenant = ANY($1) AND mm.tier = 'pinned' AND mm.created_at <= $3
                 ORDER BY mm.importance DESC LIMIT ($5 ->> 'pool_pinned')::integer) pn),
         cand AS (
             SELECT pl.id, array_agg(pl.pool ORDER BY pl.pool) AS pools,
-                   jsonb_object_agg(pl.pool, pl.rnk) AS pool_ranks
+                   jsonb_object_agg(pl.pool, pl.rnk) AS pool_ranks, min(pl.dist) AS dist
             FROM pools pl GROUP BY pl.id),
         -- the params each candidate needs, read from the jsonb once (not once per row: ~1 us per lookup)
         w AS MATERIALIZED (
@@ -325,8 +325,12 @@ BEGIN
         -- the keyword score comes from kwsc below
         sig0 AS MATERIALIZED (
             SELECT mm.id, mm.key, mm.text, mm.category, mm.kind, mm.tenant <> $6 AS system_default,
-                   mm.created_at, mm.content_hash, ev.embedding AS emb, mm.priority AS prio_label,
-                   (1 - (ev.embedding <=> $2))::double precision AS sim, mm.tsv,
+                   mm.created_at, mm.content_hash, mm.priority AS prio_label,
+                   -- a semantic candidate's distance is known; the others' vectors are read for it (and only
+                   -- the survivors' vectors are read later, for diversity: none travel through the statement)
+                   (1 - coalesce(cand.dist, (SELECT ev.embedding <=> $2 FROM spark.embeddings ev
+                                              WHERE ev.tenant = mm.tenant AND ev.memory_id = mm.id
+                                                AND ev.model_id = $15)))::double precision AS sim, mm.tsv,
                    -- half-lives capped at 100 (0.5 ^ 100 is 8e-31, still a real): older is as old, never an underflow
                    greatest(w.rfloor,
                             power(0.5, least(100, greatest(0, extract(epoch FROM ($3 - mm.created_at)) / 86400.0)
@@ -359,14 +363,13 @@ BEGIN
             LEFT JOIN trig tg ON tg.id = cand.id
             -- one primary-key probe per candidate (a join could scan the whole tenant)
             CROSS JOIN LATERAL (SELECT * FROM spark.memories m1
-                                WHERE m1.tenant = ANY($1) AND m1.id = cand.id LIMIT 1) mm
-            LEFT JOIN spark.embeddings ev ON ev.tenant = mm.tenant AND ev.memory_id = mm.id AND ev.model_id = $15),
+                                WHERE m1.tenant = ANY($1) AND m1.id = cand.id LIMIT 1) mm),
         -- keyword score: the idf of the query lexemes a candidate holds over the idf of all of them, in one join
         -- of the candidates and the lexemes (a subquery per candidate cost ~13 us each)
         kwsc AS (
             SELECT s.id, sum(lex.idf) AS idf FROM sig0 s JOIN lex ON s.tsv @@ lex.q GROUP BY s.id),
         sig AS (
-            SELECT s.id, s.key, s.text, s.category, s.kind, s.system_default, s.created_at, s.content_hash, s.emb,
+            SELECT s.id, s.key, s.text, s.category, s.kind, s.system_default, s.created_at, s.content_hash,
                    s.prio_label, s.sim, coalesce(k.idf / w.lex_total, 0)::double precision AS kw, s.rec, s.outc,
                    s.prio, s.pools, s.pool_ranks, s.trig, s.trig_rules, s.trig_prio, s.trig_interrupt, s.adomain,
                    s.act, s.domain_ok, s.act_ok, s.tier
@@ -435,7 +438,7 @@ BEGIN
         -- id and score first: the sort's tie-breaks (score, id) then read them at fixed offsets, not by walking
         -- the wide text and vector columns (-2% of a call's instructions at the default pools, callgrind)
         SELECT gated.id, gated.score, gated.key, gated.text, gated.category, gated.kind, gated.system_default,
-               gated.created_at, gated.content_hash, gated.emb, gated.prio_label, gated.sim, gated.kw, gated.rec,
+               gated.created_at, gated.content_hash, gated.prio_label, gated.sim, gated.kw, gated.rec,
                gated.outc, gated.prio, gated.pools, gated.pool_ranks, gated.trig, gated.trig_rules, gated.trig_prio,
                gated.trig_interrupt, gated.adomain, gated.act, gated.domain_ok, gated.act_ok, gated.tier,
                gated.passed_by, gated.gate_status,
@@ -650,33 +653,36 @@ BEGIN
     -- every candidate into arrays in one statement (a row-by-row loop costs ~1 ms more); the survivors of the
     -- gates, best first, capped at m_max, also get their vectors, hashes, weeks and categories
     SELECT count(*)::integer,
-           coalesce(array_agg(c.id ORDER BY c.ordinality), '{}'), coalesce(array_agg(c.key ORDER BY c.ordinality), '{}'),
-           coalesce(array_agg(c.text ORDER BY c.ordinality), '{}'), coalesce(array_agg(c.category ORDER BY c.ordinality), '{}'),
-           coalesce(array_agg(c.kind ORDER BY c.ordinality), '{}'),
-           coalesce(array_agg(c.system_default ORDER BY c.ordinality), '{}'),
-           coalesce(array_agg(c.created_at ORDER BY c.ordinality), '{}'), coalesce(array_agg(c.score ORDER BY c.ordinality), '{}'),
-           coalesce(array_agg(c.sim ORDER BY c.ordinality), '{}'), coalesce(array_agg(c.kw ORDER BY c.ordinality), '{}'),
-           coalesce(array_agg(c.rec ORDER BY c.ordinality), '{}'), coalesce(array_agg(c.outc ORDER BY c.ordinality), '{}'),
-           coalesce(array_agg(c.prio ORDER BY c.ordinality), '{}'), coalesce(array_agg(c.prio_label ORDER BY c.ordinality), '{}'),
-           coalesce(array_agg(array_to_string(c.pools, ',') ORDER BY c.ordinality), '{}'),
-           coalesce(array_agg(c.pool_ranks ORDER BY c.ordinality), '{}'),
-           coalesce(array_agg(c.passed_by ORDER BY c.ordinality), '{}'), coalesce(array_agg(c.pre_status ORDER BY c.ordinality), '{}'),
-           coalesce(array_agg(c.trig ORDER BY c.ordinality), '{}'),
-           coalesce(array_agg(array_to_string(c.trig_rules, ',') ORDER BY c.ordinality), '{}'),
-           coalesce(array_agg(c.trig_prio ORDER BY c.ordinality), '{}'), coalesce(array_agg(c.trig_interrupt ORDER BY c.ordinality), '{}'),
-           coalesce(array_agg(c.adomain ORDER BY c.ordinality), '{}'), coalesce(array_agg(c.act ORDER BY c.ordinality), '{}'),
-           coalesce(array_agg(c.ordinality::integer ORDER BY c.ordinality) FILTER (WHERE c.pre_status IS NULL), '{}'),
-           coalesce(array_agg(c.emb ORDER BY c.ordinality) FILTER (WHERE c.pre_status IS NULL), '{}'),
-           coalesce(array_agg(c.content_hash ORDER BY c.ordinality) FILTER (WHERE c.pre_status IS NULL), '{}'),
-           coalesce(array_agg(to_char(c.created_at, 'IYYY-"W"IW') ORDER BY c.ordinality) FILTER (WHERE c.pre_status IS NULL), '{}')
+           coalesce(array_agg(c.id), '{}'), coalesce(array_agg(c.key), '{}'),
+           coalesce(array_agg(c.text), '{}'), coalesce(array_agg(c.category), '{}'),
+           coalesce(array_agg(c.kind), '{}'),
+           coalesce(array_agg(c.system_default), '{}'),
+           coalesce(array_agg(c.created_at), '{}'), coalesce(array_agg(c.score), '{}'),
+           coalesce(array_agg(c.sim), '{}'), coalesce(array_agg(c.kw), '{}'),
+           coalesce(array_agg(c.rec), '{}'), coalesce(array_agg(c.outc), '{}'),
+           coalesce(array_agg(c.prio), '{}'), coalesce(array_agg(c.prio_label), '{}'),
+           coalesce(array_agg(array_to_string(c.pools, ',')), '{}'),
+           coalesce(array_agg(c.pool_ranks), '{}'),
+           coalesce(array_agg(c.passed_by), '{}'), coalesce(array_agg(c.pre_status), '{}'),
+           coalesce(array_agg(c.trig), '{}'),
+           coalesce(array_agg(array_to_string(c.trig_rules, ',')), '{}'),
+           coalesce(array_agg(c.trig_prio), '{}'), coalesce(array_agg(c.trig_interrupt), '{}'),
+           coalesce(array_agg(c.adomain), '{}'), coalesce(array_agg(c.act), '{}'),
+           coalesce(array_agg(c.ordinality::integer) FILTER (WHERE c.pre_status IS NULL), '{}'),
+           coalesce(array_agg(c.content_hash) FILTER (WHERE c.pre_status IS NULL), '{}'),
+           coalesce(array_agg(to_char(c.created_at, 'IYYY-"W"IW')) FILTER (WHERE c.pre_status IS NULL), '{}')
     INTO n, ids, keys, texts, cats_all, kinds, sysd, created, scores_all, sims, kws, recs, outs, prios, prio_labels,
-         poolz, pool_ranks, passed, pre, trigs, t_rules, t_prio, t_int, adomains, acts, surv, embs, hashes, weeks
+         poolz, pool_ranks, passed, pre, trigs, t_rules, t_prio, t_int, adomains, acts, surv, hashes, weeks
     FROM spark._candidates(tenants, qvec, at, tsq, p, tenant, cutoff, query_text, min_sim, min_fuse,
                            ratio, kplan.lexq, coalesce(sem_ids, '{}'), coalesce(sem_dist, '{}'),
                            mdl.id, kplan.lexkeys, kplan.lexdf,
                            spark._trigger_text(p, query_text)) WITH ORDINALITY c;
     ns := least(cardinality(surv), m_max);
-    surv := surv[1:ns]; embs := embs[1:ns]; hashes := hashes[1:ns]; weeks := weeks[1:ns];
+    surv := surv[1:ns]; hashes := hashes[1:ns]; weeks := weeks[1:ns];
+    -- the vectors of the survivors kept (NULL where a memory has none)
+    embs := ARRAY(SELECT (SELECT ev.embedding FROM spark.embeddings ev
+                          WHERE ev.tenant = ANY(tenants) AND ev.memory_id = ids[surv[x]] AND ev.model_id = mdl.id)
+                  FROM generate_series(1, ns) x ORDER BY x);
     scores := ARRAY(SELECT scores_all[x] FROM unnest(surv) x);
     cats := ARRAY(SELECT cats_all[x] FROM unnest(surv) x);
     sstatus := array_fill(NULL::text, ARRAY[ns]);
@@ -686,11 +692,11 @@ BEGIN
     IF ns > 0 THEN
         -- pairwise similarity of the survivors in one statement (NULL where a vector is missing): the upper
         -- triangle (x < y) only, row by row, as it is symmetric
-        SELECT array_agg(CASE WHEN x.e IS NOT NULL AND y.e IS NOT NULL THEN 1 - (x.e <=> y.e) END
-                         ORDER BY x.i, y.i)
+        -- (by position: a join of the unnested vectors sorted the pairs with both vectors in every row)
+        SELECT array_agg(CASE WHEN embs[x] IS NOT NULL AND embs[y] IS NOT NULL THEN 1 - (embs[x] <=> embs[y]) END
+                         ORDER BY x, y)
         INTO simm
-        FROM unnest(embs) WITH ORDINALITY x(e, i)
-        JOIN unnest(embs) WITH ORDINALITY y(e, i) ON y.i > x.i;
+        FROM generate_series(1, ns) x, generate_series(x + 1, ns) y;
     END IF;
 
     -- selection: MMR, week and category caps first, then fill; near-duplicate clusters dropped
