@@ -250,19 +250,34 @@ BEGIN
                               / greatest(1, coalesce(l.df, (SELECT count(*) FROM kw WHERE kw.tsv @@ l.q)))) AS idf
             FROM unnest($12::tsquery[], $17::double precision[]) l(q, df)),
         lex_total AS (SELECT nullif(sum(lex.idf), 0) AS total FROM lex),
+        -- the tenant's id range, and a window of it holding about 8 of its memories (by its last statistics;
+        -- the whole range without them)
         bounds AS (
-            SELECT min(mm.id) AS lo, max(mm.id) AS hi FROM spark.memories mm WHERE mm.tenant = $6),
+            SELECT b.lo, b.hi, coalesce(8 * (b.hi - b.lo + 1) / nullif(st.memories, 0), b.hi - b.lo + 1) AS win
+            FROM (SELECT min(mm.id) AS lo, max(mm.id) AS hi FROM spark.memories mm WHERE mm.tenant = $6) b
+            LEFT JOIN spark.tenant_stats st ON st.tenant = $6),
         -- the first pool_random distinct memories in probe order (not the lowest ids among the probes, which
-        -- would leave the newer half of the old memories out of the sample)
+        -- would leave the newer half of the old memories out of the sample). A probe takes the first old
+        -- memory at or after its start: looked for inside the window first, as an index scan reads the rest
+        -- of its leaf page (~200 entries) unless a bound on the id stops it; past the window only when the
+        -- window holds none (the same memory either way)
         probes AS (
             SELECT x.id FROM (
                 SELECT DISTINCT ON (pr.id) pr.id, g
                 FROM bounds b,
                      generate_series(1, 3 * ($5 ->> 'pool_random')::integer) g,
-                     LATERAL (SELECT mm.id FROM spark.memories mm
-                              WHERE mm.tenant = $6 AND mm.created_at <= $7
-                                AND mm.id >= b.lo + abs(hashtext($8 || ':' || ($5 ->> 'seed') || ':' || g) % (b.hi - b.lo + 1))
-                              ORDER BY mm.id LIMIT 1) pr
+                     LATERAL (SELECT b.lo + abs(hashtext($8 || ':' || ($5 ->> 'seed') || ':' || g) % (b.hi - b.lo + 1))
+                                 AS start) ps,
+                     LATERAL (SELECT coalesce(
+                                  (SELECT mm.id FROM spark.memories mm
+                                   WHERE mm.tenant = $6 AND mm.created_at <= $7
+                                     AND mm.id >= ps.start AND mm.id < ps.start + b.win
+                                   ORDER BY mm.id LIMIT 1),
+                                  (SELECT mm.id FROM spark.memories mm
+                                   WHERE mm.tenant = $6 AND mm.created_at <= $7 AND mm.id >= ps.start + b.win
+                                   ORDER BY mm.id LIMIT 1)) AS id
+                              OFFSET 0) pr  -- (evaluated once: flattened, the filter and the sort each ran it)
+                WHERE pr.id IS NOT NULL
                 ORDER BY pr.id, g) x
             ORDER BY x.g
             LIMIT ($5 ->> 'pool_random')::integer),
