@@ -305,3 +305,51 @@ def test_the_random_pool_samples_the_whole_old_range(conn: Conn) -> None:
     assert len(picks) >= 40 * 8  # most queries fill the pool (pool_random 10)
     share = sum(p in upper for p in picks) / len(picks)
     assert 0.3 < share < 0.7, share
+
+
+def test_the_random_pool_does_not_depend_on_the_tenant_statistics(conn: Conn) -> None:
+    """A random-pool probe looks for the first old memory at or after its start inside a window sized from
+    the tenant's statistics, then past it: the picks must be the same with no statistics, true ones, and
+    stale ones that make every window empty (the fallback) or the whole range. Only one memory in ten is
+    old here, so narrow windows often hold none."""
+    tenant = "sparse"
+    conn.execute(
+        """INSERT INTO spark.memories (tenant, key, text, descriptor, content_hash, created_at)
+           SELECT %s, 'm' || i, 'plain note ' || i, 'plain note ' || i, sha256(convert_to('s' || i, 'UTF8')),
+                  %s::timestamptz - CASE WHEN i %% 10 = 0 THEN interval '30 days' ELSE interval '1 day' END
+                                  - i * interval '1 minute'
+           FROM generate_series(1, 300) i""",
+        (tenant, NOW),
+    )
+    old = {
+        r[0]
+        for r in conn.execute(
+            "SELECT id FROM spark.memories WHERE tenant = %s AND created_at < %s",
+            (tenant, NOW - timedelta(days=7)),
+        )
+    }
+    assert len(old) == 30
+
+    def picks() -> list[list[int]]:
+        out = []
+        for n in range(12):
+            rows = conn.execute(
+                "SELECT memory_id, pools FROM spark.explain(%s, %s, NULL, 8, %s)",
+                (tenant, f"zebra quartz {n}", Jsonb({"as_of": NOW.isoformat(), "include_system": False})),
+            ).fetchall()
+            out.append(sorted(mid for mid, pools in rows if "random" in pools))
+        return out
+
+    runs = {}
+    for label, memories in (("none", None), ("true", 300), ("stale high", 10**9), ("stale low", 1)):
+        conn.execute("DELETE FROM spark.tenant_stats WHERE tenant = %s", (tenant,))
+        if memories is not None:
+            conn.execute(
+                "INSERT INTO spark.tenant_stats (tenant, memories, lexeme_min_df, refreshed_at) "
+                "VALUES (%s, %s, 20, now())",
+                (tenant, memories),
+            )
+        runs[label] = picks()
+    assert all(run == runs["none"] for run in runs.values()), runs
+    sampled = [mid for query in runs["none"] for mid in query]
+    assert len(sampled) >= 12 * 8 and set(sampled) <= old  # old memories only, the pool mostly filled
