@@ -666,7 +666,9 @@ BEGIN
         skipped_note := jsonb_build_object('keyword_skipped', to_jsonb(kplan.skipped));
     END IF;
     -- every candidate into arrays in one statement (a row-by-row loop costs ~1 ms more); the survivors of the
-    -- gates, best first, capped at m_max, also get their vectors, hashes, weeks and categories
+    -- gates, best first, capped at m_max, also get their hashes and weeks. The arrays line up row for row, and
+    -- position i is ordinality i, because one aggregate step reads the function's rows in order: keep this
+    -- statement a plain scan of the function (a join or GROUP BY here could reorder the rows)
     SELECT count(*)::integer,
            coalesce(array_agg(c.id), '{}'), coalesce(array_agg(c.key), '{}'),
            coalesce(array_agg(c.text), '{}'), coalesce(array_agg(c.category), '{}'),
@@ -696,7 +698,8 @@ BEGIN
     surv := surv[1:ns]; hashes := hashes[1:ns]; weeks := weeks[1:ns];
     -- the vectors of the survivors kept (NULL where a memory has none)
     embs := ARRAY(SELECT (SELECT ev.embedding FROM spark.embeddings ev
-                          WHERE ev.tenant = ANY(tenants) AND ev.memory_id = ids[surv[x]] AND ev.model_id = mdl.id)
+                          WHERE ev.tenant = CASE WHEN sysd[surv[x]] THEN spark.system_tenant() ELSE tenant END
+                            AND ev.memory_id = ids[surv[x]] AND ev.model_id = mdl.id)
                   FROM generate_series(1, ns) x ORDER BY x);
     scores := ARRAY(SELECT scores_all[x] FROM unnest(surv) x);
     cats := ARRAY(SELECT cats_all[x] FROM unnest(surv) x);
