@@ -118,8 +118,11 @@ AS $fn$
     -- the match reads the lexemes that fit the budget together, the rest are skipped as too common
     WITH lx AS (
         SELECT l.lexeme,
+               -- the tenants one by one (tenants[2] is the pack's or NULL): with ANY(tenants), an array of
+               -- unknown length, the generic plan read all of a small table for every lexeme (772 rows at
+               -- 10,000 memories: 4 million instructions a call) instead of a primary-key look-up
                coalesce((SELECT sum(s.df) FROM spark.lexeme_stats s
-                         WHERE s.tenant = ANY(tenants) AND s.lexeme = l.lexeme), 0)::double precision AS df
+                         WHERE s.tenant IN (tenants[1], tenants[2]) AND s.lexeme = l.lexeme), 0)::double precision AS df
         FROM unnest(to_tsvector('english', coalesce(query_text, ''))) l),
     plan AS (
         SELECT lx.lexeme, lx.df,
@@ -136,7 +139,8 @@ AS $fn$
     FROM plan p
 $fn$;
 COMMENT ON FUNCTION spark._keyword_plan(text[], text, integer) IS
-    'Internal: the keyword plan of query_text for tenants under a match budget (0 = no budget). lexq: one '
+    'Internal: the keyword plan of query_text for tenants (the caller''s, then the pack''s: one or two; a third '
+    'is not counted) under a match budget (0 = no budget). lexq: one '
     'single-lexeme tsquery per English lexeme; lexdf: aligned with lexq, NULL for a matched lexeme (its rarity '
     'is counted on the matches), the counted document frequency for a skipped one; lexkeys: the keys of '
     'memories_tenant_lexemes_idx (spark._tenant_lexemes format) of the matched lexemes x tenants; skipped: the '
