@@ -375,6 +375,7 @@ def test_report_is_written(e2e: EndToEnd) -> None:
     assert "recall@10 by category" in page and "data:image/png;base64," in page
     assert (e2e.report / PLOT_FILE).read_bytes().startswith(b"\x89PNG")
     assert str(e2e.report / REPORT_FILE) in e2e.stderr
+    assert json.loads((e2e.report / "result.json").read_text()) == e2e.result  # what --json printed
     text = format_text(e2e.result)
     assert "keyword" in text and "query embedding" in text
 

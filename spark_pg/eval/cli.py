@@ -86,6 +86,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     result = summarize(run)
     report = write_report(result, folder)
     result["report"] = str(report)
+    (folder / "result.json").write_text(json.dumps(result, indent=2))  # as --scenarios writes its own
     print(
         f"scratch database {result['database']} ({'reused' if result['database_reused'] else 'loaded'}, "
         f"{result['load_seconds']} s); report: {report}",
