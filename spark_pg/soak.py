@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 import random
+import sys
 import threading
 import time
 import uuid
@@ -165,6 +166,8 @@ def run_soak(
         raise InputError(f"batch must be from 1 to 1000, got {batch}")
     name = f"spark_soak_{int(time.time())}_{uuid.uuid4().hex[:6]}"  # two runs in one second: two databases
     url = scratch.create(server_url, name)
+    if keep:  # named now: a run that fails or is interrupted keeps it too
+        print(f"scratch database {name} (kept: drop it with DROP DATABASE {name})", file=sys.stderr)
     try:
         schema.install(url)
         with connect(url) as conn:
