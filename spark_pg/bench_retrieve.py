@@ -37,7 +37,7 @@ from spark_pg.config import Settings
 from spark_pg.db import connect
 from spark_pg.embedding import Embedder, Vector
 from spark_pg.errors import InputError
-from spark_pg.index_progress import index_build_progress
+from spark_pg.index_progress import index_build_progress, vacuum_progress
 from spark_pg.ingest import ensure_model
 from spark_pg.retrieve import retrieve
 
@@ -209,8 +209,9 @@ def _load(
         conn.commit()
         conn.autocommit = True  # VACUUM (visibility map for index-only counts) runs outside a transaction
         started = time.perf_counter()
-        conn.execute("VACUUM ANALYZE spark.memories")
-        conn.execute("VACUUM ANALYZE spark.embeddings")
+        with vacuum_progress(url, pid, "vacuum and analyze", enabled=progress):
+            conn.execute("VACUUM ANALYZE spark.memories")
+            conn.execute("VACUUM ANALYZE spark.embeddings")
         figures["vacuum_s"] = round(time.perf_counter() - started, 1)
         sized = conn.execute(
             "SELECT pg_total_relation_size('spark.memories') + pg_relation_size('spark.embeddings')"

@@ -1,4 +1,4 @@
-"""The bar of long index builds reads PostgreSQL's own progress report from a second connection."""
+"""The bars of long index builds and vacuums read PostgreSQL's progress reports from a second connection."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import pytest
 
 from spark_pg import index_progress
 from spark_pg.db import connect
-from spark_pg.index_progress import index_build_progress
+from spark_pg.index_progress import index_build_progress, vacuum_progress
 
 
 def test_a_build_shows_its_blocks_and_a_failed_poll_leaves_it_alone(
@@ -32,3 +32,27 @@ def test_a_build_shows_its_blocks_and_a_failed_poll_leaves_it_alone(
                 conn.execute("DROP INDEX public.probe_a, public.probe_b")
         finally:
             conn.execute("DROP TABLE public.progress_probe")
+
+
+def test_a_vacuum_analyze_shows_its_phases(
+    db_url: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(index_progress, "POLL_S", 0.01)
+    with connect(db_url, autocommit=True) as conn:
+        conn.execute("CREATE TABLE public.vacuum_probe (i integer, t text)")
+        try:
+            # rows deleted and an index to clean: enough vacuum work for a poll to see it
+            conn.execute(
+                "INSERT INTO public.vacuum_probe SELECT i, repeat('x', 200) FROM generate_series(1, 200000) i"
+            )
+            conn.execute("CREATE INDEX vacuum_probe_i ON public.vacuum_probe (i)")
+            conn.execute("DELETE FROM public.vacuum_probe WHERE i % 2 = 0")
+            with vacuum_progress(db_url, conn.info.backend_pid, "probe vacuum"):
+                conn.execute("VACUUM ANALYZE public.vacuum_probe")
+            shown = capsys.readouterr().err
+            assert "probe vacuum" in shown and "vacuum: " in shown, shown[-500:]
+            with vacuum_progress(db_url, conn.info.backend_pid, "off", enabled=False):
+                conn.execute("VACUUM public.vacuum_probe")
+            assert "off" not in capsys.readouterr().err
+        finally:
+            conn.execute("DROP TABLE public.vacuum_probe")
