@@ -29,9 +29,9 @@ Label = Callable[[str, int], str]
 
 @contextmanager
 def _polled(url: str, pid: int, desc: str, query: str, label: Label, enabled: bool) -> Iterator[None]:
-    """While the block runs, poll ``query`` (total, done, phase of backend ``pid``) into a bar. A run is
-    counted when a report appears or its count goes back (a new command: the report names no relation for
-    every command). A failure to poll only ends the bar, never the work."""
+    """While the block runs, poll ``query`` (total, done, phase of backend ``pid``) into a bar. A new command
+    is counted when a report appears or its count goes back (not every report names its relation). A failure
+    to poll only ends the bar, never the work."""
     if not enabled:
         yield
         return
