@@ -451,7 +451,7 @@ BEGIN
         best AS (
             SELECT max(live.score) AS score FROM live WHERE live.id NOT IN (SELECT arch.id FROM arch))
         -- id and score first: the sort's tie-breaks (score, id) then read them at fixed offsets, not by walking
-        -- the wide text and vector columns (-2% of a call's instructions at the default pools, callgrind)
+        -- the wide text columns (-2% of a call's instructions at the default pools, callgrind)
         SELECT gated.id, gated.score, gated.key, gated.text, gated.category, gated.kind, gated.system_default,
                gated.created_at, gated.content_hash, gated.prio_label, gated.sim, gated.kw, gated.rec,
                gated.outc, gated.prio, gated.pools, gated.pool_ranks, gated.trig, gated.trig_rules, gated.trig_prio,
@@ -697,12 +697,14 @@ BEGIN
     ns := least(cardinality(surv), m_max);
     surv := surv[1:ns]; hashes := hashes[1:ns]; weeks := weeks[1:ns];
     -- the vectors of the survivors kept (NULL where a memory has none)
-    embs := ARRAY(SELECT (SELECT ev.embedding FROM spark.embeddings ev
-                          WHERE ev.tenant = CASE WHEN sysd[surv[x]] THEN spark.system_tenant() ELSE tenant END
-                            AND ev.memory_id = ids[surv[x]] AND ev.model_id = mdl.id)
-                  FROM generate_series(1, ns) x ORDER BY x);
-    scores := ARRAY(SELECT scores_all[x] FROM unnest(surv) x);
-    cats := ARRAY(SELECT cats_all[x] FROM unnest(surv) x);
+    -- with their scores and categories, in one statement
+    SELECT coalesce(array_agg((SELECT ev.embedding FROM spark.embeddings ev
+                               WHERE ev.tenant = CASE WHEN sysd[surv[x]] THEN spark.system_tenant() ELSE tenant END
+                                 AND ev.memory_id = ids[surv[x]] AND ev.model_id = mdl.id) ORDER BY x), '{}'),
+           coalesce(array_agg(scores_all[surv[x]] ORDER BY x), '{}'),
+           coalesce(array_agg(cats_all[surv[x]] ORDER BY x), '{}')
+    INTO embs, scores, cats
+    FROM generate_series(1, ns) x;
     sstatus := array_fill(NULL::text, ARRAY[ns]);
     maxsim := array_fill(0::double precision, ARRAY[ns]);
     penalty := array_fill(0::double precision, ARRAY[ns]);
