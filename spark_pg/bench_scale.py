@@ -12,7 +12,10 @@ size.
 from __future__ import annotations
 
 import contextlib
+import json
+import os
 import sys
+import tempfile
 import threading
 import time
 import uuid
@@ -150,7 +153,7 @@ def run(
             "k": spec.k,
             "queries": spec.queries,
             "model": embedder.spec.name,
-            "machine": {"cores": __import__("os").cpu_count()},
+            "machine": {"cores": os.cpu_count()},
             "complete": complete,
         }
 
@@ -196,9 +199,6 @@ def run(
 
 def _write_json(path: Path, data: dict[str, Any]) -> None:
     """``path`` replaced whole (a temporary file beside it, then a rename): never a half-written report."""
-    import json
-    import tempfile
-
     with tempfile.NamedTemporaryFile("w", dir=path.parent, prefix=f".{path.name}.", delete=False) as out:
         out.write(json.dumps(data, indent=1))
     Path(out.name).replace(path)
@@ -308,8 +308,6 @@ def cache_hints(report: dict[str, Any]) -> list[str]:
 
 def main(args: Any, settings: Settings) -> int:
     """`spark-pg bench scale`: run, print the table (or JSON), write the JSON report and the plot."""
-    import json
-
     from spark_pg.db import database_url
     from spark_pg.embedding import load_embedder
     from spark_pg.errors import InputError
