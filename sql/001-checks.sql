@@ -89,6 +89,23 @@ COMMENT ON FUNCTION spark._comparable_vector(vector) IS
     'Internal: a query vector as it is compared: itself, or at unit length when its norm is outside 1e-6..1e6 '
     '(the cosine is the same; the arithmetic stays finite).';
 
+CREATE OR REPLACE FUNCTION spark._check_nonzero_vector(v vector)
+RETURNS vector
+LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
+SET search_path = pg_catalog, @vector_schema@, pg_temp
+AS $fn$
+BEGIN
+    IF vector_norm(v) = 0 THEN
+        RAISE EXCEPTION 'query_embedding is the zero vector; cosine similarity is undefined'
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    RETURN v;
+END
+$fn$;
+COMMENT ON FUNCTION spark._check_nonzero_vector(vector) IS
+    'Internal: raise 22023 for the zero vector (a query vector with no direction, whether or not it is used); '
+    'else return it.';
+
 CREATE OR REPLACE FUNCTION spark._query_vector(query_embedding vector, dim integer, model text)
 RETURNS vector
 LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
@@ -99,11 +116,7 @@ BEGIN
         RAISE EXCEPTION 'query_embedding has % dimensions; the active model % makes % dimensions',
             vector_dims(query_embedding), model, dim USING ERRCODE = 'data_exception';
     END IF;
-    IF vector_norm(query_embedding) = 0 THEN
-        RAISE EXCEPTION 'query_embedding is the zero vector; cosine similarity is undefined'
-            USING ERRCODE = 'invalid_parameter_value';
-    END IF;
-    RETURN spark._comparable_vector(query_embedding);
+    RETURN spark._comparable_vector(spark._check_nonzero_vector(query_embedding));
 END
 $fn$;
 COMMENT ON FUNCTION spark._query_vector(vector, integer, text) IS

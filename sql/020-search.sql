@@ -31,10 +31,7 @@ BEGIN
     m := spark.active_model();
     IF m.id IS NULL THEN
         -- no model registered yet: nothing has a vector, so nothing can match; a zero vector is still wrong
-        IF vector_norm(query_embedding) = 0 THEN
-            RAISE EXCEPTION 'query_embedding is the zero vector; cosine similarity is undefined'
-                USING ERRCODE = 'invalid_parameter_value';
-        END IF;
+        PERFORM spark._check_nonzero_vector(query_embedding);
         RETURN;
     END IF;
     query_embedding := spark._query_vector(query_embedding, m.dim, m.name);
@@ -61,4 +58,4 @@ COMMENT ON FUNCTION spark.search_semantic(text, vector, integer, double precisio
     'flagged system_default); '
     'query_embedding: a vector from the active model (see spark.active_model()); k: 1-1000 results; '
     'min_similarity: drop hits below this cosine (-1..1). Errors: 22004 NULL tenant/k/embedding/min_similarity, '
-    '22023 bad k/min_similarity/zero vector, 22000 wrong dimension.';
+    '22023 empty or over-long tenant, bad k/min_similarity, zero vector; 22000 wrong dimension.';

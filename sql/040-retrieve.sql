@@ -165,7 +165,7 @@ BEGIN
             FROM (SELECT e.memory_id AS id, e.embedding <=> qvec AS dist
                   FROM spark.embeddings e
                   WHERE e.tenant = t AND e.model_id = _semantic_pool.model_id AND e.created_at <= as_of
-                  ORDER BY e.embedding <=> qvec
+                  ORDER BY e.embedding <=> qvec, e.memory_id  -- ties (equal vectors) by id: the same pool every call
                   LIMIT pool) s;
         ELSE
             -- either HNSW index: dimension, model and tenant as literals, so the planner can match a partial
@@ -285,7 +285,9 @@ BEGIN
         -- the memories they name; shadow rules never surface (the advisor logs their hits itself)
         trig AS MATERIALIZED (
             SELECT DISTINCT ON (mm.id) mm.id, r.confidence::double precision AS conf, r.priority, r.interrupt,
-                   array_agg(r.name) OVER (PARTITION BY mm.id) AS rules
+                   -- every matching rule's name, in the order the one counted is chosen (the first)
+                   array_agg(r.name) OVER (PARTITION BY mm.id ORDER BY r.confidence DESC, r.interrupt DESC, r.name
+                                           ROWS BETWEEN UNBOUNDED PRECEDING AND UNBOUNDED FOLLOWING) AS rules
             FROM spark.trigger_rules r
             JOIN spark.memories mm ON mm.tenant = ANY($1) AND mm.key = ANY(r.surface) AND mm.created_at <= $3
             WHERE $18 IS NOT NULL AND r.tenant = ANY($1) AND NOT r.shadow
@@ -306,7 +308,7 @@ BEGIN
             SELECT r.id, 'recent', row_number() OVER (ORDER BY r.created_at DESC, r.id), NULL::double precision FROM (
                 SELECT mm.id, mm.created_at FROM spark.memories mm
                 WHERE mm.tenant = ANY($1) AND mm.created_at <= $3 AND mm.created_at > $7
-                ORDER BY mm.created_at DESC LIMIT ($5 ->> 'pool_recent')::integer) r
+                ORDER BY mm.created_at DESC, mm.id LIMIT ($5 ->> 'pool_recent')::integer) r
             UNION ALL
             SELECT pb.id, 'random', row_number() OVER (ORDER BY pb.id), NULL::double precision FROM probes pb
             UNION ALL
@@ -317,7 +319,7 @@ BEGIN
             SELECT pn.id, 'pinned', row_number() OVER (ORDER BY pn.importance DESC, pn.id), NULL::double precision FROM (
                 SELECT mm.id, mm.importance FROM spark.memories mm
                 WHERE mm.tenant = ANY($1) AND mm.tier = 'pinned' AND mm.created_at <= $3
-                ORDER BY mm.importance DESC LIMIT ($5 ->> 'pool_pinned')::integer) pn),
+                ORDER BY mm.importance DESC, mm.id LIMIT ($5 ->> 'pool_pinned')::integer) pn),
         cand AS (
             SELECT pl.id, array_agg(pl.pool ORDER BY pl.pool) AS pools,
                    jsonb_object_agg(pl.pool, pl.rnk) AS pool_ranks, min(pl.dist) AS dist
@@ -582,8 +584,10 @@ BEGIN
     mdl := spark.active_model();
     IF query_embedding IS NOT NULL THEN
         IF mdl.id IS NULL THEN
+            PERFORM spark._check_nonzero_vector(query_embedding);  -- ignored, but never a valid query
             qsource := 'ignored: no embedding model registered yet';
         ELSIF p ->> 'query_model' IS NOT NULL AND p ->> 'query_model' <> mdl.name THEN
+            PERFORM spark._check_nonzero_vector(query_embedding);
             -- never compare vectors of two models (a client still on the old model during a switch)
             qsource := format('ignored: the query was embedded by %s, the active model is %s: lexical mode',
                               p ->> 'query_model', mdl.name);
@@ -842,8 +846,9 @@ $fn$;
 COMMENT ON FUNCTION spark.explain(text, text, vector, integer, jsonb) IS
     'Every candidate spark.retrieve considered, with its signals, fused score, gates and status (surfaced, or '
     'why it was dropped). Same parameters as spark.retrieve; surfaced rows come first, in rank order, with '
-    'rank set (NULL for the rest). Errors: those of spark.retrieve (22004 NULL tenant/query_text/k, 22023 '
-    'bad k/params/empty query, 22000 wrong embedding dimension).';
+    'rank set (NULL for the rest). Errors: those of spark.retrieve (22004 NULL tenant/query_text/k; 22023 '
+    'empty or over-long tenant, bad k/params, empty query, query_text over 10,000 characters, zero vector; '
+    '22000 wrong embedding dimension).';
 
 DROP FUNCTION IF EXISTS spark.retrieve(text, text, vector, integer, jsonb);
 CREATE OR REPLACE FUNCTION spark.retrieve(
@@ -868,5 +873,6 @@ COMMENT ON FUNCTION spark.retrieve(text, text, vector, integer, jsonb) IS
     'query-embedding cache); query_embedding: its vector from the active model, or NULL for lexical mode '
     '(or a cached vector); k: 1-1000 results; params: overrides of spark.retrieve_defaults() (as_of, fusion, '
     'pool sizes, weights, gates, precision_mode, diversity). Returns surfaced memories in order with score, '
-    'separate signals, pools and why. Errors: 22004 NULL tenant/query_text/k, 22023 bad k/params/empty query, '
-    '22000 wrong embedding dimension.';
+    'separate signals, pools and why. Errors: 22004 NULL tenant/query_text/k; 22023 empty or over-long '
+    'tenant, bad k/params, empty query, query_text over 10,000 characters, zero vector; 22000 wrong embedding '
+    'dimension.';

@@ -100,7 +100,10 @@ BEGIN
         RAISE EXCEPTION 'outcome must be followed, helpful, unhelpful or ignored, got %', quote_literal(outcome)
             USING ERRCODE = 'invalid_parameter_value';
     END IF;
-    IF source IS NULL OR source = '' OR length(source) > 64 THEN
+    IF source IS NULL THEN
+        RAISE EXCEPTION 'source must not be NULL' USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    IF source = '' OR length(source) > 64 THEN
         RAISE EXCEPTION 'source must be 1 to 64 characters' USING ERRCODE = 'invalid_parameter_value';
     END IF;
     SELECT m.tenant INTO owner FROM spark.memories m
@@ -147,8 +150,9 @@ COMMENT ON FUNCTION spark.record_outcome(text, bigint, text, bigint, text, text)
     '(spark.advise), whose session it inherits; session_id: the agent session; source: who says so (api, '
     'hook, user). Updates the memory''s counters and reliability, (successes + 1) / (successes + failures + '
     '0.25 x ignored + 2), except for pack memories, whose shared reliability no single tenant moves. Returns '
-    'the reliability. Errors: 22004 NULL tenant, memory_id or outcome; 22023 unknown outcome, a memory or '
-    'retrieval not of this tenant, bad source, an empty session_id or one over 256 characters.';
+    'the reliability. Errors: 22004 NULL tenant, memory_id, outcome or source; 22023 empty or over-long '
+    'tenant, unknown outcome, a memory or retrieval not of this tenant, a source not of 1 to 64 characters, '
+    'an empty session_id or one over 256 characters.';
 
 CREATE OR REPLACE FUNCTION spark.north_star(tenant text DEFAULT NULL, since timestamptz DEFAULT NULL)
 RETURNS TABLE (tenant_name text, sessions bigint, sessions_helped bigint, share double precision,

@@ -265,7 +265,7 @@ COMMENT ON FUNCTION spark.revalue_apply(text, jsonb, text) IS
     'in order: the current (old) importance, the decided (new) one, whether it was written, the tier and '
     'the status (raised, lowered, kept, or skipped: changed since sampled). A memory archived by '
     'spark.assign_tiers for low importance alone returns to active when raised to 0.3 or more. Errors: '
-    '22004 NULL tenant, decisions or decided_by; 22023 decisions not an array, an entry that is not an '
-    'object, lacks id or importance, has an unknown field, an importance or expected outside 0..1, a reason '
-    'over 1,000 characters, an id that is not the tenant''s memory or repeats, a key that does not match '
-    '(the message names decisions[i], 0-based), a bad decided_by.';
+    '22004 NULL tenant, decisions or decided_by; 22023 an empty or over-long tenant, decisions not an '
+    'array, an entry that is not an object, lacks id or importance, has an unknown field, an importance or '
+    'expected outside 0..1, a reason over 1,000 characters, an id that is not the tenant''s memory or '
+    'repeats, a key that does not match (the message names decisions[i], 0-based), a bad decided_by.';

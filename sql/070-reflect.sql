@@ -129,6 +129,7 @@ BEGIN
     mdl := spark.active_model();
     IF query_embedding IS NOT NULL THEN
         IF mdl.id IS NULL THEN
+            PERFORM spark._check_nonzero_vector(query_embedding);  -- ignored, but never a valid query
             qsource := 'ignored: no embedding model registered yet (lexical fallback over the descriptors)';
         ELSE
             qvec := spark._query_vector(query_embedding, mdl.dim, mdl.name);
@@ -138,8 +139,12 @@ BEGIN
         qsource := 'none: lexical fallback over the descriptors';
     END IF;
     IF qvec IS NULL AND query_text !~ '\S' THEN  -- blank: spaces, tabs, newlines or nothing
-        RAISE EXCEPTION 'query_text must not be empty when query_embedding is NULL'
-            USING ERRCODE = 'invalid_parameter_value';
+        IF query_embedding IS NULL THEN
+            RAISE EXCEPTION 'query_text must not be empty when query_embedding is NULL'
+                USING ERRCODE = 'invalid_parameter_value';
+        END IF;
+        RAISE EXCEPTION 'query_text must not be empty: query_embedding is ignored while no embedding model is '
+                        'registered' USING ERRCODE = 'invalid_parameter_value';
     END IF;
     IF k = 0 THEN
         RETURN;
@@ -172,6 +177,7 @@ BEGIN
                   -- the literal kind list lets a partial index on the kinds serve this scan
                   WHERE m.tenant = reflect.tenant AND m.kind IN ('trace', 'learning') AND m.kind = ANY(kinds)
                     AND m.created_at <= at
+                    AND (want IS NULL OR m.kind <> 'trace' OR m.metadata ->> 'outcome' = want)
                   ORDER BY 2, 1
                   LIMIT pool) s;
         ELSE
@@ -186,10 +192,11 @@ BEGIN
                       JOIN spark.memories m ON m.tenant = e.tenant AND m.id = e.memory_id
                       WHERE e.tenant = %2$L AND e.model_id = %3$s AND e.created_at <= $2
                         AND m.kind IN ('trace', 'learning') AND m.kind = ANY($3)
+                        AND ($5 IS NULL OR m.kind <> 'trace' OR m.metadata ->> 'outcome' = $5)
                       ORDER BY e.embedding::vector(%1$s) <=> $1::vector(%1$s)
                       LIMIT $4) s $q$, mdl.dim, tenant, mdl.id)
             INTO sem_ids, sem_dist
-            USING qvec, at, kinds, pool;
+            USING qvec, at, kinds, pool, want;
         END IF;
     END IF;
 
@@ -211,6 +218,7 @@ BEGIN
             FROM spark.memories mm
             WHERE cardinality(lexkeys) > 0 AND spark._tenant_lexemes(mm.tenant, mm.tsv) && lexkeys
               AND mm.tenant = reflect.tenant AND mm.kind = ANY(kinds) AND mm.created_at <= at
+              AND (want IS NULL OR mm.kind <> 'trace' OR mm.metadata ->> 'outcome' = want)
               AND (qvec IS NULL OR NOT EXISTS (
                        SELECT 1 FROM spark.embeddings e
                        WHERE e.tenant = mm.tenant AND e.memory_id = mm.id AND e.model_id = mdl.id))) x
@@ -325,7 +333,8 @@ COMMENT ON FUNCTION spark.reflect(text, text, vector, integer, jsonb) IS
     'descriptor holds when either side has no vector; matches need score >= min_score. Returns rank, the '
     'memory, outcome, score, similarity, keyword_score, recency, age_days, linked_to and why. Reads only. '
     'Errors: 22004 NULL tenant, query_text or k; 22023 empty or over-long tenant, negative k, bad params '
-    '(naming the key), empty query_text without an embedding, zero vector; 22000 wrong embedding dimension.';
+    '(naming the key), empty query_text without a usable embedding, query_text over 10,000 characters, zero '
+    'vector; 22000 wrong embedding dimension.';
 
 DROP FUNCTION IF EXISTS spark.advise_with_warnings(text, text, vector, integer, jsonb, text, text, text,
                                                    double precision, integer, jsonb);

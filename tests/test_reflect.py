@@ -455,3 +455,68 @@ def test_nothing_is_written_when_the_warning_part_fails(conn: Conn, embedder: Em
     with pytest.raises(errors.InvalidParameterValue, match="warning_k must be between 0 and 20"):
         bad.advise(*EDIT, "fix the auth token refresh")
     assert calls() == before
+
+
+# --- the outcome filter comes before the pool ---------------------------------------------------------
+
+
+def add_outcome_trace(conn: Conn, tenant: str, key: str, descriptor: str, outcome: str, vector: Any) -> None:
+    """A trace with its outcome, and (unless ``vector`` is None) its vector of the active model."""
+    conn.execute(
+        """WITH m AS (
+               INSERT INTO spark.memories (tenant, key, kind, text, descriptor, content_hash, metadata,
+                                           action_domain, actionability)
+               VALUES (%(t)s, %(k)s, 'trace', %(d)s, %(d)s, sha256(convert_to(%(k)s, 'UTF8')), %(meta)s,
+                       'general', 0)
+               RETURNING tenant, id, created_at)
+           INSERT INTO spark.embeddings (tenant, memory_id, model_id, created_at, embedding)
+           SELECT m.tenant, m.id, (SELECT id FROM spark.active_model()), m.created_at, %(v)s::vector FROM m
+           WHERE %(v)s::vector IS NOT NULL""",
+        {"t": tenant, "k": key, "d": descriptor, "meta": Jsonb({"outcome": outcome}), "v": vector},
+    )
+
+
+def unit_mix(dim: int, second: float) -> str:
+    """The first axis plus ``second`` of the second: further from the first axis as ``second`` grows."""
+    return "[" + ",".join(["1", str(second)] + ["0"] * (dim - 2)) + "]"
+
+
+@pytest.mark.parametrize("exact_scan_max", [7000, 0])  # the exact scan and the HNSW scan
+def test_a_failure_behind_a_full_pool_of_nearer_successes_is_found_by_vector(
+    conn: Conn, exact_scan_max: int
+) -> None:
+    row = conn.execute("SELECT dim FROM spark.active_model()").fetchone()
+    assert row is not None
+    dim = int(row[0])
+    tenant = "outcome-pool-vec"
+    for i in range(6):
+        add_outcome_trace(
+            conn, tenant, f"trace:ok{i}", f"Intent: task {i}", "success", unit_mix(dim, 0.01 * i)
+        )
+    add_outcome_trace(conn, tenant, "trace:bad", "Intent: task bad", "failure", unit_mix(dim, 1))
+    params = {"pool": 5, "outcome": "failure", "min_score": 0, "exact_scan_max": exact_scan_max}
+    # the 5 nearest are successes: filtered after the pool was cut, the outcome once left nothing
+    rows = reflect(conn, "task", unit_mix(dim, 0), params=params, tenant=tenant)
+    assert [(r["key"], r["outcome"], r["why"]["match"]) for r in rows] == [
+        ("trace:bad", "failure", "semantic")
+    ]
+    assert rows[0]["why"]["semantic_scan"] == ("exact" if exact_scan_max else "hnsw")
+
+
+def test_a_failure_behind_a_full_pool_of_better_lexical_successes_is_found(conn: Conn) -> None:
+    tenant = "outcome-pool-lex"
+    for i in range(6):
+        add_outcome_trace(
+            conn, tenant, f"trace:ok{i}", f"Intent: deploy the payments service {i}", "success", None
+        )
+    add_outcome_trace(conn, tenant, "trace:bad", "Intent: deploy the billing job", "failure", None)
+    query = "deploy the payments service"
+    every = reflect(conn, query, None, k=10, params={"pool": 5, "min_score": 0}, tenant=tenant)
+    # the pool of 5: successes matching 3 words each, not the failure matching 1
+    assert {r["outcome"] for r in every} == {"success"}
+    rows = reflect(conn, query, None, params={"pool": 5, "outcome": "failure", "min_score": 0}, tenant=tenant)
+    assert [(r["key"], r["outcome"], r["why"]["match"]) for r in rows] == [
+        ("trace:bad", "failure", "lexical")
+    ]
+    assert rows[0]["keyword_score"] == pytest.approx(1 / 3, abs=1e-4)  # deploy, of deploy, payment, servic
+    # filtered after the lexical pool was cut, the outcome once left nothing here too

@@ -353,3 +353,89 @@ def test_the_random_pool_does_not_depend_on_the_tenant_statistics(conn: Conn) ->
     assert all(run == runs["none"] for run in runs.values()), runs
     sampled = [mid for query in runs["none"] for mid in query]
     assert len(sampled) >= 12 * 8 and set(sampled) <= old  # old memories only, the pool mostly filled
+
+
+# --- the pools are the same on every call: ties broken by id -------------------------------------------
+
+
+def add_in_descending_id_order(conn: Conn, tenant: str, n: int, created_at: datetime, tier: str) -> list[int]:
+    """``n`` memories alike but for their ids, written highest id first (so the table's order is not the
+    ids' order, which a scan without the id tie-break followed); returns their ids, lowest first."""
+    conn.execute(
+        """INSERT INTO spark.memories (id, tenant, key, text, descriptor, content_hash, created_at, tier)
+           OVERRIDING SYSTEM VALUE
+           SELECT g.id, %(t)s, 'm' || g.id, 'plain note ' || g.id, 'plain note ' || g.id,
+                  sha256(convert_to('tie' || g.id, 'UTF8')), %(at)s, %(tier)s
+           FROM (SELECT nextval(pg_get_serial_sequence('spark.memories', 'id')) AS id
+                 FROM generate_series(1, %(n)s)) g
+           ORDER BY g.id DESC""",
+        {"t": tenant, "at": created_at, "tier": tier, "n": n},
+    )
+    return [
+        r[0] for r in conn.execute("SELECT id FROM spark.memories WHERE tenant = %s ORDER BY id", (tenant,))
+    ]
+
+
+def pool_members(conn: Conn, tenant: str, pool: str, params: dict[str, Any]) -> set[int]:
+    rows = conn.execute(
+        "SELECT memory_id, pools FROM spark.explain(%s, 'zzz qqq', NULL, 20, %s)",
+        (tenant, Jsonb({"as_of": NOW.isoformat(), "include_system": False} | params)),
+    ).fetchall()
+    return {mid for mid, pools in rows if pool in pools}
+
+
+def touch(conn: Conn, ids: list[int]) -> None:
+    """A new row version for each (it moves in the table, its id stays)."""
+    conn.execute("UPDATE spark.memories SET metadata = '{\"touched\": true}' WHERE id = ANY(%s)", (ids,))
+
+
+def test_the_pinned_pool_breaks_importance_ties_by_id(conn: Conn) -> None:
+    tenant = "pinned-ties"
+    ids = add_in_descending_id_order(conn, tenant, 15, NOW - timedelta(days=30), "pinned")
+    params = {"pool_pinned": 10}
+    assert pool_members(conn, tenant, "pinned", params) == set(ids[:10])  # not the 10 written first
+    touch(conn, ids[:5])
+    assert pool_members(conn, tenant, "pinned", params) == set(ids[:10])
+
+
+def test_the_recent_pool_breaks_created_at_ties_by_id(conn: Conn) -> None:
+    row = conn.execute("SELECT (spark.retrieve_defaults() ->> 'pool_recent')::integer").fetchone()
+    assert row is not None
+    pool = int(row[0])
+    tenant = "recent-ties"
+    ids = add_in_descending_id_order(conn, tenant, pool + 5, NOW - timedelta(days=1), "active")
+    assert pool_members(conn, tenant, "recent", {}) == set(ids[:pool])
+    touch(conn, ids[:5])
+    assert pool_members(conn, tenant, "recent", {}) == set(ids[:pool])
+
+
+def test_why_lists_every_matching_trigger_rule_in_the_order_one_is_chosen(conn: Conn) -> None:
+    tenant = "rule-order"
+    conn.execute(
+        """INSERT INTO spark.memories (tenant, key, text, descriptor, content_hash, created_at)
+           VALUES (%s, 'backup', %s, %s, '\\x00', %s)""",
+        (
+            tenant,
+            "Take a snapshot of the cluster state first.",
+            "Take a snapshot first.",
+            NOW - timedelta(days=2),
+        ),
+    )
+    # written in another order than the expected one: confidence, then interrupt, then name
+    for name, confidence, interrupt in (
+        ("low", 0.2, False),
+        ("mid-b", 0.5, False),
+        ("high", 0.9, False),
+        ("mid-a", 0.5, False),
+        ("mid-stop", 0.5, True),
+    ):
+        conn.execute(
+            "SELECT spark.put_trigger_rule(%s, %s, 'rm -rf', ARRAY['backup'], confidence => %s::real,"
+            " interrupt => %s)",
+            (tenant, name, confidence, interrupt),
+        )
+    rows = retrieve(conn, None, "Bash rm -rf ./build", tenant=tenant, include_system=False)
+    assert keys(rows) == ["backup"]
+    trigger = rows[0]["why"]["trigger"]
+    assert trigger["rules"] == ["high", "mid-stop", "mid-a", "mid-b", "low"]
+    assert trigger["confidence"] == pytest.approx(0.9) and trigger["interrupt"] is False  # the first one's

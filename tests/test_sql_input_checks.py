@@ -3,6 +3,7 @@ message naming the parameter, or (where NULL has a meaning) answered as document
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import psycopg
@@ -242,3 +243,161 @@ def test_the_why_helper_is_stable_not_immutable(conn: Conn) -> None:
     # its week is to_char of a timestamptz, which follows the session's TimeZone
     row = conn.execute("SELECT provolatile FROM pg_proc WHERE oid = 'spark._why'::regproc").fetchone()
     assert row == ("s",)
+
+
+def without_a_model(conn: Conn) -> None:
+    """No active embedding model for the rest of the test (other modules may have committed one)."""
+    conn.execute("UPDATE spark.embedding_models SET active = false WHERE active")
+    assert conn.execute("SELECT id FROM spark.active_model()").fetchone() == (None,)
+
+
+@pytest.mark.parametrize("blank", ["", "  "])
+def test_reflect_without_a_model_refuses_a_blank_query_saying_the_vector_is_ignored(
+    conn: Conn, blank: str
+) -> None:
+    without_a_model(conn)
+    refused(  # it used to say "when query_embedding is NULL", though a vector was given
+        conn,
+        "SELECT * FROM spark.reflect('t', %s, '[1,0,0]'::vector, 5)",
+        (blank,),
+        errors.InvalidParameterValue,
+        "query_text must not be empty: query_embedding is ignored while no embedding model is registered",
+    )
+
+
+@pytest.mark.parametrize("function", ["retrieve", "explain", "reflect"])
+def test_a_zero_vector_is_refused_even_without_a_model(conn: Conn, function: str) -> None:
+    without_a_model(conn)
+    refused(
+        conn,
+        f"SELECT * FROM spark.{function}('t', 'deploy', '[0,0,0]'::vector, 5)",
+        (),
+        errors.InvalidParameterValue,
+        "zero vector",
+    )
+
+
+def test_retrieve_refuses_a_zero_vector_of_another_model(conn: Conn) -> None:
+    conn.execute("SELECT spark.register_model('zero-test-model', %s, 'mean', 256)", (DIM,))
+    conn.execute("SELECT * FROM spark.activate_model('zero-test-model')")
+    sql = "SELECT * FROM spark.retrieve('t', 'deploy', %s::vector, 5, '{\"query_model\": \"older-model\"}')"
+    conn.execute(sql, ("[1,0,0]",)).fetchall()  # another model's vector: ignored, lexical mode
+    refused(conn, sql, ("[0,0,0]",), errors.InvalidParameterValue, "zero vector")
+
+
+def test_record_outcome_refuses_a_null_source_with_22004(conn: Conn) -> None:
+    refused(  # it used to be 22023, as for a bad source
+        conn,
+        "SELECT spark.record_outcome('t', 1, 'helpful', source => NULL)",
+        (),
+        errors.NullValueNotAllowed,
+        "source must not be NULL",
+    )
+
+
+@pytest.mark.parametrize(
+    ("tenant", "outcome", "source", "error", "message"),
+    [
+        (None, "helpful", "api", errors.NullValueNotAllowed, "tenant must not be NULL"),
+        ("t", None, "api", errors.NullValueNotAllowed, "outcome must not be NULL"),
+        ("", "helpful", "api", errors.InvalidParameterValue, "tenant must be 1 to 128 characters"),
+        ("t", "helpful", "", errors.InvalidParameterValue, "source must be 1 to 64 characters"),
+        ("t", "helpful", "s" * 65, errors.InvalidParameterValue, "source must be 1 to 64 characters"),
+    ],
+)
+def test_record_outcome_edges_name_the_argument(
+    conn: Conn, tenant: str | None, outcome: str | None, source: str, error: type[Exception], message: str
+) -> None:
+    refused(
+        conn,
+        "SELECT spark.record_outcome(%s, 1, %s, source => %s)",
+        (tenant, outcome, source),
+        error,
+        message,
+    )
+
+
+@pytest.mark.parametrize(
+    ("query", "k", "error", "message"),
+    [
+        (None, 5, errors.NullValueNotAllowed, "query_text must not be NULL"),
+        ("deploy", None, errors.NullValueNotAllowed, "k must not be NULL"),
+        ("deploy", 0, errors.InvalidParameterValue, "k must be between 1 and 1000"),
+    ],
+)
+def test_advise_edges_name_the_argument(
+    conn: Conn, query: str | None, k: int | None, error: type[Exception], message: str
+) -> None:
+    refused(conn, "SELECT * FROM spark.advise('t', %s, NULL, %s)", (query, k), error, message)
+
+
+def test_advise_for_a_tenant_without_memories_answers_nothing(conn: Conn) -> None:
+    rows = conn.execute(
+        "SELECT * FROM spark.advise('nobody-here', 'deploy', NULL, 5, '{\"include_system\": false}')"
+    ).fetchall()
+    assert rows == []
+
+
+def add_failure_trace(conn: Conn, tenant: str) -> None:
+    text = "Intent: deploy the payments service | Outcome: failure | Issue: the migration locked the table"
+    conn.execute(
+        """INSERT INTO spark.memories (tenant, key, kind, text, descriptor, content_hash, metadata,
+                                       action_domain, actionability)
+           VALUES (%(t)s, 'trace:deploy', 'trace', %(d)s, %(d)s, sha256('x'), '{"outcome": "failure"}',
+                   'general', 0)""",
+        {"t": tenant, "d": text},
+    )
+
+
+@pytest.mark.parametrize(
+    ("min_score", "k", "message"),
+    [
+        (None, 2, "warning_min_score must not be NULL"),
+        (0.5, None, "warning_k must not be NULL"),
+        (None, None, "warning_k must not be NULL"),
+    ],
+)
+def test_advise_with_warnings_refuses_a_null_warning_argument_with_22004(
+    conn: Conn, min_score: float | None, k: int | None, message: str
+) -> None:
+    refused(
+        conn,
+        """SELECT * FROM spark.advise_with_warnings('t', 'deploy', NULL, 5,
+               warning_min_score => %s::double precision, warning_k => %s::integer)""",
+        (min_score, k),
+        errors.NullValueNotAllowed,
+        message,
+    )
+
+
+def test_advise_with_warnings_gives_no_warning_for_warning_k_zero(conn: Conn) -> None:
+    add_failure_trace(conn, "warn-zero")
+    sql = """SELECT count(*) FILTER (WHERE warning), count(*) FILTER (WHERE NOT warning)
+             FROM spark.advise_with_warnings('warn-zero', 'deploy the payments service', NULL, 5,
+                                             '{"include_system": false}', warning_min_score => 0,
+                                             warning_k => %s)"""
+    warned = conn.execute(sql, (2,)).fetchone()
+    assert warned is not None and warned[0] == 1  # the past failure, found by its words
+    assert conn.execute(sql, (0,)).fetchone() == (0, warned[1])  # the advice alone, unchanged
+
+
+def test_advise_with_warnings_for_a_tenant_without_memories_answers_nothing(conn: Conn) -> None:
+    rows = conn.execute(
+        """SELECT * FROM spark.advise_with_warnings('nobody-here', 'deploy', NULL, 5,
+                                                    '{"include_system": false}', warning_min_score => 0)"""
+    ).fetchall()
+    assert rows == []
+
+
+def test_revalue_apply_on_a_tenant_without_memories(conn: Conn) -> None:
+    assert conn.execute("SELECT * FROM spark.revalue_apply('nobody-here', '[]')").fetchall() == []
+    add_failure_trace(conn, "revalue-other")  # a real id, of another tenant
+    row = conn.execute("SELECT id FROM spark.memories WHERE tenant = 'revalue-other'").fetchone()
+    assert row is not None
+    refused(
+        conn,
+        "SELECT * FROM spark.revalue_apply('nobody-here', %s)",
+        (Jsonb([{"id": row[0], "importance": 0.5}]),),
+        errors.InvalidParameterValue,
+        re.escape(f"decisions[0]: id {row[0]} is not a memory of tenant 'nobody-here'"),
+    )
