@@ -25,8 +25,9 @@ from spark_pg.advisor import Advisor, AdvisorOptions
 from spark_pg.config import REFLECT_PARAM_KEYS, RETRIEVE_PARAM_KEYS, Settings, load_settings
 from spark_pg.db import connect, database_url
 from spark_pg.embedding import Embedder, Vector, load_embedder
-from spark_pg.errors import InputError, ModelNotAvailable
+from spark_pg.errors import InputError
 from spark_pg.ingest import IngestResult, ingest
+from spark_pg.query_model import QueryModel
 from spark_pg.records import MemoryIn, read_file, validate_row
 from spark_pg.retrieve import Candidate, Retrieved, explain, retrieve
 from spark_pg.traces.reflect import Reflection
@@ -42,6 +43,8 @@ class SparkClient:
         self.settings = settings or load_settings()
         self._url = url
         self._conn: psycopg.Connection[Any] | None = None
+        # reads run lexically while the model cannot load (a warning is logged); writes need the model
+        self.query_model = QueryModel(self.settings, warn=log.warning)
 
     @property
     def url(self) -> str:
@@ -131,12 +134,8 @@ class SparkClient:
         says so in ``why.mode`` and a warning is logged (never a made-up vector)."""
         if not query or not query.strip():
             raise InputError("query must not be empty")
-        try:
-            embedder = self.embedder
-        except ModelNotAvailable as exc:
-            log.warning("no embedding model, retrieval runs lexically: %s", exc)
-            return None
-        return embedder.embed_query(query)
+        embedder = self.query_model()
+        return None if embedder is None else embedder.embed_query(query)
 
     def _call(self, query: str, k: int | None, params: Mapping[str, Any] | None) -> dict[str, Any]:
         """The arguments search and explain share: query vector, k and params from the settings."""
@@ -197,7 +196,7 @@ class SparkClient:
     def advisor(self, tenant: str, *, session_id: str | None = None, **options: Any) -> Advisor:
         """An Advisor on this client's connection and model, with the configured reflection settings."""
         opts = self.reflection_options(**options)
-        return Advisor(self.conn, self.embedder, tenant, session_id=session_id, options=opts)
+        return Advisor(self.conn, self.query_model(), tenant, session_id=session_id, options=opts)
 
     def reflect(
         self, tenant: str, text: str, k: int | None = None, params: Mapping[str, Any] | None = None

@@ -120,7 +120,14 @@ def _installed_revision(conn: psycopg.Connection[Any]) -> str | None:
     exists = conn.execute("SELECT to_regclass(%s)", (f"public.{VERSION_TABLE}",)).fetchone()
     if not exists or exists[0] is None:
         return None
-    row = conn.execute(f"SELECT version_num FROM public.{VERSION_TABLE}").fetchone()
+    try:
+        row = conn.execute(f"SELECT version_num FROM public.{VERSION_TABLE}").fetchone()
+    except psycopg.errors.InsufficientPrivilege as exc:
+        # a tenant role under row-level security without the documented grants (docs/security.md)
+        raise DatabaseError(
+            f"role {conn.info.user} cannot read public.{VERSION_TABLE}, which every client checks: "
+            f"GRANT SELECT ON public.{VERSION_TABLE} TO it (docs/security.md, rls-grants)"
+        ) from exc
     return None if row is None else str(row[0])
 
 

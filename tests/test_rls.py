@@ -14,8 +14,12 @@ from typing import Any
 import psycopg
 import pytest
 from psycopg import errors, sql
+from psycopg.conninfo import make_conninfo
 
+from spark_pg.client import SparkClient
+from spark_pg.config import Settings, load_settings
 from spark_pg.db import connect
+from spark_pg.errors import DatabaseError
 from tests.conftest import temp_database
 
 Conn = psycopg.Connection[Any]
@@ -295,3 +299,40 @@ def test_the_setting_variant_for_a_shared_pool_role(rls_db: tuple[str, Roles]) -
         for call in ("retrieve", "retrieve+vec", "explain", "search_semantic", "reflect"):
             assert tenants_of(admin, ids(alice_asks_bob[call])) <= {"_system"}, call
         assert alice_asks_bob["advise"] == "42501"
+
+
+def test_a_tenant_role_uses_the_python_client_with_the_documented_grants(
+    rls_db: tuple[str, Roles], tmp_path: Path
+) -> None:
+    """What docs/security.md promises a tenant role: deferred ingest and search through SparkClient (which
+    checks the schema revision first); without the version table's grant, an error saying which grant."""
+    url, roles = rls_db
+    with connect(url, autocommit=True) as admin:
+        admin.execute(renamed(doc_block("rls-grants"), roles))
+        admin.execute(renamed(doc_block("rls-tenant"), roles))
+        admin.execute(renamed(doc_block("rls-policies"), roles))
+        admin.execute(sql.SQL("ALTER ROLE {} PASSWORD 'rls-test'").format(sql.Identifier(roles.alice)))
+    # no model files: the search runs lexically (the database's model is a test model anyway)
+    settings = Settings({**load_settings().as_dict(), "embedding.model_dir": tmp_path / "none"}, None)
+    alice = make_conninfo(url, user=roles.alice, password="rls-test")
+    with SparkClient(settings, url=alice) as client:
+        client.add(roles.alice, "Pin the base image digest in every Dockerfile.", key="pin", defer=True)
+        hits = client.search(roles.alice, "pin the base image digest", k=20)
+        foreign = client.search(roles.bob, QUERY, k=20)
+    with connect(url) as admin:
+        assert "pin" in [h.key for h in hits]
+        assert tenants_of(admin, [h.memory_id for h in hits]) <= {roles.alice, "_system"}
+        assert tenants_of(admin, [h.memory_id for h in foreign]) <= {"_system"}
+        queued = admin.execute(
+            "SELECT count(*) FROM spark.embed_queue WHERE tenant = %s", (roles.alice,)
+        ).fetchone()
+        assert queued == (1,)  # the worker (the owner) embeds it later
+        admin.execute(
+            sql.SQL("REVOKE SELECT ON public.spark_alembic_version FROM {}").format(
+                sql.Identifier(roles.group)
+            )
+        )
+        admin.commit()
+    refused = SparkClient(settings, url=alice)
+    with pytest.raises(DatabaseError, match=r"GRANT SELECT ON public\.spark_alembic_version"), refused:
+        refused.search(roles.alice, "pin the base image digest")

@@ -144,10 +144,13 @@ class Lab:
     def log(self, name: str) -> str:
         return tail(self.logs / f"{name}.log", 100_000)
 
-    def run(self, name: str, args: list[str], timeout: float = 120) -> subprocess.CompletedProcess[str]:
-        """Run ``spark-pg ARGS`` to its end (stderr kept in ``logs/NAME.log`` too)."""
+    def run(
+        self, name: str, args: list[str], timeout: float = 120, stdin: str | None = None
+    ) -> subprocess.CompletedProcess[str]:
+        """Run ``spark-pg ARGS`` to its end (stderr kept in ``logs/NAME.log`` too), ``stdin`` as its input."""
         done = subprocess.run(
             [*spark_pg_command(), *args],
+            input=stdin,
             env=self.env,
             capture_output=True,
             text=True,

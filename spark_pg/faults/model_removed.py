@@ -1,7 +1,7 @@
 """Scenario c, **model files removed**: retrieval still answers, lexically, and says why (``why.mode`` is
-``lexical``, a warning names the missing files); an ingest that needs the model fails with
-ModelNotAvailable and writes nothing; ``--defer-embedding`` still stores; with the files back the next
-process is hybrid again and a worker drains what was deferred."""
+``lexical``, a warning names the missing files), and so does a hook's advice; an ingest that needs the
+model fails with ModelNotAvailable and writes nothing; ``--defer-embedding`` still stores; with the files
+back the next process is hybrid again and a worker drains what was deferred."""
 
 from __future__ import annotations
 
@@ -62,6 +62,7 @@ def _without_model(lab: Lab, s: Scenario, tenant: str, new_tenant: str, path: Pa
         "retrieval runs lexically" in found.stderr and "model.onnx" in found.stderr,
         found.stderr.strip()[:160],
     )
+    _hook_without_model(lab, s, tenant)
     s.equal("ingest with embedding exits 2 (a spark_pg error)", refused.returncode, 2)
     s.that(
         "its error is ModelNotAvailable naming the folder and the missing files",
@@ -82,3 +83,31 @@ def _without_model(lab: Lab, s: Scenario, tenant: str, new_tenant: str, path: Pa
         worker.returncode,
     )
     s.equal("queue left untouched by it", counts(lab, new_tenant)["queued"], deferred)
+
+
+def _hook_without_model(lab: Lab, s: Scenario, tenant: str) -> None:
+    """A PreToolUse hook with no server and no model: the advisor runs (its call is logged), lexically,
+    and the hook says why in its one stderr line; it never fails the agent's tool call."""
+    session = "faults-c-hook"
+    event = {
+        "session_id": session,
+        "hook_event_name": "PreToolUse",
+        "tool_name": "Bash",
+        "tool_input": {"command": f"git commit -m '{QUERY}'"},
+    }
+    hook = lab.run(
+        "hook-no-model",
+        ["hook", "pre-tool-use", "--tenant", tenant, "--socket", str(lab.home / "no-server.sock")],
+        stdin=json.dumps(event),
+    )
+    s.equal("a hook without the model exits 0", hook.returncode, 0)
+    s.that(
+        "it says its advice is lexical: 'warning: no embedding model'",
+        "warning: no embedding model, retrieval runs lexically" in hook.stderr,
+        hook.stderr.strip()[:160],
+    )
+    with lab.connect() as conn:
+        row = conn.execute(
+            "SELECT count(*) FROM spark.retrievals WHERE tenant = %s AND session_id = %s", (tenant, session)
+        ).fetchone()
+    s.equal("its advise call was made and logged", row[0] if row else 0, 1)

@@ -157,6 +157,8 @@ def answer(args: argparse.Namespace, request: dict[str, Any], deadline: float) -
         response = run_local(with_budget(request, deadline - now), received=now)
     if not response.get("ok"):
         raise RuntimeError(str(response.get("error") or "the server refused the request"))
+    if response.get("warning"):  # e.g. no model: the advice is lexical
+        _diagnose(f"warning: {response['warning']}")
     output = response.get("output")
     return output if isinstance(output, dict) else None
 

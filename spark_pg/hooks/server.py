@@ -7,6 +7,10 @@ it or answers on the socket, and removes a stale socket file (only a socket: any
 left alone and the server refuses to start); SIGTERM and SIGINT stop it cleanly (the
 socket file is removed, the pool closed).
 
+Without the model files the server still starts and answers lexically (one warning in its log), and tries
+to load the model again at most every ``query_model.RETRY_S`` seconds: once the files are back, advice is
+hybrid again without a restart.
+
 When the database goes away (a crash, a restart) the server keeps running: requests answer with an error
 at once or when their deadline passes, the pool replaces broken connections and, after
 ``RECONNECT_TIMEOUT_S`` of failed attempts (1 s, then 2 s apart), stops trying until the next request, which
@@ -35,10 +39,11 @@ from psycopg_pool import ConnectionPool
 from spark_pg import schema
 from spark_pg.config import Settings
 from spark_pg.db import database_url, register_vector_if_present
-from spark_pg.embedding import Embedder, load_embedder
+from spark_pg.embedding import Embedder
 from spark_pg.errors import SparkPgError
 from spark_pg.hooks import wire
 from spark_pg.hooks.service import Conn, HookService, hook_conninfo, retrieve_params
+from spark_pg.query_model import QueryModel
 
 POOL_MAX = 4
 HANDLER_TIMEOUT_S = 10.0  # a client that sends nothing is dropped after this
@@ -203,25 +208,33 @@ def open_pool(url: str, size: int, log: Callable[[str], None] | None = None) -> 
     return pool
 
 
-Warm = tuple[HookService, ConnectionPool[Conn], Embedder]
+Warm = tuple[HookService, ConnectionPool[Conn], Embedder | None]
 
 
 def build(settings: Settings, pool_size: int = POOL_MAX, log: Callable[[str], None] | None = None) -> Warm:
-    """The warm service: the model loaded and used once, the pool open. Unless embedding.threads is set,
+    """The warm service: the model loaded and used once (or None while it cannot load: lexical advice,
+    see QueryModel; ``log`` is told), the pool open. Unless embedding.threads is set,
     the model runs on one thread: the server embeds one short query at a time, which one thread does
     faster than one per core (12.9 against 19.7 ms median on 2 cores, docs/performance.md), and the other
     cores stay free for PostgreSQL and the hook processes."""
     if settings.opt_int("embedding.threads") is None:
         settings = Settings({**settings.as_dict(), "embedding.threads": 1}, settings.config_file)
-    embedder = load_embedder(settings)
-    embedder.embed_query("warm up")
+    model = QueryModel(settings, warn=log or _log)
+    embedder = model()
+    if embedder is not None:
+        embedder.embed_query("warm up")
     pool = open_pool(database_url(settings), pool_size, log)
     process = psutil.Process()
 
     def info() -> dict[str, Any]:
-        return {"rss": process.memory_info().rss, "model": embedder.spec.name}
+        loaded = model()
+        return {
+            "rss": process.memory_info().rss,
+            "model": None if loaded is None else loaded.spec.name,
+            "lexical": model.reason,
+        }
 
-    service = HookService(pool.connection, lambda: embedder, params=retrieve_params(settings), info=info)
+    service = HookService(pool.connection, model, params=retrieve_params(settings), info=info)
     return service, pool, embedder
 
 
@@ -256,7 +269,8 @@ def serve(
 
         previous = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
         log(
-            f"listening on {path} (pid {os.getpid()}, model {embedder.spec.name}, "
+            f"listening on {path} (pid {os.getpid()}, "
+            f"model {embedder.spec.name if embedder else 'none yet: lexical advice'}, "
             f"pool {pool_size}, ready in {time.monotonic() - started:.1f} s)"
         )
         try:

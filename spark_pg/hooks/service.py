@@ -60,12 +60,13 @@ def request_deadline(request: Mapping[str, Any], received: float) -> float | Non
 
 
 class HookService:
-    """Answers wire requests with a connection source and an embedder source (both may be lazy)."""
+    """Answers wire requests with a connection source and an embedder source (both may be lazy; the
+    embedder source gives None while no model can load: advice is then lexical, see QueryModel)."""
 
     def __init__(
         self,
         connection: ConnectionSource,
-        embedder: Callable[[], Embedder],
+        embedder: Callable[[], Embedder | None],
         *,
         params: Mapping[str, Any] | None = None,
         info: Callable[[], Mapping[str, Any]] | None = None,
@@ -163,12 +164,13 @@ def hook_conninfo(url: str) -> str:
 
 def run_local(request: Mapping[str, Any], received: float | None = None) -> dict[str, Any]:
     """Answer one request in this process: no server runs. Connects first (an unreachable database fails
-    fast) and loads the model only for a call that needs it, from local files only (a model not on disk
-    is a ModelNotAvailable, never a download inside a tool call). Never starts the embedded server.
-    ``received``: the time.monotonic() the request's ``deadline_ms`` counts from (default: now)."""
+    fast) and loads the model only for a call that needs it, from local files only (never a download
+    inside a tool call); without the model the advice is lexical and the answer carries a ``warning``
+    saying why. Never starts the embedded server. ``received``: the time.monotonic() the request's
+    ``deadline_ms`` counts from (default: now)."""
     from spark_pg.config import load_settings
     from spark_pg.db import connect, database_url
-    from spark_pg.embedding import load_embedder
+    from spark_pg.query_model import QueryModel
 
     started = time.monotonic()
     settings = load_settings()
@@ -182,9 +184,11 @@ def run_local(request: Mapping[str, Any], received: float | None = None) -> dict
         finally:
             conn.close()
 
-    service = HookService(
-        connection, lambda: load_embedder(settings, offline=True), params=retrieve_params(settings)
-    )
+    warnings: list[str] = []
+    model = QueryModel(settings, offline=True, warn=warnings.append)
+    service = HookService(connection, model, params=retrieve_params(settings))
     answer = service.respond(request, received)
+    if warnings:
+        answer["warning"] = warnings[0]
     answer["in_process_s"] = round(time.monotonic() - started, 3)
     return answer
