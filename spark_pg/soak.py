@@ -2,7 +2,10 @@
 
 In a scratch database on the configured server (dropped at the end unless ``keep``):
 - **writers** store memories with deferred embedding in small batches; each batch also rewrites a few
-  keys it wrote before (same key, new text), so upserts race with the workers embedding the old text;
+  keys it wrote before (same key, new text), so upserts race with the workers embedding the old text, and
+  upserts two keys of a small key space every writer shares, so writers race each other on the same rows
+  (the ingest's ordered row locks; a batch's commit and its record of the expected text happen under one
+  lock, so "last write wins" is checked against the real commit order);
 - **readers** call spark.retrieve with real query vectors across the tenants, all along;
 - **workers** (``spark-pg worker`` loops, LISTEN/NOTIFY) embed what the writers queue.
 Then the writers stop, the workers drain the queue, and the counts must reconcile: every key written is
@@ -33,6 +36,7 @@ from spark_pg.records import MemoryIn
 from spark_pg.worker import WorkerStats, run_worker
 
 TENANTS = 8
+SHARED_KEYS = 64  # keys every writer upserts (2 a batch): contention on the same rows
 
 
 @dataclass
@@ -42,6 +46,7 @@ class SoakReport:
     written: int = 0  # upserts sent (new keys and rewrites)
     keys: int = 0  # distinct keys written
     rewrites: int = 0
+    shared: int = 0  # upserts of the keys all writers share
     reads: int = 0
     read_ms: list[float] = field(default_factory=list)
     embedded: int = 0
@@ -63,6 +68,7 @@ class SoakReport:
             "writes": self.written,
             "keys": self.keys,
             "rewrites": self.rewrites,
+            "shared_key_writes": self.shared,
             "writes_per_s": round(self.written / self.seconds, 1) if self.seconds else 0.0,
             "reads": self.reads,
             "read_ms": None
@@ -110,9 +116,15 @@ class _Soak:
                         rows.append(
                             (tenant, key, self.texts[rng.randrange(len(self.texts))] + f" ({key}, again)")
                         )
+                    shared = [(f"t{j % TENANTS}", f"shared-{j}") for j in rng.sample(range(SHARED_KEYS), 2)]
+                    for tenant, key in shared:  # other writers upsert the same rows
+                        rows.append(
+                            (tenant, key, self.texts[rng.randrange(len(self.texts))] + f" ({key}, w{n})")
+                        )
                     ingest(conn, [MemoryIn(tenant=t, key=k, text=x) for t, k, x in rows], None)
-                    conn.commit()
-                    with self.lock:
+                    with self.lock:  # commit order = the order the expected texts are recorded in
+                        conn.commit()
+                        self.report.shared += len(shared)
                         for t, k, x in rows:
                             if (t, k) in self.expected:
                                 self.report.rewrites += 1

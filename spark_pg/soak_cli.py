@@ -31,7 +31,8 @@ def cmd_soak(args: argparse.Namespace) -> int:
         r = out["reconcile"]
         print(
             f"{out['seconds']} s (then {out['drain_seconds']} s to drain the queue): {out['writes']} writes "
-            f"({out['keys']} keys, {out['rewrites']} rewrites), "
+            f"({out['keys']} keys, {out['rewrites']} rewrites, "
+            f"{out['shared_key_writes']} to keys all writers share), "
             f"{out['reads']} reads (p50 {out['read_ms'] and out['read_ms']['p50']} ms, "
             f"p95 {out['read_ms'] and out['read_ms']['p95']} ms), {out['embedded']} embedded, "
             f"{out['error_count']} errors\n"
@@ -54,7 +55,9 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     p.add_argument("--writers", type=int, default=2)
     p.add_argument("--readers", type=int, default=2)
     p.add_argument("--workers", type=int, default=2)
-    p.add_argument("--batch", type=int, default=20, help="new memories per write (plus 2 rewrites)")
+    p.add_argument(
+        "--batch", type=int, default=20, help="new memories per write (plus 2 rewrites and 2 shared keys)"
+    )
     p.add_argument("--keep", action="store_true", help="keep the scratch database for inspection")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.add_argument("--json", action="store_true")

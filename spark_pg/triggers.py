@@ -77,11 +77,8 @@ _DIGITS = {
 _UNSAFE = (
     (re.compile(r"\\[1-9]"), "uses a backreference (\\1 ... \\9), which can take exponential time"),
     (re.compile(r"\(\?[=!<]"), "uses a lookaround ((?=, (?!, (?<), which is not allowed"),
-    (
-        re.compile(r"\([^()]*[+*}][^()]*\)[+*{]"),
-        "nests quantifiers (like (a+)+), which can take exponential time",
-    ),
 )
+NESTED = "nests quantifiers (like (a+)+), which can take exponential time"
 
 
 class TriggerRuleError(InputError):
@@ -117,13 +114,32 @@ def written_out_size(pattern: str) -> int:
     ``{m}`` and ``{m,n}`` multiply what they follow by m and n, ``{m,}`` by m + 1; ``*``, ``+`` and ``?``
     copy nothing. Stops counting once past :data:`MAX_WRITTEN_OUT`. The database's copy of this count is
     spark._trigger_pattern_problem (sql/045-triggers.sql): change both together."""
+    return _walk(pattern)[0]
+
+
+def nests_quantifiers(pattern: str) -> bool:
+    """Whether a group holding an unbounded repetition (``*``, ``+`` or ``{m,}``, at any depth) is itself
+    repeated (``*``, ``+`` or a bound): ``(a+)+``, ``((a+))*``, ``(x(ab)*){2,5}``; not ``(a+)?``, nor
+    ``((a|b){0,9}c){0,9}``, whose bounded repetitions the written-out size limits. Escapes and bracket
+    expressions are characters (``(\\+)+`` does not nest). Checked in the same walk as
+    :func:`written_out_size`, like the database's copy."""
+    return _walk(pattern)[1]
+
+
+def _walk(pattern: str) -> tuple[int, bool]:
+    """(written_out_size, nests_quantifiers), in one pass over the pattern's pieces."""
     saved: list[int] = []  # the count before each open group
     total = 0  # atoms so far in the innermost open group (or the pattern)
     last = 0  # atoms of the piece a bound would repeat (0: none, e.g. after | or ^)
+    held: list[bool] = []  # for each open group: whether what encloses it holds an unbounded repetition
+    inner = False  # the innermost open group (or the pattern) holds an unbounded repetition so far
+    closed = False  # the last piece is a group that holds one
     i, n = 0, len(pattern)
     while i < n:
         c = pattern[i]
         i += 1
+        repeats = closed
+        closed = False
         if c == "\\":
             i += 1
             total, last = total + 1, 1
@@ -140,25 +156,35 @@ def written_out_size(pattern: str) -> int:
             total, last = total + 1, 1
         elif c == "(":
             saved.append(total)
-            total, last = 0, 0
+            held.append(inner)
+            total, last, inner = 0, 0, False
         elif c == ")" and saved:
             last = total
             total = saved.pop() + total
+            closed = inner
+            inner = held.pop() or inner
         elif c == "{" and (bound := _BOUND.match(pattern, i - 1)):
+            if repeats:
+                return total + sum(saved), True
             low, comma, high = bound.groups()
+            inner = inner or (comma is not None and not high)  # {m,} is unbounded; {m,n} is counted above
             times = _count(low) if comma is None else _count(high) if high else _count(low) + 1
             times = max(times, 1)  # x{0} still gets compiled
             total, last = total + last * (times - 1), last * times
             i = bound.end()
             if total + sum(saved) > MAX_WRITTEN_OUT:
                 break
-        elif c in "*+?":
+        elif c in "*+":
+            if repeats:
+                return total + sum(saved), True
+            inner = True
+        elif c == "?":
             pass
         elif c in "|^$":
             last = 0
         else:
             total, last = total + 1, 1
-    return total + sum(saved)
+    return total + sum(saved), False
 
 
 def _python_char(code: int) -> str:
@@ -301,7 +327,10 @@ def pattern_problem(pattern: str) -> str | None:
     for check, problem in _UNSAFE:
         if check.search(pattern):
             return problem
-    if written_out_size(pattern) > MAX_WRITTEN_OUT:
+    size, nested = _walk(pattern)
+    if nested:
+        return NESTED
+    if size > MAX_WRITTEN_OUT:
         return (
             f"repeats too much: with its bounded repetitions ({{m,n}}) written out it is over "
             f"{MAX_WRITTEN_OUT} atoms long, which compiles slowly"

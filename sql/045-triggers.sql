@@ -17,6 +17,10 @@ DECLARE
     digits text;
     times bigint;
     closing integer;
+    held boolean[] := '{}';   -- for each open group: whether what encloses it holds an unbounded repetition
+    unbounded boolean := false;  -- the innermost open group (or the pattern) holds one so far
+    closed boolean := false;  -- the last piece is a group that holds one
+    repeats boolean;
 BEGIN
     -- patterns run inside every retrieval: refuse what could make one slow, not only what is invalid
     IF pattern IS NULL OR pattern = '' THEN
@@ -27,18 +31,20 @@ BEGIN
         RETURN 'uses a backreference (\1 ... \9), which can take exponential time';
     ELSIF pattern ~ '\(\?[=!<]' THEN
         RETURN 'uses a lookaround ((?=, (?!, (?<), which is not allowed';
-    ELSIF pattern ~ '\([^()]*[+*}][^()]*\)[+*{]' THEN
-        RETURN 'nests quantifiers (like (a+)+), which can take exponential time';
     END IF;
     -- and what would compile slowly: the regex compiler copies x{m,n}'s x n times, and its NFA clean-up
     -- grows faster than the copies ('(a|b){0,255}' x 30: ~1 s). Count the atoms (a character, an escape, a
     -- bracket expression) of the pattern with every bounded repetition written out: {m} and {m,n} multiply
     -- what they follow by m and n, {m,} by m + 1. The same count as spark_pg.triggers.written_out_size:
-    -- change both together.
+    -- change both together. The same walk finds nested quantifiers: a group holding an unbounded repetition
+    -- (*, + or {m,}, at any depth) that is itself repeated (*, + or a bound): (a+)+, ((a+))*; not (a+)? nor
+    -- bounded ones inside, which the count limits. Like spark_pg.triggers.nests_quantifiers.
     n := length(pattern);
     WHILE i <= n LOOP
         c := substr(pattern, i, 1);
         i := i + 1;
+        repeats := closed;
+        closed := false;
         IF c = '\' THEN
             i := i + 1;
             total := total + 1;
@@ -63,14 +69,23 @@ BEGIN
             last := 1;
         ELSIF c = '(' THEN
             saved := saved || total;
+            held := held || unbounded;
             total := 0;
             last := 0;
+            unbounded := false;
         ELSIF c = ')' AND cardinality(saved) > 0 THEN
             last := total;
             total := saved[cardinality(saved)] + total;
             saved := saved[1:cardinality(saved) - 1];
+            closed := unbounded;
+            unbounded := held[cardinality(held)] OR unbounded;
+            held := held[1:cardinality(held) - 1];
         ELSIF c = '{' AND substr(pattern, i - 1) ~ '^\{[0-9]+(,[0-9]*)?\}' THEN
+            IF repeats THEN
+                RETURN 'nests quantifiers (like (a+)+), which can take exponential time';
+            END IF;
             bound := regexp_match(substr(pattern, i - 1), '^\{([0-9]+)(,([0-9]*))?\}');
+            unbounded := unbounded OR (bound[2] IS NOT NULL AND bound[3] = '');  -- {m,} is unbounded
             digits := CASE WHEN bound[2] IS NULL OR bound[3] = '' THEN bound[1] ELSE bound[3] END;
             -- a count of more than 6 digits is taken as 100000 (PostgreSQL allows 255 at most)
             times := CASE WHEN length(digits) > 6 THEN 100000 ELSE least(digits::bigint, 100000) END;
@@ -82,7 +97,12 @@ BEGIN
             last := last * times;
             i := i - 1 + length('{' || bound[1] || coalesce(bound[2], '') || '}');
             EXIT WHEN total + (SELECT coalesce(sum(s), 0) FROM unnest(saved) s) > max_written_out;
-        ELSIF c IN ('*', '+', '?') THEN
+        ELSIF c IN ('*', '+') THEN
+            IF repeats THEN
+                RETURN 'nests quantifiers (like (a+)+), which can take exponential time';
+            END IF;
+            unbounded := true;
+        ELSIF c = '?' THEN
             NULL;
         ELSIF c IN ('|', '^', '$') THEN
             last := 0;

@@ -1148,6 +1148,9 @@ REPETITION_ATOMS = (
     "{2,}",
     "{0,12}",
     "{1,100}",
+    "+",
+    "(a+)",
+    "\\+",
     "{,5}",
     "{0,0000005}",
     "{",
@@ -1165,11 +1168,30 @@ def test_d4_both_checks_count_repetitions_alike(db: Conn, pattern: str) -> None:
     ours = pattern_problem(pattern)
     theirs = db.execute("SELECT spark._trigger_pattern_problem(%s)", (pattern,)).fetchone()
     assert theirs is not None
-    repeats = [p is not None and p.startswith("repeats too much") for p in (ours, theirs[0])]
-    event(f"refused for repeating: {repeats[0]}")
-    assert repeats[0] == repeats[1], (ours, theirs[0])
-    if repeats[0]:
-        assert ours == theirs[0]
+    for words in ("repeats too much", "nests quantifiers"):
+        verdicts = [p is not None and p.startswith(words) for p in (ours, theirs[0])]
+        event(f"{words}: {verdicts[0]}")
+        assert verdicts[0] == verdicts[1], (ours, theirs[0])
+        if verdicts[0]:
+            assert ours == theirs[0]
+
+
+NESTED = ("(a+)+$", "((a+))+$", "((a*)b)*", "(x(ab)*){2,5}", "(a{2,})*", "(?:[a-z]+\\.)+com")
+NOT_NESTED = ("(a+)?", "(\\+)+", "([+*])+", "(a{2})*", "(ab)+c*", "(deploy|release)+ now", "a+(b)+")
+
+
+@pytest.mark.parametrize("pattern", NESTED + NOT_NESTED)
+def test_nested_quantifiers_are_refused_at_any_depth_by_both_checks(db: Conn, pattern: str) -> None:
+    """A group holding an unbounded repetition, at any depth, repeated again is refused by both checks
+    (the database's check once saw only innermost groups: ((a+))+ passed); escaped or bracketed + and *
+    are characters, and a bounded repetition inside is left to the written-out size."""
+    ours = pattern_problem(pattern)
+    theirs = db.execute("SELECT spark._trigger_pattern_problem(%s)", (pattern,)).fetchone()
+    assert theirs is not None and ours == theirs[0]
+    if pattern in NESTED:
+        assert ours is not None and ours.startswith("nests quantifiers"), pattern
+    else:
+        assert ours is None, ours
 
 
 D5_FILES = {

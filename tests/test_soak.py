@@ -17,7 +17,7 @@ def test_a_short_soak_reconciles(server_url: str, embedder: Embedder) -> None:
     report = run_soak(server_url, embedder, seconds=6, writers=2, readers=1, workers=2, batch=10)
     out = report.as_json()
     assert out["ok"], out
-    assert out["writes"] > 0 and out["reads"] > 0 and out["rewrites"] > 0
+    assert out["writes"] > 0 and out["reads"] > 0 and out["rewrites"] > 0 and out["shared_key_writes"] > 0
     assert out["reconcile"]["memories"] == out["keys"] and out["reconcile"]["vectors_checked"] > 0
 
 
