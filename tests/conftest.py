@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import gc
 import os
+import subprocess
+import time
 import uuid
 import warnings
 from collections.abc import Iterator
@@ -24,6 +26,7 @@ from spark_pg import schema, scratch
 from spark_pg.config import Settings, load_settings
 from spark_pg.db import EmbeddedServer, connect
 from spark_pg.embedding import Embedder, load_embedder, model_dir_for
+from spark_pg.hooks import wire
 from spark_pg.model_files import install_offline_model
 from spark_pg.scratch import with_dbname
 
@@ -174,3 +177,13 @@ def usage_error(capsys: pytest.CaptureFixture[str], argv: tuple[str, ...]) -> st
         main(list(argv))
     assert stopped.value.code == 2
     return capsys.readouterr().err
+
+
+def first_ping(path: Path, server: subprocess.Popen[bytes], log: Path, seconds: float = 60) -> dict[str, Any]:
+    """The first answer of a `spark-pg serve` started as ``server`` (its stderr in ``log``) on ``path``."""
+    deadline = time.monotonic() + seconds
+    while (answer := wire.ping(path)) is None:
+        assert server.poll() is None, log.read_text()
+        assert time.monotonic() < deadline, "the server did not start"
+        time.sleep(0.1)
+    return answer

@@ -31,7 +31,7 @@ from spark_pg.hooks.server import HookServer, HookServerError, SocketClaim, open
 from spark_pg.hooks.service import HookService
 from spark_pg.ingest import ingest
 from spark_pg.records import MemoryIn
-from tests.conftest import temp_database
+from tests.conftest import first_ping, temp_database
 
 T = "hooks"
 SPARK_PG = Path(sys.executable).parent / "spark-pg"
@@ -324,11 +324,7 @@ def test_server_lifecycle_stale_socket_refusal_round_trip_and_sigterm(cli_env: s
     with log.open("wb") as out:
         server = subprocess.Popen([str(SPARK_PG), "serve", "--socket", str(path)], stderr=out)
     try:
-        deadline = time.monotonic() + 60
-        while (answer := wire.ping(path)) is None:
-            assert server.poll() is None, log.read_text()
-            assert time.monotonic() < deadline, "the server did not start"
-            time.sleep(0.1)
+        answer = first_ping(path, server, log)
         assert answer["pid"] == server.pid and answer["rss"] > 0
         assert path.stat().st_mode & 0o777 == 0o600
         second = subprocess.run(

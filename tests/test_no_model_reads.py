@@ -9,7 +9,6 @@ import json
 import os
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -19,11 +18,10 @@ from spark_pg.client import SparkClient
 from spark_pg.config import Settings
 from spark_pg.embedding import Embedder, model_dir_for
 from spark_pg.hooks import client as hook_client
-from spark_pg.hooks import wire
 from spark_pg.ingest import ingest
 from spark_pg.query_model import QueryModel
 from spark_pg.records import MemoryIn
-from tests.conftest import temp_database
+from tests.conftest import first_ping, temp_database
 
 T = "no-model"
 SPARK_PG = Path(sys.executable).parent / "spark-pg"
@@ -149,11 +147,7 @@ def test_the_hook_server_starts_without_the_model_and_answers_lexically(
     with log.open("wb") as stderr:
         server = subprocess.Popen([str(SPARK_PG), "serve", "--socket", str(path)], stderr=stderr, env=env)
     try:
-        deadline = time.monotonic() + 60
-        while (answer := wire.ping(path)) is None:
-            assert server.poll() is None, log.read_text()
-            assert time.monotonic() < deadline, "the server did not start"
-            time.sleep(0.1)
+        answer = first_ping(path, server, log)
         assert answer["model"] is None and "model.onnx" in answer["lexical"]
         hook = subprocess.run(
             [str(SPARK_PG), "hook", "pre-tool-use", "--socket", str(path), "--tenant", T],
