@@ -117,17 +117,14 @@ def written_out_size(pattern: str) -> int:
     return _walk(pattern)[0]
 
 
-def nests_quantifiers(pattern: str) -> bool:
-    """Whether a group holding an unbounded repetition (``*``, ``+`` or ``{m,}``, at any depth) is itself
-    repeated (``*``, ``+`` or a bound): ``(a+)+``, ``((a+))*``, ``(x(ab)*){2,5}``; not ``(a+)?``, nor
-    ``((a|b){0,9}c){0,9}``, whose bounded repetitions the written-out size limits. Escapes and bracket
-    expressions are characters (``(\\+)+`` does not nest). Checked in the same walk as
-    :func:`written_out_size`, like the database's copy."""
-    return _walk(pattern)[1]
-
-
 def _walk(pattern: str) -> tuple[int, bool]:
-    """(written_out_size, nests_quantifiers), in one pass over the pattern's pieces."""
+    """(written_out_size, whether it nests quantifiers), in one pass over the pattern's pieces.
+
+    It nests them when a group holding an unbounded repetition (``*``, ``+`` or ``{m,}``, at any depth) is
+    itself repeated (``*``, ``+`` or a bound): ``(a+)+``, ``((a+))*``, ``(x(ab)*){2,5}``; not ``(a+)?``,
+    nor ``((a|b){0,9}c){0,9}``, whose bounded repetitions the written-out size limits. Escapes and bracket
+    expressions are characters (``(\\+)+`` does not nest). The database's copy is in the same walk of
+    spark._trigger_pattern_problem."""
     saved: list[int] = []  # the count before each open group
     total = 0  # atoms so far in the innermost open group (or the pattern)
     last = 0  # atoms of the piece a bound would repeat (0: none, e.g. after | or ^)

@@ -7,6 +7,7 @@ SET search_path = pg_catalog, @vector_schema@, pg_temp
 AS $fn$
 DECLARE
     max_written_out CONSTANT integer := 1000;  -- twice the length limit
+    nested CONSTANT text := 'nests quantifiers (like (a+)+), which can take exponential time';
     n integer;
     i integer := 1;
     c text;
@@ -38,7 +39,7 @@ BEGIN
     -- what they follow by m and n, {m,} by m + 1. The same count as spark_pg.triggers.written_out_size:
     -- change both together. The same walk finds nested quantifiers: a group holding an unbounded repetition
     -- (*, + or {m,}, at any depth) that is itself repeated (*, + or a bound): (a+)+, ((a+))*; not (a+)? nor
-    -- bounded ones inside, which the count limits. Like spark_pg.triggers.nests_quantifiers.
+    -- bounded ones inside, which the count limits. The same walk as spark_pg.triggers._walk.
     n := length(pattern);
     WHILE i <= n LOOP
         c := substr(pattern, i, 1);
@@ -82,7 +83,7 @@ BEGIN
             held := held[1:cardinality(held) - 1];
         ELSIF c = '{' AND substr(pattern, i - 1) ~ '^\{[0-9]+(,[0-9]*)?\}' THEN
             IF repeats THEN
-                RETURN 'nests quantifiers (like (a+)+), which can take exponential time';
+                RETURN nested;
             END IF;
             bound := regexp_match(substr(pattern, i - 1), '^\{([0-9]+)(,([0-9]*))?\}');
             unbounded := unbounded OR (bound[2] IS NOT NULL AND bound[3] = '');  -- {m,} is unbounded
@@ -99,7 +100,7 @@ BEGIN
             EXIT WHEN total + (SELECT coalesce(sum(s), 0) FROM unnest(saved) s) > max_written_out;
         ELSIF c IN ('*', '+') THEN
             IF repeats THEN
-                RETURN 'nests quantifiers (like (a+)+), which can take exponential time';
+                RETURN nested;
             END IF;
             unbounded := true;
         ELSIF c = '?' THEN

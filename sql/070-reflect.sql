@@ -241,9 +241,9 @@ BEGIN
         CROSS JOIN LATERAL (SELECT * FROM spark.memories m1 WHERE m1.tenant = reflect.tenant AND m1.id = c.id) mm),
     rel AS (
         SELECT sc.*, coalesce(sc.sim, sc.kw) AS relevance, power(0.5, least(100, sc.age / hl)) AS rec FROM scored sc),
+    -- (params.outcome is applied in the pools above, before their LIMIT: every candidate already passes it)
     final AS (
-        SELECT r.*, r.relevance * (rf + (1 - rf) * r.rec) AS sc FROM rel r
-        WHERE want IS NULL OR r.mkind <> 'trace' OR r.mout = want),
+        SELECT r.*, r.relevance * (rf + (1 - rf) * r.rec) AS sc FROM rel r),
     top AS (
         SELECT f.*, row_number() OVER (ORDER BY f.sc DESC, f.id) AS rn
         FROM final f WHERE f.sc >= min_score
