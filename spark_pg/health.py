@@ -42,7 +42,7 @@ def collect(
         queue = cur.execute(queries.HEALTH_QUEUE, args).fetchone()
         lag = cur.execute(queries.HEALTH_EMBED_LAG, args).fetchone()
         calls = cur.execute(queries.HEALTH_ADVISE, args).fetchone()
-        models = cur.execute(queries.HEALTH_MODELS).fetchall()
+        models = cur.execute(queries.HEALTH_MODELS, args).fetchall()
         north = cur.execute(queries.NORTH_STAR, args).fetchall()
     assert queue is not None and lag is not None and calls is not None
     by_kind: dict[str, int] = {}
@@ -109,7 +109,7 @@ def format_report(report: dict[str, Any]) -> str:
         lines.append("north star    share of sessions where surfaced advice later helped:")
         for r in report["north_star"]:
             share = "-" if r["share"] is None else f"{r['share']:.2f}"
-            lines.append(f"  {r['tenant']:<24} {r['helped']}/{r['sessions']} sessions  {share}")
+            lines.append(f"  {r['tenant_name']:<24} {r['sessions_helped']}/{r['sessions']} sessions  {share}")
     else:
         lines.append("north star    no advise calls logged yet")
     return "\n".join(lines)

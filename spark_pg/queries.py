@@ -395,7 +395,9 @@ WHERE (%(tenant)s::text IS NULL OR r.tenant = %(tenant)s::text)
 """
 
 HEALTH_MODELS = """
-SELECT m.name, m.active, (SELECT count(*) FROM spark.embeddings e WHERE e.model_id = m.id) AS vectors
+SELECT m.name, m.active,
+       (SELECT count(*) FROM spark.embeddings e
+        WHERE e.model_id = m.id AND (%(tenant)s::text IS NULL OR e.tenant = %(tenant)s)) AS vectors
 FROM spark.embedding_models m ORDER BY m.id
 """
 

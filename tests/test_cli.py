@@ -162,10 +162,24 @@ def test_stats_reports_health_and_the_north_star(
     code, out, _ = run(capsys, "stats", "--tenant", tenant)
     assert "backlog       1 awaiting a vector" in out
     with psycopg.connect(cli_env) as conn:  # one advise call that finds the rule by keyword
-        conn.execute("SELECT * FROM spark.advise(%s, 'pin base images', NULL, 5)", (tenant,)).fetchall()
+        advise = "SELECT * FROM spark.advise(%s, 'pin base images', NULL, 5, '{}', 's1')"
+        conn.execute(advise, (tenant,)).fetchall()
+        rid, mid = conn.execute(
+            "SELECT retrieval_id, memory_id FROM spark.retrievals r JOIN spark.retrieval_items i"
+            " ON i.tenant = r.tenant AND i.retrieval_id = r.id WHERE r.tenant = %s",
+            (tenant,),
+        ).fetchone() or (None, None)
+        conn.execute("SELECT spark.record_outcome(%s, %s, 'helpful', %s)", (tenant, mid, rid))
+    run(capsys, "add", "--tenant", f"other-{tenant}", "Someone else's memory.")  # not counted below
     report = json.loads(run(capsys, "stats", "--tenant", tenant, "--json")[1])
     assert report["advise"]["calls"] == 1 and report["advise"]["hit_rate"] == 1.0
     assert report["advise"]["latency_ms"]["p50"] > 0
+    assert report["drift"]["vectors_by_model"] == {"all-MiniLM-L6-v2-int8": 1}  # the rule waits in the queue
+    assert [(r["tenant_name"], r["sessions"], r["sessions_helped"]) for r in report["north_star"]] == [
+        (tenant, 1, 1)
+    ]
+    code, out, _ = run(capsys, "stats", "--tenant", tenant)
+    assert code == 0 and f"  {tenant:<24} 1/1 sessions  1.00" in out
 
 
 def test_init_against_a_server_that_is_down_is_one_line_not_a_traceback(
