@@ -28,13 +28,12 @@ from spark_pg.embedding import Embedder, Vector, load_embedder
 from spark_pg.errors import InputError
 from spark_pg.ingest import IngestResult, ingest
 from spark_pg.query_model import QueryModel
-from spark_pg.records import MemoryIn, read_file, validate_row
+from spark_pg.records import SYSTEM_TENANT, MemoryIn, read_file, validate_row
 from spark_pg.retrieve import Candidate, Retrieved, explain, retrieve
 from spark_pg.traces.reflect import Reflection
 from spark_pg.traces.store import Stored, add_learning, add_trace
 from spark_pg.triggers import load_rules, sync_rules
 
-SYSTEM_TENANT = "_system"
 log = logging.getLogger(__name__)
 
 
@@ -113,11 +112,13 @@ class SparkClient:
         """Load (or refresh) the cold-start pack and its trigger rules into the shared system tenant."""
         pack = resources.files("spark_pg") / "data" / "seed_pack.yaml"
         with resources.as_file(pack) as path:
-            records = read_file(path, SYSTEM_TENANT)
+            records = read_file(path, SYSTEM_TENANT, pack=True)
         seeded = [replace(r, kind="seed", source="system_default") for r in records]
         result = self.ingest_records(seeded, progress=progress, label="cold-start pack")
         rules = resources.files("spark_pg") / "data" / "trigger_rules.yaml"
-        with resources.as_file(rules) as path:
+        # spark.put_trigger_rule writes the pack's tenant only with this setting, for this transaction
+        with resources.as_file(rules) as path, self.conn.transaction():
+            self.conn.execute("SET LOCAL spark.pack_writes = on")
             sync_rules(self.conn, SYSTEM_TENANT, load_rules(path))
         return result
 

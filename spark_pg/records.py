@@ -52,6 +52,9 @@ FIELDS = (
 UNTAGGED_KINDS = frozenset({"episode"})  # dialog turns: their category says nothing of their content
 MAX_TEXT = 100_000  # characters; longer texts belong in a document store, not in a memory
 MAX_TENANT = 128  # characters, as the database CHECKs
+SYSTEM_TENANT = (
+    "_system"  # spark.system_tenant(): the cold-start pack every tenant sees; seed alone writes it
+)
 
 
 def json_problem(value: Any) -> str | None:
@@ -182,8 +185,11 @@ def _timestamp(value: Any, where: tuple[str, int]) -> datetime | None:
     return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)  # naive times are taken as UTC
 
 
-def validate_row(row: Any, source: str, line: int, default_tenant: str | None = None) -> MemoryIn:
-    """Check one raw row (a mapping from JSON or YAML) and build a MemoryIn, or raise IngestError."""
+def validate_row(
+    row: Any, source: str, line: int, default_tenant: str | None = None, *, pack: bool = False
+) -> MemoryIn:
+    """Check one raw row (a mapping from JSON or YAML) and build a MemoryIn, or raise IngestError. The pack's
+    tenant is refused unless ``pack`` (the pack loader)."""
     where = (source, line)
     if not isinstance(row, Mapping):
         raise IngestError(source, line, None, f"each row must be an object, not {type(row).__name__}")
@@ -200,6 +206,13 @@ def validate_row(row: Any, source: str, line: int, default_tenant: str | None = 
                 source, line, "tenant", f"is not in the row, and the default (--tenant) {problem}"
             )
         tenant = default_tenant
+    if tenant == SYSTEM_TENANT and not pack:
+        raise IngestError(
+            source,
+            line,
+            "tenant",
+            f"{SYSTEM_TENANT} holds the cold-start pack: only `spark-pg seed` writes it",
+        )
     text = _text(row, "text", where, max_len=MAX_TEXT, required=True)
     assert text is not None
     key = _text(row, "key", where, max_len=512) or default_key(text)
@@ -234,9 +247,9 @@ def validate_row(row: Any, source: str, line: int, default_tenant: str | None = 
     )
 
 
-def read_file(path: Path, default_tenant: str | None = None) -> list[MemoryIn]:
+def read_file(path: Path, default_tenant: str | None = None, *, pack: bool = False) -> list[MemoryIn]:
     """Parse and validate a whole .jsonl / .ndjson / .yaml / .yml file. Raises on the first bad row (a row
-    without a tenant when ``default_tenant`` is not a valid one, too)."""
+    without a tenant when ``default_tenant`` is not a valid one, too). ``pack``: as in validate_row."""
     try:
         text = path.read_text(encoding="utf-8")
     except UnicodeDecodeError as exc:
@@ -259,7 +272,7 @@ def read_file(path: Path, default_tenant: str | None = None) -> list[MemoryIn]:
     records: list[MemoryIn] = []
     seen: dict[tuple[str, str], int] = {}
     for line, row in rows:
-        record = validate_row(row, str(path), line, default_tenant)
+        record = validate_row(row, str(path), line, default_tenant, pack=pack)
         first = seen.get((record.tenant, record.key))
         if first is not None:
             raise IngestError(str(path), line, "key", f"{record.key!r} already appears on line {first}")

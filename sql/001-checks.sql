@@ -132,6 +132,27 @@ AS $fn$ SELECT '_system'::text $fn$;
 COMMENT ON FUNCTION spark.system_tenant() IS
     'The reserved tenant whose memories (the cold-start pack of system defaults) every tenant can see.';
 
+-- Writes into the pack's tenant: only the pack loader's transaction (spark-pg seed) sets spark.pack_writes.
+CREATE OR REPLACE FUNCTION spark._check_writer(tenant text)
+RETURNS text
+LANGUAGE plpgsql STABLE PARALLEL SAFE  -- reads a setting
+SET search_path = pg_catalog, @vector_schema@, pg_temp
+AS $fn$
+BEGIN
+    PERFORM spark._check_tenant(tenant);
+    IF tenant = spark.system_tenant() AND current_setting('spark.pack_writes', true) IS DISTINCT FROM 'on' THEN
+        RAISE EXCEPTION 'tenant % holds the cold-start pack that every tenant sees: only the pack loader '
+                        '(spark-pg seed) writes it', tenant
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'To change the pack by hand, SET LOCAL spark.pack_writes = on in that transaction.';
+    END IF;
+    RETURN tenant;
+END
+$fn$;
+COMMENT ON FUNCTION spark._check_writer(text) IS
+    'Internal: spark._check_tenant, and 22023 for the pack''s tenant (spark.system_tenant()) unless the '
+    'setting spark.pack_writes is on (the pack loader sets it for its transaction); else return the tenant.';
+
 CREATE OR REPLACE FUNCTION spark._check_param(key text, value jsonb, defaults jsonb, ranges jsonb)
 RETURNS boolean
 LANGUAGE plpgsql STABLE PARALLEL SAFE  -- reading an as_of time depends on the session's TimeZone

@@ -141,7 +141,7 @@ AS $fn$
 DECLARE
     problem text;
 BEGIN
-    PERFORM spark._check_tenant(tenant);
+    PERFORM spark._check_writer(tenant);
     IF name IS NULL OR pattern IS NULL OR surface IS NULL OR priority IS NULL OR interrupt IS NULL
        OR origin IS NULL OR confidence IS NULL OR shadow IS NULL OR metadata IS NULL THEN
         RAISE EXCEPTION '% must not be NULL', CASE WHEN name IS NULL THEN 'name' WHEN pattern IS NULL THEN 'pattern'
@@ -203,6 +203,6 @@ COMMENT ON FUNCTION spark.put_trigger_rule(text, text, text, text[], text, text,
     '(of the tenant or the cold-start pack) to surface; priority raises theirs; interrupt: may block the '
     'call (advisor, opt-in); origin static (YAML) or learned; confidence 0..1 (trigger_conf); shadow: matched '
     'and logged, never surfaced; metadata: a JSON object kept with the rule. Errors: 22004 any NULL argument '
-    'but context_pattern, 22023 bad tenant, name, surface, priority, origin, confidence or metadata, 2201B '
+    'but context_pattern, 22023 bad tenant (the pack''s _system too, unless spark.pack_writes is on), name, surface, priority, origin, confidence or metadata, 2201B '
     'an empty, unsafe or invalid pattern or context_pattern (backreferences, lookarounds, nested '
     'quantifiers, over 500 characters).';

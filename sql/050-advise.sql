@@ -23,7 +23,7 @@ DECLARE
     started timestamptz := clock_timestamp();
 BEGIN
     PERFORM spark._check_session(session_id);
-    PERFORM spark._check_tenant(tenant);
+    PERFORM spark._check_writer(tenant);
     -- spark.retrieve checks every other argument; an error anywhere undoes the whole call, log included
     ttext := spark._trigger_text(advise.params, advise.query_text);
     INSERT INTO spark.retrievals AS l (tenant, session_id, tool_name, intent_family, query_text, trigger_text,
@@ -71,7 +71,8 @@ COMMENT ON FUNCTION spark.advise(text, text, vector, integer, jsonb, text, text,
     'would have surfaced to spark.trigger_shadow_hits. Same tenant, query_text, query_embedding, k, params as '
     'spark.retrieve (k defaults to 5); session_id, tool_name, intent_family: recorded with the call. Returns '
     'the surfaced rows with retrieval_id (for record_outcome), source and priority_label added. Errors: those '
-    'of spark.retrieve, and 22023 for an empty or over-long session_id; on error nothing is written.';
+    'of spark.retrieve, and 22023 for an empty or over-long session_id or for the pack''s tenant _system '
+    '(only spark-pg seed writes it); on error nothing is written.';
 
 CREATE OR REPLACE FUNCTION spark.record_outcome(
     tenant text,
@@ -90,7 +91,7 @@ DECLARE
     sid text := session_id;
     rel real;
 BEGIN
-    PERFORM spark._check_tenant(tenant);
+    PERFORM spark._check_writer(tenant);
     IF memory_id IS NULL OR outcome IS NULL THEN
         RAISE EXCEPTION '% must not be NULL', CASE WHEN memory_id IS NULL THEN 'memory_id' ELSE 'outcome' END
             USING ERRCODE = 'null_value_not_allowed';
@@ -151,7 +152,7 @@ COMMENT ON FUNCTION spark.record_outcome(text, bigint, text, bigint, text, text)
     'hook, user). Updates the memory''s counters and reliability, (successes + 1) / (successes + failures + '
     '0.25 x ignored + 2), except for pack memories, whose shared reliability no single tenant moves. Returns '
     'the reliability. Errors: 22004 NULL tenant, memory_id, outcome or source; 22023 empty or over-long '
-    'tenant, unknown outcome, a memory or retrieval not of this tenant, a source not of 1 to 64 characters, '
+    'tenant or the pack''s tenant _system, unknown outcome, a memory or retrieval not of this tenant, a source not of 1 to 64 characters, '
     'an empty session_id or one over 256 characters.';
 
 CREATE OR REPLACE FUNCTION spark.north_star(tenant text DEFAULT NULL, since timestamptz DEFAULT NULL)

@@ -11,7 +11,7 @@ DECLARE
     stems text[];
     proposed integer := 0;
 BEGIN
-    PERFORM spark._check_tenant(tenant);
+    PERFORM spark._check_writer(tenant);
     IF min_helpful IS NULL THEN
         RAISE EXCEPTION 'min_helpful must not be NULL' USING ERRCODE = 'null_value_not_allowed';
     END IF;
@@ -63,7 +63,7 @@ COMMENT ON FUNCTION spark.propose_triggers(text, integer) IS
     'rule on the English stems most of those calls share (\m<stem>, and a second as context_pattern). A '
     'memory some rule already surfaces gets none. Returns how many were proposed. Shadow rules are matched and '
     'logged by spark.advise, never surfaced, until spark.promote_triggers. Errors: 22004 NULL tenant or '
-    'min_helpful, 22023 an empty or over-long tenant, min_helpful below 1.';
+    'min_helpful, 22023 an empty or over-long tenant or the pack''s tenant _system, min_helpful below 1.';
 
 CREATE OR REPLACE FUNCTION spark.promote_triggers(
     tenant text, min_hits integer DEFAULT 5, min_precision double precision DEFAULT 0.6)
@@ -73,7 +73,7 @@ SET search_path = pg_catalog, @vector_schema@, pg_temp
 AS $fn$
 #variable_conflict use_column
 BEGIN
-    PERFORM spark._check_tenant(tenant);
+    PERFORM spark._check_writer(tenant);
     IF min_hits IS NULL OR min_precision IS NULL THEN
         RAISE EXCEPTION '% must not be NULL', CASE WHEN min_hits IS NULL THEN 'min_hits' ELSE 'min_precision' END
             USING ERRCODE = 'null_value_not_allowed';
@@ -120,4 +120,4 @@ COMMENT ON FUNCTION spark.promote_triggers(text, integer, double precision) IS
     'hits whose memory was marked helpful or followed in the same session / hits. Rules with at least '
     'min_hits hits and min_precision precision are promoted (shadow off, confidence = precision). Returns '
     'each shadow rule with its figures and whether it was promoted. Errors: 22004 NULL tenant, min_hits or '
-    'min_precision, 22023 an empty or over-long tenant, min_hits below 1 or min_precision outside 0..1.';
+    'min_precision, 22023 an empty or over-long tenant or the pack''s tenant _system, min_hits below 1 or min_precision outside 0..1.';

@@ -9,7 +9,7 @@ AS $fn$
 DECLARE
     at timestamptz := coalesce(as_of, now());
 BEGIN
-    PERFORM spark._check_tenant(tenant);
+    PERFORM spark._check_writer(tenant);
     IF NOT isfinite(at) THEN  -- 'infinity' would age every memory past the year rule
         RAISE EXCEPTION 'as_of must be a finite time, got %', as_of USING ERRCODE = 'invalid_parameter_value';
     END IF;
@@ -54,4 +54,4 @@ COMMENT ON FUNCTION spark.assign_tiers(text, timestamptz) IS
     'under 0.3 after 4+ outcomes, or unused for a year with no helpful outcome and importance under 0.3; else '
     'active. as_of: the time the year is counted to (default now). Returns the memories that moved, with the '
     'rule. spark.retrieve searches the archive only when the other tiers yield fewer than k. Errors: 22004 '
-    'NULL tenant, 22023 an empty or over-long tenant, an infinite as_of.';
+    'NULL tenant, 22023 an empty or over-long tenant or the pack''s tenant _system, an infinite as_of.';

@@ -70,11 +70,11 @@ BEGIN
             LIMIT $3)
         SELECT m.id, m.key, m.text, m.category, m.kind, m.tier, m.importance, m.created_at, m.helpful_count,
                m.followed_count, m.unhelpful_count, m.ignored_count, m.reliability, m.actionability,
-               (SELECT count(*) FROM spark.retrieval_items i
-                WHERE i.memory_tenant = m.tenant AND i.memory_id = m.id),
+               (SELECT count(*) FROM spark.retrieval_items i  -- the tenant's own advise log only
+                WHERE i.tenant = m.tenant AND i.memory_tenant = m.tenant AND i.memory_id = m.id),
                (SELECT max(r.created_at) FROM spark.retrieval_items i
                 JOIN spark.retrievals r ON r.tenant = i.tenant AND r.id = i.retrieval_id
-                WHERE i.memory_tenant = m.tenant AND i.memory_id = m.id),
+                WHERE i.tenant = m.tenant AND i.memory_tenant = m.tenant AND i.memory_id = m.id),
                (SELECT max(v.decided_at) FROM spark.revaluations v
                 WHERE v.tenant = m.tenant AND v.memory_id = m.id)
         FROM walk JOIN spark.memories m ON m.tenant = $1 AND m.id = walk.id
@@ -127,7 +127,7 @@ DECLARE
     states text[];
     bad text;
 BEGIN
-    PERFORM spark._check_tenant(tenant);
+    PERFORM spark._check_writer(tenant);
     IF decisions IS NULL OR decided_by IS NULL THEN
         RAISE EXCEPTION '% must not be NULL',
             CASE WHEN decisions IS NULL THEN 'decisions' ELSE 'decided_by' END
@@ -265,7 +265,8 @@ COMMENT ON FUNCTION spark.revalue_apply(text, jsonb, text) IS
     'in order: the current (old) importance, the decided (new) one, whether it was written, the tier and '
     'the status (raised, lowered, kept, or skipped: changed since sampled). A memory archived by '
     'spark.assign_tiers for low importance alone returns to active when raised to 0.3 or more. Errors: '
-    '22004 NULL tenant, decisions or decided_by; 22023 an empty or over-long tenant, decisions not an '
+    '22004 NULL tenant, decisions or decided_by; 22023 an empty or over-long tenant or the pack''s tenant '
+    '_system, decisions not an '
     'array, an entry that is not an object, lacks id or importance, has an unknown field, an importance or '
     'expected outside 0..1, a reason over 1,000 characters, an id that is not the tenant''s memory or '
     'repeats, a key that does not match (the message names decisions[i], 0-based), a bad decided_by.';

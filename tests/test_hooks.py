@@ -512,6 +512,8 @@ def test_advice_the_client_no_longer_waits_for_is_rolled_back_not_logged(
         spent = service.respond(request("sess-spent", deadline_ms=0))  # nothing left: no connection at all
         assert (spent["output"], spent["expired"], waits) == (None, True, [])
         assert service.respond(request("sess-bad", deadline_ms="soon"))["ok"] is False
+        pack = service.respond(request("sess-pack") | {"tenant": "_system"})  # the pack is nobody's agent
+        assert pack["ok"] is False and "_system holds the cold-start pack" in pack["error"]
         assert len(retrievals(hdb, "sess-no-deadline")) == 0
         assert service.respond(request("sess-no-deadline"))["output"]  # old clients: no deadline
         assert len(retrievals(hdb, "sess-no-deadline")) == 1

@@ -124,6 +124,24 @@ def test_a_bad_default_tenant_is_refused_before_anything_is_embedded_or_written(
     assert stored(client, default) == {}
 
 
+def test_nothing_but_the_pack_loader_writes_the_packs_tenant(client: SparkClient, tmp_path: Path) -> None:
+    """Tenant _system's memories reach every tenant: an ingest file, a row's own tenant or a single add
+    naming it is refused before anything is written; the pack loader still writes it."""
+    before = stored(client, "_system")
+    path = write_jsonl(
+        tmp_path / "m.jsonl", [{"text": "fine row", "tenant": "t1"}, {"text": "x", "tenant": "_system"}]
+    )
+    with pytest.raises(IngestError, match=r"line 2, field 'tenant': _system holds the cold-start pack"):
+        client.ingest_file(path)
+    with pytest.raises(IngestError, match="only `spark-pg seed` writes"):
+        client.ingest_file(write_jsonl(tmp_path / "d.jsonl", [{"text": "no tenant"}]), "_system")
+    with pytest.raises(IngestError, match="cold-start pack"):
+        client.add("_system", "Always deploy on Fridays.")
+    assert stored(client, "_system") == before and stored(client, "t1") == {}
+    client.load_seed_pack()
+    assert set(stored(client, "_system")) >= set(before) and stored(client, "_system") != {}
+
+
 def test_the_cli_refuses_a_blank_tenant_with_exit_2_and_one_line(
     cli_env: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

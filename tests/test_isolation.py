@@ -129,7 +129,9 @@ def seed_tenant(conn: Conn, tenant: str, number: int, model_id: int) -> None:
             (tenant, f"only-{other}"),
         )
     else:
-        conn.execute("SELECT spark.put_trigger_rule(%s, 'pack', 'deploy|image', ARRAY['k3'])", (tenant,))
+        with conn.transaction():  # as the pack loader does: nobody else writes the pack's tenant
+            conn.execute("SET LOCAL spark.pack_writes = on")
+            conn.execute("SELECT spark.put_trigger_rule(%s, 'pack', 'deploy|image', ARRAY['k3'])", (tenant,))
 
 
 @pytest.fixture(scope="module")
@@ -289,6 +291,15 @@ def test_retrieval_never_returns_or_logs_another_tenants_memory(
 ) -> None:
     ok = allowed(asker, params)
     embedding = None if vec_seed is None else vector(vec_seed)
+    if fn.startswith("advise") and asker == SYSTEM:  # advise logs: the pack's tenant is nobody's to write
+        with (
+            iso_conn.transaction(force_rollback=True),
+            pytest.raises(psycopg.errors.InvalidParameterValue, match="cold-start pack"),
+        ):
+            iso_conn.execute(
+                "SELECT * FROM " + ADVICE.format(fn=fn), (asker, query, embedding, k, Jsonb(params))
+            )
+        return
     with iso_conn.transaction(force_rollback=True), iso_conn.cursor(row_factory=dict_row) as cur:
         rows = cur.execute(
             "SELECT * FROM " + ADVICE.format(fn=fn), (asker, query, embedding, k, Jsonb(params))
@@ -371,3 +382,98 @@ def test_semantic_search_returns_the_tenant_and_the_pack_only(
     if asker in TENANTS and min_similarity <= -1 and k >= 2 * (PER_TENANT + 1):
         # everything of both, and nothing else: same vectors in every tenant, so ties cannot hide a leak
         assert len(rows) == (PER_TENANT + 1) * (1 if asker == SYSTEM else 2)
+
+
+# What the write functions may touch, of every tenant but one: a call as that tenant leaves it as it was.
+OTHERS = """
+SELECT md5(string_agg(x, E'\\n' ORDER BY x)) FROM (
+    SELECT 'm ' || m::text FROM spark.memories m WHERE tenant <> %(t)s
+    UNION ALL SELECT 'r ' || r::text FROM spark.trigger_rules r WHERE tenant <> %(t)s
+    UNION ALL SELECT 'l ' || l::text FROM spark.retrievals l WHERE tenant <> %(t)s
+    UNION ALL SELECT 'i ' || i::text FROM spark.retrieval_items i WHERE tenant <> %(t)s
+    UNION ALL SELECT 'o ' || o::text FROM spark.outcomes o WHERE tenant <> %(t)s
+    UNION ALL SELECT 'v ' || v::text FROM spark.revaluations v WHERE tenant <> %(t)s
+    UNION ALL SELECT 's ' || s::text FROM spark.tenant_stats s WHERE tenant <> %(t)s
+    UNION ALL SELECT 'h ' || h::text FROM spark.trigger_shadow_hits h WHERE tenant <> %(t)s) o(x)
+"""
+WRITES = {
+    "record_outcome": "SELECT spark.record_outcome(%(t)s, %(id)s, 'unhelpful')",
+    "record_outcome_logged": "SELECT spark.record_outcome(%(t)s, %(id)s, 'unhelpful', %(rid)s)",
+    "revalue_apply": "SELECT * FROM spark.revalue_apply(%(t)s, jsonb_build_array(jsonb_build_object("
+    "'id', %(id)s, 'importance', 0.01)))",
+    "put_trigger_rule": "SELECT spark.put_trigger_rule(%(t)s, 'r', 'deploy', ARRAY[%(key)s], "
+    "priority => 'critical', interrupt => true)",
+    "propose_triggers": "SELECT spark.propose_triggers(%(t)s, 1)",
+    "promote_triggers": "SELECT * FROM spark.promote_triggers(%(t)s, 1, 0)",
+    "assign_tiers": "SELECT * FROM spark.assign_tiers(%(t)s, now() + interval '5 years')",
+    "advise": "SELECT * FROM spark.advise(%(t)s, 'deploy image token', NULL, 8, '{}', 'sess')",
+}
+
+
+@ISOLATION
+@given(
+    asker=st.sampled_from(ASKERS),
+    write=st.sampled_from(sorted(WRITES)),
+    target=st.integers(0, len(TENANTS) * (PER_TENANT + 1) - 1),
+)
+def test_no_write_reaches_another_tenant_or_the_pack(
+    iso_conn: Conn, owner_of: dict[int, str], asker: str, write: str, target: int
+) -> None:
+    """Any tenant, naming any memory (its own, another tenant's, the pack's) or any advise call of another
+    tenant: a write function changes nothing of another tenant, the pack included; as the pack's tenant
+    itself, every write is refused (only the pack loader writes it)."""
+    memory_id = sorted(owner_of)[target]
+    args = {"t": asker, "id": memory_id, "key": f"only-{target % len(TENANTS)}"}
+    with iso_conn.transaction(force_rollback=True), iso_conn.cursor() as cur:
+        # an advise call of the memory's owner, which the asker then names as its own
+        owner = owner_of[memory_id]
+        args["rid"] = None
+        if owner != SYSTEM:
+            advised = cur.execute(
+                "SELECT retrieval_id FROM spark.advise(%s, 'deploy image token', NULL, 8, '{}', 'other')",
+                (owner,),
+            ).fetchone()
+            assert advised is not None  # every tenant of the fixture has memories that match
+            args["rid"] = advised[0]
+        before = cur.execute(OTHERS, args).fetchone()
+        try:
+            with iso_conn.transaction():
+                cur.execute(WRITES[write], args)
+        except psycopg.errors.InvalidParameterValue as exc:
+            refused = str(exc)
+        else:
+            refused = ""
+        after = cur.execute(OTHERS, args).fetchone()
+    assert before == after, (asker, write, owner)
+    if asker == SYSTEM:
+        assert "cold-start pack" in refused, write
+    elif write.startswith("record_outcome") or write == "revalue_apply":
+        # another tenant's memory or advise call is refused, without saying whether it exists
+        assert bool(refused) == (owner not in (asker, SYSTEM)), (asker, write, owner, refused)
+
+
+def test_revaluation_counts_only_the_tenants_own_advise_log(iso_conn: Conn) -> None:
+    """How often a memory surfaced, as spark.revalue_sample reports it, counts the tenant's own advise calls:
+    a row naming the memory in another tenant's log (possible under RLS: foreign keys are checked as the
+    owner) is not the tenant's business and does not count."""
+    with iso_conn.transaction(force_rollback=True), iso_conn.cursor() as cur:
+        mid = cur.execute("SELECT min(id) FROM spark.memories WHERE tenant = 'bob'").fetchone()[0]  # type: ignore[index]
+        cur.execute(
+            "UPDATE spark.memories SET importance = 0.1, created_at = now() - interval '30 days' "
+            "WHERE tenant = 'bob' AND id = %s",
+            (mid,),
+        )
+        rid = cur.execute(
+            "INSERT INTO spark.retrievals (tenant, query_text) VALUES ('alice', 'x') RETURNING id"
+        )
+        cur.execute(
+            "INSERT INTO spark.retrieval_items (tenant, retrieval_id, memory_id, memory_tenant, rank, score, "
+            "signals, pools) VALUES ('alice', %s, %s, 'bob', 1, 1, '{}', '{}')",
+            (rid.fetchone()[0], mid),  # type: ignore[index]
+        )
+        rows = cur.execute(
+            "SELECT id, times_surfaced FROM spark.revalue_sample('bob', 1000, 0.3, '1 day', '0', 1)"
+            " WHERE id = %s",
+            (mid,),
+        ).fetchall()
+    assert rows == [(mid, 0)]

@@ -221,6 +221,10 @@ def test_policies_keep_a_tenant_role_to_its_own_rows_and_the_pack(rls_db: tuple[
         admin.execute("DELETE FROM spark.retrievals")  # the log of those calls
 
         admin.execute(renamed(doc_block("rls-policies"), roles))
+        bob_id = admin.execute(
+            "SELECT min(id) FROM spark.memories WHERE tenant = %s", (roles.bob,)
+        ).fetchone()
+        bob_id = bob_id[0] if bob_id else None
         with as_role(admin, roles.alice):
             direct = direct_tenants(admin)
             own = calls(admin, roles.alice)
@@ -240,6 +244,24 @@ def test_policies_keep_a_tenant_role_to_its_own_rows_and_the_pack(rls_db: tuple[
             removed = admin.execute(
                 "DELETE FROM spark.trigger_rules WHERE tenant <> %s", (roles.alice,)
             ).rowcount
+            # her own log and outcomes may not name bob's memories: no planted counts, no probing for ids
+            logged = admin.execute(
+                "INSERT INTO spark.retrievals (tenant, query_text) VALUES (%s, 'x') RETURNING id",
+                (roles.alice,),
+            ).fetchone()[0]  # type: ignore[index]
+            for planted in (
+                "INSERT INTO spark.retrieval_items "
+                "VALUES (%(t)s, %(rid)s, %(mid)s, %(other)s, 1, 1, '{}', '{}')",
+                "INSERT INTO spark.outcomes (tenant, memory_id, memory_tenant, outcome) "
+                "VALUES (%(t)s, %(mid)s, %(other)s, 'helpful')",
+            ):
+                for mid in (bob_id, 10**9):  # an id that exists and one that does not: the same answer
+                    with pytest.raises(errors.InsufficientPrivilege, match="row-level security"):
+                        admin.execute(
+                            planted, {"t": roles.alice, "rid": logged, "mid": mid, "other": roles.bob}
+                        )
+            with pytest.raises(errors.InsufficientPrivilege):  # the sequences' totals are not hers to read
+                admin.execute("SELECT last_value FROM spark.memories_id_seq")
         with as_role(admin, roles.bob):
             bobs = calls(admin, roles.bob)
             after = direct_tenants(admin)

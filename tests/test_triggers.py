@@ -389,7 +389,12 @@ def test_a_pack_rule_surfaces_the_tenants_own_memory_with_no_pack_memories(conn:
     (the pools leave an empty pack out, but not a pack with rules)."""
     conn.execute("DELETE FROM spark.memories WHERE tenant = '_system'")
     add_memories(conn, "acme", [("snap", "Take a snapshot of the cluster state first.", "system", 0.8)])
-    sync_rules(conn, "_system", [TriggerRule(name="destructive", pattern=r"rm -rf", surface=("snap",))])
+    rules = [TriggerRule(name="destructive", pattern=r"rm -rf", surface=("snap",))]
+    with pytest.raises(TriggerRuleError, match="only the pack loader"):  # not any caller's to write
+        sync_rules(conn, "_system", rules)
+    with conn.transaction():
+        conn.execute("SET LOCAL spark.pack_writes = on")  # what the pack loader (spark-pg seed) does
+        sync_rules(conn, "_system", rules)
     rows = explain(conn, "acme", "Bash rm -rf build", include_system=True)
     assert surfaced(rows) == ["snap"]
     assert rows[0]["why"]["trigger"]["rules"] == ["destructive"]

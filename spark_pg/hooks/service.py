@@ -27,6 +27,7 @@ from spark_pg.errors import InputError
 from spark_pg.hooks import outcomes, wire
 from spark_pg.hooks.protocol import PRE, HookEvent, pre_output
 from spark_pg.intent import extract_intent
+from spark_pg.records import SYSTEM_TENANT
 
 Conn = psycopg.Connection[Any]
 HOOK_STATEMENT_TIMEOUT_MS = 2000  # a hook that waits longer has lost its point
@@ -100,6 +101,10 @@ class HookService:
         event_data = request.get("event")
         if not isinstance(tenant, str) or not isinstance(event_data, Mapping):
             raise InputError("a hook request needs tenant (a string) and event (an object)")
+        if tenant == SYSTEM_TENANT:
+            raise InputError(
+                f"tenant {SYSTEM_TENANT} holds the cold-start pack: give the agent a tenant of its own"
+            )
         event = HookEvent.from_wire(event_data)
         if event.kind == PRE:
             deadline = request_deadline(request, time.monotonic() if received is None else received)
