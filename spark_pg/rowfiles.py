@@ -16,6 +16,7 @@ from typing import Any
 import yaml
 
 MAX_DEPTH = 100  # nesting levels of a YAML document or of metadata; deeper would run out of stack
+MAX_INT_DIGITS = 4300  # Python's default limit for int <-> str (sys.get_int_max_str_digits)
 
 Fail = Callable[[int, str], Exception]  # (1-based line, message) -> the error to raise
 
@@ -28,6 +29,10 @@ class StrictYamlLoader(yaml.SafeLoader):
     - Nesting deeper than :data:`MAX_DEPTH` is refused (composing recurses: deeper runs out of stack).
     - A scalar its tag cannot build (``!!int abc``, ``!!timestamp abc``, ``2024-13-45``) is a
       ``ConstructorError`` at its line, not the ValueError / KeyError / AttributeError PyYAML raises.
+    - A key repeated in one mapping is refused (PyYAML keeps the last one and silently drops the rest; that
+      includes YAML 1.1's spellings of one value, ``yes`` and ``on``).
+    - An integer past :data:`MAX_INT_DIGITS` decimal digits is refused (hex, octal and binary ones too: Python
+      builds them, then cannot print them).
 
     NUL and other non-printable characters raise ``yaml.reader.ReaderError`` as soon as the loader is built:
     build it inside the ``try`` (see :func:`yaml_error_line`).
@@ -53,6 +58,34 @@ class StrictYamlLoader(yaml.SafeLoader):
         finally:
             self._depth -= 1
 
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        if isinstance(node, yaml.MappingNode):
+            self.flatten_mapping(node)
+            seen: dict[Any, int] = {}
+            for key_node, _ in node.value:
+                key = self.construct_object(key_node, deep=True)
+                try:
+                    first = seen.get(key)
+                except TypeError:  # an unhashable key: the base class says so
+                    continue
+                if first is not None:
+                    raise yaml.constructor.ConstructorError(
+                        None,
+                        None,
+                        f"repeats the key {_short(key)} (first on line {first})",
+                        key_node.start_mark,
+                    )
+                seen[key] = key_node.start_mark.line + 1
+        return super().construct_mapping(node, deep)
+
+    def construct_yaml_int(self, node: yaml.ScalarNode) -> int:
+        value = super().construct_yaml_int(node)
+        if value.bit_length() > MAX_INT_DIGITS * 3.33:  # log2(10) bits a digit
+            raise yaml.constructor.ConstructorError(
+                None, None, f"has an integer over {MAX_INT_DIGITS} digits", node.start_mark
+            )
+        return value
+
     def construct_object(self, node: yaml.Node, deep: bool = False) -> Any:
         try:
             return super().construct_object(node, deep)
@@ -64,6 +97,29 @@ class StrictYamlLoader(yaml.SafeLoader):
             raise yaml.constructor.ConstructorError(
                 None, None, f"{value!r} is not a valid {kind} ({exc})", node.start_mark
             ) from None
+
+
+StrictYamlLoader.add_constructor("tag:yaml.org,2002:int", StrictYamlLoader.construct_yaml_int)
+
+
+def _short(key: object) -> str:
+    text = repr(key) if not isinstance(key, int) or key.bit_length() < 64 else "(a large integer)"
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+class _RepeatedKey(ValueError):
+    def __init__(self, key: str) -> None:
+        super().__init__(key)
+        self.key = key
+
+
+def _unique_pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise _RepeatedKey(key)
+        out[key] = value
+    return out
 
 
 def yaml_error_line(exc: yaml.YAMLError, text: str) -> int:
@@ -116,9 +172,11 @@ def jsonl_rows(text: str, fail: Fail) -> list[tuple[int, Any]]:
         if not raw.strip(" \t\r"):  # JSON's whitespace
             continue
         try:
-            rows.append((number, json.loads(raw)))
+            rows.append((number, json.loads(raw, object_pairs_hook=_unique_pairs)))
         except json.JSONDecodeError as exc:
             raise fail(number, f"is not valid JSON: {exc.msg} at column {exc.colno}") from None
+        except _RepeatedKey as exc:  # json keeps the last of a repeated key and drops the others silently
+            raise fail(number, f"repeats the key {_short(exc.key)} in one object") from None
         except ValueError:  # an integer longer than Python converts (sys.set_int_max_str_digits)
             raise fail(number, f"has an integer over {sys.get_int_max_str_digits()} digits") from None
         except RecursionError:

@@ -288,6 +288,11 @@ def test_unknown_top_level_key_in_file(tmp_path: Path) -> None:
     assert "unknown key" in str(err)
 
 
+def test_a_key_set_twice_in_the_file_is_refused_not_last_one_wins(tmp_path: Path) -> None:
+    err = raises_config(tmp_path, "retrieval:\n  k: 3\nembedding: {}\nretrieval:\n  k: 9\n")
+    assert "repeats the key 'retrieval' (first on line 1)" in str(err) and "line 4" in str(err)
+
+
 def test_non_string_key_in_file(tmp_path: Path) -> None:
     err = raises_config(tmp_path, "1: 2\n")
     assert err.key == "1"

@@ -484,6 +484,9 @@ def test_cli_params_must_be_a_json_object() -> None:
         eval_cli._params("{pool_semantic: 1}")
     with pytest.raises(InputError, match="JSON object"):
         eval_cli._params("[1, 2]")
+    for hostile in ('{"a": ' + "[" * 100_000 + "]" * 100_000 + "}", '{"a": ' + "9" * 5000 + "}"):
+        with pytest.raises(InputError, match="too deeply nested or holds too large an integer"):
+            eval_cli._params(hostile)
     assert eval_cli._params(None) == {} and eval_cli._params('{"k": 1}') == {"k": 1}
 
 

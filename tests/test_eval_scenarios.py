@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -96,3 +97,23 @@ def test_a_second_run_of_the_same_scenarios_does_not_end_the_first(
             assert scratch.exists(server_url, name)  # not dropped under it
     finally:
         scratch.drop(server_url, name)
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("scenarios:\n  - &a {id: x}\n  - *a\n", "line 3: is not valid YAML: uses an alias (*a)"),  # no bombs
+        ("scenarios:\n  - {id: x, id: y}\n", "repeats the key 'id'"),
+        ("scenarios:\n  - id: " + "[" * 200 + "]" * 200 + "\n", "nests deeper than 100 levels"),
+        ("scenarios:\n  - id: 0x" + "f" * 5000 + "\n", "has an integer over 4300 digits"),
+        ("scenarios:\n  - just a string\n", "scenario 0: must be a mapping, not str"),
+        ("other: 1\n", "needs a 'scenarios' list"),
+    ],
+)
+def test_a_bad_scenarios_file_is_one_clear_error(tmp_path: Path, text: str, message: str) -> None:
+    (tmp_path / "scenarios.yaml").write_text(text)
+    with pytest.raises(InputError, match=re.escape(message)):
+        load_scenarios(tmp_path)
+    (tmp_path / "scenarios.yaml").write_bytes(b"scenarios:\n  - {id: \xff}\n")
+    with pytest.raises(InputError, match="is not UTF-8 text"):
+        load_scenarios(tmp_path)

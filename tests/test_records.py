@@ -530,6 +530,11 @@ def test_metadata_nesting_is_capped_at_max_depth() -> None:
         ("- text: a\n- text: b\n  context: c\x07\n", 3, "unacceptable character U+0007"),
         ("- text: &x a\n- text: *x\n", 2, "uses an alias (*x)"),
         ("- text: a\n  metadata:\n    a: " + "[" * 120 + "]" * 120 + "\n", 3, "nests deeper than 100 levels"),
+        # a repeated key: PyYAML keeps the last and drops the rest without a word
+        ("memories:\n  - text: a\nmemories:\n  - text: b\n  - text: c\n", 3, "repeats the key 'memories'"),
+        ("- text: a\n- text: b\n  kind: rule\n  text: c\n", 4, "repeats the key 'text' (first on line 2)"),
+        ("- text: a\n  metadata: {yes: 1, on: 2}\n", 2, "repeats the key True"),
+        ("- text: a\n  importance: 0x" + "f" * 5000 + "\n", 2, "has an integer over 4300 digits"),
     ],
 )
 def test_read_yaml_refuses_what_the_strict_loader_refuses(
@@ -558,6 +563,7 @@ def test_read_yaml_keeps_anchors_merge_free_tags_and_timestamps(tmp_path: Path) 
         ("1" * 5000, "an integer over"),
         ("[" * 5000 + "]" * 5000, "nests too deeply"),
         ("[" * 10_000 + "]" * 10_000, "nests too deeply"),
+        ('{"b": 1, "b": 2}', "repeats the key 'b' in one object"),  # json keeps the last one silently
     ],
 )
 def test_read_jsonl_refuses_what_python_cannot_read(tmp_path: Path, line: str, fragment: str) -> None:

@@ -47,6 +47,8 @@ def _params(text: str | None) -> dict[str, object]:
         extra = json.loads(text) if text else {}
     except json.JSONDecodeError as exc:
         raise InputError(f"--params is not valid JSON: {exc}") from None
+    except (ValueError, RecursionError):  # an integer past Python's digit limit; nesting past the stack
+        raise InputError("--params is too deeply nested or holds too large an integer") from None
     if not isinstance(extra, dict):
         raise InputError("--params must be a JSON object of spark.retrieve params")
     return extra

@@ -38,6 +38,7 @@ from spark_pg.embedding import Embedder, load_embedder
 from spark_pg.errors import InputError
 from spark_pg.ingest import ingest
 from spark_pg.records import read_file
+from spark_pg.rowfiles import yaml_rows
 
 TENANT = "scenarios"
 LABELS = ("noise", "dup_group")
@@ -74,14 +75,23 @@ def default_folder() -> Path:
 def load_scenarios(folder: Path) -> list[Scenario]:
     path = folder / "scenarios.yaml"
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except (OSError, yaml.YAMLError) as exc:
-        raise InputError(f"{path}: cannot be read as YAML: {exc}") from None
-    items = data.get("scenarios") if isinstance(data, Mapping) else None
-    if not isinstance(items, list) or not items:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise InputError(f"{path}: is not UTF-8 text: {exc.reason}") from None
+    except OSError as exc:
+        raise InputError(f"{path}: cannot be read: {exc.strerror}") from None
+
+    def fail(line: int, message: str) -> InputError:
+        return InputError(f"{path} line {line}: {message}")
+
+    # the loader of every hand-written file: no aliases, bounded nesting and integers, no repeated keys
+    items = [item for _, item in yaml_rows(text, fail, "needs a 'scenarios' list", "scenarios")]
+    if not items:
         raise InputError(f"{path}: needs a non-empty 'scenarios' list")
     out = []
     for i, raw in enumerate(items):
+        if not isinstance(raw, Mapping):
+            raise InputError(f"{path}: scenario {i}: must be a mapping, not {type(raw).__name__}")
         try:
             out.append(
                 Scenario(
