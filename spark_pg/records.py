@@ -52,9 +52,10 @@ FIELDS = (
 UNTAGGED_KINDS = frozenset({"episode"})  # dialog turns: their category says nothing of their content
 MAX_TEXT = 100_000  # characters; longer texts belong in a document store, not in a memory
 MAX_TENANT = 128  # characters, as the database CHECKs
-SYSTEM_TENANT = (
-    "_system"  # spark.system_tenant(): the cold-start pack every tenant sees; seed alone writes it
-)
+EARLIEST = datetime(1, 1, 2, tzinfo=UTC)  # created_at bounds (UTC)
+LATEST = datetime(9999, 12, 30, 23, 59, 59, 999999, tzinfo=UTC)
+# spark.system_tenant(): the cold-start pack every tenant sees; only `spark-pg seed` writes it
+SYSTEM_TENANT = "_system"
 
 
 def json_problem(value: Any) -> str | None:
@@ -182,7 +183,22 @@ def _timestamp(value: Any, where: tuple[str, int]) -> datetime | None:
         raise IngestError(
             where[0], where[1], "created_at", f"must be an ISO 8601 string, not {type(value).__name__}"
         )
-    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)  # naive times are taken as UTC
+    if not parsed.tzinfo:
+        parsed = parsed.replace(tzinfo=UTC)  # naive times are taken as UTC
+    # in UTC, as the database stores it (0001-01-01T00:30+01:00 is in 1 BC there), with a day to spare: a
+    # client in any time zone reads it back as a Python datetime (years 1 to 9999), or could not read it
+    try:
+        inside = EARLIEST <= parsed.astimezone(UTC) <= LATEST
+    except OverflowError:
+        inside = False
+    if not inside:
+        raise IngestError(
+            where[0],
+            where[1],
+            "created_at",
+            f"{value!r} is not between 0001-01-02 and 9999-12-30 (UTC)",
+        )
+    return parsed
 
 
 def validate_row(
@@ -221,6 +237,8 @@ def validate_row(
         importance = 0.5
     if isinstance(importance, bool) or not isinstance(importance, int | float) or not 0 <= importance <= 1:
         raise IngestError(source, line, "importance", f"must be a number from 0 to 1, got {importance!r}")
+    if 0 < importance < 1e-37:  # the database's real has no room for it (22003)
+        raise IngestError(source, line, "importance", f"must be 0 or at least 1e-37, got {importance!r}")
     metadata = row.get("metadata") or {}
     if not isinstance(metadata, Mapping):
         raise IngestError(source, line, "metadata", f"must be an object, not {type(metadata).__name__}")

@@ -265,6 +265,21 @@ BAD_ROWS: list[Any] = [
     pytest.param(
         {"tenant": "t", "text": "x", "created_at": 1714571760}, "created_at", "not int", id="time-int"
     ),
+    pytest.param(
+        {"tenant": "t", "text": "x", "importance": 1e-50}, "importance", "0 or at least 1e-37", id="imp-tiny"
+    ),
+    pytest.param(  # 1 BC in UTC: stored, then no client could read the tenant's rows back
+        {"tenant": "t", "text": "x", "created_at": "0001-01-01T00:30:00+01:00"},
+        "created_at",
+        "not between 0001-01-02 and 9999-12-30 (UTC)",
+        id="time-bc",
+    ),
+    pytest.param(
+        {"tenant": "t", "text": "x", "created_at": "9999-12-31T23:59:59-14:00"},
+        "created_at",
+        "not between 0001-01-02 and 9999-12-30 (UTC)",
+        id="time-10000",
+    ),
     pytest.param({"text": "x"}, "tenant", "is required", id="no-tenant"),
     pytest.param({"text": "x", "tenant": ""}, "tenant", "must not be empty", id="empty-tenant"),
     pytest.param({"text": "x", "tenant": 7}, "tenant", "must be a string", id="int-tenant"),
