@@ -25,6 +25,8 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
+    import psycopg
+
     from spark_pg.client import SparkClient
     from spark_pg.config import Settings
     from spark_pg.retrieve import Candidate, Retrieved
@@ -587,11 +589,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"spark-pg: error: {exc}", file=sys.stderr)
         return 2
     except psycopg.Error as exc:
-        state = getattr(exc, "sqlstate", None)
-        print(
-            f"spark-pg: database error{f' [{state}]' if state else ''}: {str(exc).strip()}", file=sys.stderr
-        )
+        print(f"spark-pg: database error{_db_error(exc)}", file=sys.stderr)
         return 1
+
+
+def _db_error(exc: psycopg.Error) -> str:
+    """`` [SQLSTATE]: message`` on one line: the server's primary message and hint, without the CONTEXT
+    lines that name PL/pgSQL internals; a client-side error (no SQLSTATE) as psycopg words it."""
+    state = getattr(exc, "sqlstate", None)
+    diag = exc.diag
+    message = (diag.message_primary if state else None) or str(exc)
+    if state and diag.message_hint:
+        message += f" (hint: {diag.message_hint})"
+    return f"{f' [{state}]' if state else ''}: {' '.join(message.split())}"
 
 
 if __name__ == "__main__":

@@ -8,7 +8,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from spark_pg.cli import main
+from spark_pg.cli import _db_error, main
 from spark_pg.schema import head_revision
 from tests.conftest import usage_error
 
@@ -180,6 +180,25 @@ def test_stats_reports_health_and_the_north_star(
     ]
     code, out, _ = run(capsys, "stats", "--tenant", tenant)
     assert code == 0 and f"  {tenant:<24} 1/1 sessions  1.00" in out
+
+
+def test_a_database_refusal_is_one_line_with_its_sqlstate_and_hint(
+    cli_env: str, tenant: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The server's message, not the CONTEXT lines naming the PL/pgSQL functions it passed through."""
+    code, out, err = run(capsys, "search", "--tenant", tenant, "--k", "0", "deploy")
+    assert (code, out, err) == (
+        1,
+        "",
+        "spark-pg: database error [22023]: k must be between 1 and 1000, got 0\n",
+    )
+    with psycopg.connect(cli_env) as conn, pytest.raises(psycopg.Error) as refused:
+        conn.execute("SELECT spark.put_trigger_rule('_system', 'r', 'x', ARRAY['k'])")
+    assert _db_error(refused.value) == (
+        " [22023]: tenant _system holds the cold-start pack that every tenant sees: only the pack loader"
+        " (spark-pg seed) writes it (hint: To change the pack by hand, SET LOCAL spark.pack_writes = on in"
+        " that transaction.)"
+    )
 
 
 def test_init_against_a_server_that_is_down_is_one_line_not_a_traceback(

@@ -935,6 +935,8 @@ def check_cli_error(code: int, err: str, inputs: Sequence[Any]) -> None:
     assert code in (1, 2), (code, err)
     assert err.startswith(("spark-pg: error:", "spark-pg: database error", "usage:")), err
     state = re.match(r"spark-pg: database error \[(\w{5})\]", err)
+    if err.startswith("spark-pg: database error"):  # one line: no CONTEXT naming PL/pgSQL internals
+        assert err.endswith("\n") and "\n" not in err[:-1] and "PL/pgSQL" not in err, err
     if state:
         assert state.group(1)[:2] in ("22", "23"), err
     elif err.startswith("spark-pg: database error"):
