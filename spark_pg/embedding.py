@@ -21,6 +21,7 @@ import numpy.typing as npt
 from spark_pg.config import Settings
 from spark_pg.errors import EmbeddingError, ModelNotAvailable
 from spark_pg.model_files import missing_files
+from spark_pg.rowfiles import checked_text
 
 Vector = npt.NDArray[np.float32]
 
@@ -85,6 +86,7 @@ class Embedder:
         """Embed one search query (with the model's query instruction, if it has one)."""
         if not text or not text.strip():
             raise EmbeddingError("query text must not be empty")
+        checked_text("query text", text)
         return self._run([self.spec.query_prefix + text], 1)[0]
 
     def embed_documents(self, texts: Sequence[str], batch_size: int = 16) -> list[Vector]:

@@ -14,6 +14,7 @@ from psycopg.types.json import Jsonb
 
 from spark_pg import queries
 from spark_pg.embedding import Vector
+from spark_pg.rowfiles import checked_text
 
 
 @dataclass(frozen=True)
@@ -90,8 +91,8 @@ def _params(
     tenant: str, query: str, embedding: Vector | None, k: int, params: Mapping[str, Any], cache: bool
 ) -> dict[str, Any]:
     return {
-        "tenant": tenant,
-        "query": query,
+        "tenant": checked_text("tenant", tenant) if isinstance(tenant, str) else tenant,
+        "query": checked_text("query text", query) if isinstance(query, str) else query,
         "embedding": embedding,
         "k": k,
         "params": Jsonb(dict(params)),

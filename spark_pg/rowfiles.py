@@ -15,6 +15,8 @@ from typing import Any
 
 import yaml
 
+from spark_pg.errors import InputError
+
 MAX_DEPTH = 100  # nesting levels of a YAML document or of metadata; deeper would run out of stack
 MAX_INT_DIGITS = 4300  # Python's default limit for int <-> str (sys.get_int_max_str_digits)
 
@@ -148,6 +150,14 @@ def string_problem(value: str) -> str | None:
     except UnicodeEncodeError as exc:
         return f"contains a lone surrogate ({value[exc.start]!a}), which is not valid Unicode text"
     return None
+
+
+def checked_text(name: str, value: str) -> str:
+    """``value``, or InputError naming ``name`` when PostgreSQL (or the tokenizer) cannot take it."""
+    problem = string_problem(value)
+    if problem:
+        raise InputError(f"{name} {problem}")
+    return value
 
 
 def text_problem(value: object, max_len: int) -> str | None:

@@ -302,6 +302,8 @@ def test_protocol_failure_detection_and_answers() -> None:
     )
     assert not call_failed({"tool_response": {"stdout": "", "stderr": "warning: x", "interrupted": False}})
     assert parse_event(POST, json.loads(event(POST, "s", "Bash", {"command": "ls"}))).failed is False
+    cut = parse_event(PRE, json.loads('{"tool_name": "Bash", "tool_input": {"command": "echo \\ud83d"}}'))
+    assert cut.tool_input == {"command": "echo ?"}  # half an emoji: replaced, the call still gets advice
     assert pre_output([]) is None
     long = pre_output([{"text": "x " * 5000, "priority": "normal"}] * 20)
     assert long is not None and len(long["hookSpecificOutput"]["additionalContext"]) <= 4000

@@ -13,6 +13,7 @@ from spark_pg.cli import main
 from spark_pg.client import SparkClient
 from spark_pg.config import Settings
 from spark_pg.db import connect
+from spark_pg.errors import InputError
 from spark_pg.retrieve import explain, one_statement, retrieve
 
 
@@ -37,6 +38,15 @@ def test_search_returns_typed_rows_with_reasons(client: SparkClient, tenant: str
     assert hit.semantic_sim is not None and hit.semantic_sim > 0.4
     assert hit.why["status"] == "surfaced" and "semantic" in hit.pools
     assert "found by" in hit.reason and "own failure" in hit.reason
+
+
+def test_a_query_with_half_a_character_is_an_input_error_naming_it(client: SparkClient, tenant: str) -> None:
+    """A lone surrogate (half an emoji) reached the tokenizer (TypeError) or psycopg (UnicodeEncodeError)."""
+    for call in (client.search, client.explain, client.reflect):
+        with pytest.raises(InputError, match=r"query text contains a lone surrogate \('\\ud800'\)"):
+            call(tenant, "de\ud800ploy")  # type: ignore[operator]
+    with pytest.raises(InputError, match="tenant contains a lone surrogate"):
+        retrieve(client.conn, "t\udc00", "deploy")
 
 
 def test_the_agent_query_can_be_replayed_from_sql_by_text(client: SparkClient, tenant: str) -> None:

@@ -11,6 +11,7 @@ Standard library only: the hook client imports this module.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 
 from spark_pg.errors import InputError
@@ -81,6 +82,7 @@ def parse_event(kind: str, data: Any) -> HookEvent:
         raise InputError(f"hook must be {PRE} or {POST}, got {kind!r}")
     if not isinstance(data, Mapping):
         raise InputError(f"the event must be a JSON object, not {type(data).__name__}")
+    data = _unicode_text(data)
     name = data.get("hook_event_name")
     if name is not None and name not in EVENT_NAMES[kind]:
         raise InputError(f"hook_event_name {name!r} is not an event of `hook {kind}`")
@@ -91,6 +93,18 @@ def parse_event(kind: str, data: Any) -> HookEvent:
         session_id=_session(data),
         failed=kind == POST and call_failed(data),
     )
+
+
+def _unicode_text(data: Mapping[str, Any]) -> Mapping[str, Any]:
+    """``data`` with each lone surrogate (JSON's ``\\udXXX`` escape of half a character, e.g. a command cut
+    inside an emoji) replaced by ``?``: neither the tokenizer nor PostgreSQL takes one, and one cut
+    character must not cost the call its advice."""
+    text = json.dumps(data, ensure_ascii=False)
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return dict(json.loads(text.encode("utf-8", "replace").decode("utf-8")))
+    return data
 
 
 def _tool_name(data: Mapping[str, Any]) -> str:

@@ -18,6 +18,7 @@ from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
 from spark_pg import queries
+from spark_pg.rowfiles import checked_text
 
 MAX_QUERY = 1000  # characters of a plain-text reflection query
 
@@ -110,8 +111,8 @@ def reflect(
 ) -> list[Reflection]:
     """One round trip to spark.reflect. ``embedding`` None: the lexical fallback."""
     args = {
-        "tenant": tenant,
-        "query": text,
+        "tenant": checked_text("tenant", tenant) if isinstance(tenant, str) else tenant,
+        "query": checked_text("query text", text) if isinstance(text, str) else text,
         "embedding": embedding,
         "k": k,
         "params": Jsonb(dict(params or {})),
