@@ -50,4 +50,5 @@ class IngestError(InputError):
         self.line = line
         self.field = field
         what = f", field {field!r}" if field else ""
-        super().__init__(f"{source} line {line}{what}: {message}")
+        where = f" line {line}" if line else ""  # 0: the file as a whole
+        super().__init__(f"{source}{where}{what}: {message}")

@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import stat
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime
@@ -52,6 +53,7 @@ FIELDS = (
 UNTAGGED_KINDS = frozenset({"episode"})  # dialog turns: their category says nothing of their content
 MAX_TEXT = 100_000  # characters; longer texts belong in a document store, not in a memory
 MAX_TENANT = 128  # characters, as the database CHECKs
+MAX_FILE_BYTES = 1 << 30  # an ingest file is read whole; bigger ones are split (JSONL splits by lines)
 EARLIEST = datetime(1, 1, 2, tzinfo=UTC)  # created_at bounds (UTC)
 LATEST = datetime(9999, 12, 30, 23, 59, 59, 999999, tzinfo=UTC)
 # spark.system_tenant(): the cold-start pack every tenant sees; only `spark-pg seed` writes it
@@ -268,6 +270,19 @@ def validate_row(
 def read_file(path: Path, default_tenant: str | None = None, *, pack: bool = False) -> list[MemoryIn]:
     """Parse and validate a whole .jsonl / .ndjson / .yaml / .yml file. Raises on the first bad row (a row
     without a tenant when ``default_tenant`` is not a valid one, too). ``pack``: as in validate_row."""
+    suffix = path.suffix.lower()
+    if suffix not in (".jsonl", ".ndjson", ".yaml", ".yml"):
+        raise IngestError(str(path), 0, None, "unknown file type: use .jsonl, .yaml or .yml")
+    try:
+        info = path.stat()
+    except OSError as exc:
+        raise IngestError(str(path), 0, None, f"cannot be read: {exc.strerror}") from None
+    if not stat.S_ISREG(info.st_mode):  # a FIFO would block, a device (/dev/zero) never end
+        raise IngestError(str(path), 0, None, "is not a regular file")
+    if info.st_size > MAX_FILE_BYTES:
+        raise IngestError(
+            str(path), 0, None, f"is {info.st_size:,} bytes; the limit is {MAX_FILE_BYTES:,}: split it"
+        )
     try:
         text = path.read_text(encoding="utf-8")
     except UnicodeDecodeError as exc:
@@ -278,15 +293,12 @@ def read_file(path: Path, default_tenant: str | None = None, *, pack: bool = Fal
     def fail(line: int, message: str) -> IngestError:
         return IngestError(str(path), line, None, message)
 
-    suffix = path.suffix.lower()
     if suffix in (".jsonl", ".ndjson"):
         rows = jsonl_rows(text, fail)
-    elif suffix in (".yaml", ".yml"):
+    else:
         rows = yaml_rows(
             text, fail, "a YAML file must be a list of memories (or {memories: [...]})", "memories"
         )
-    else:
-        raise IngestError(str(path), 0, None, "unknown file type: use .jsonl, .yaml or .yml")
     records: list[MemoryIn] = []
     seen: dict[tuple[str, str], int] = {}
     for line, row in rows:

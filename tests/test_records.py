@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import os
 from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
@@ -520,7 +521,24 @@ def test_missing_file(tmp_path: Path) -> None:
     path = tmp_path / "absent.jsonl"
     err = ingest_error(path)
     assert (err.source, err.line, err.field) == (str(path), 0, None)
-    assert "cannot be read" in str(err)
+    assert str(err) == f"{path}: cannot be read: No such file or directory"  # the file as a whole: no line
+
+
+def test_only_a_regular_file_of_a_known_type_and_size_is_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The checks come before reading: a FIFO blocked ingest, /dev/zero filled the memory."""
+    fifo = tmp_path / "pipe.jsonl"
+    os.mkfifo(fifo)
+    (tmp_path / "zero.jsonl").symlink_to("/dev/zero")
+    for path in (fifo, tmp_path / "zero.jsonl", tmp_path):
+        assert "is not a regular file" in str(ingest_error(path)) or "unknown file type" in str(
+            ingest_error(path)
+        )
+    assert str(ingest_error(fifo)) == f"{fifo}: is not a regular file"
+    big = write(tmp_path, "big.jsonl", '{"tenant": "t", "text": "a"}\n' * 10)
+    monkeypatch.setattr("spark_pg.records.MAX_FILE_BYTES", 100)
+    assert str(ingest_error(big)) == f"{big}: is 290 bytes; the limit is 100: split it"
 
 
 @pytest.mark.parametrize(("name", "text"), [("m.jsonl", ""), ("m.jsonl", "\n \n\t\n"), ("m.ndjson", "")])
