@@ -26,6 +26,8 @@ from psycopg.types.json import Jsonb
 
 from spark_pg import queries
 from spark_pg.errors import InputError
+from spark_pg.records import MAX_TENANT, SYSTEM_TENANT
+from spark_pg.rowfiles import text_problem
 
 SIGNALS = ("semantic_sim", "keyword_score", "recency", "outcome", "trigger_conf")
 WEIGHT_KEYS = ("w_similarity", "w_keyword", "w_recency", "w_outcome", "w_trigger")
@@ -187,8 +189,11 @@ def fit_tenant(
     dry_run: bool = False,
 ) -> FitResult:
     """Fit one tenant's weights from its log and store them (with the evaluation) unless ``dry_run``."""
-    if not tenant or not tenant.strip():
-        raise InputError("tenant must not be empty")
+    problem = text_problem(tenant, MAX_TENANT)  # as every other tenant; nothing is written for a bad one
+    if problem:
+        raise InputError(f"tenant {problem}")
+    if tenant == SYSTEM_TENANT:
+        raise InputError(f"tenant {SYSTEM_TENANT} holds the cold-start pack: it has no advise log to fit")
     if min_samples < 1:
         raise InputError(f"min_samples must be at least 1, got {min_samples}")
     with conn.transaction():

@@ -199,8 +199,12 @@ def test_an_empty_log_keeps_the_defaults(conn: Conn, tenant: str) -> None:
 
 
 def test_bad_input_is_refused_and_nothing_is_written(conn: Conn, tenant: str) -> None:
-    with pytest.raises(InputError, match="tenant"):
+    with pytest.raises(InputError, match="tenant must not be empty"):
         fit_tenant(conn, " ")
+    with pytest.raises(InputError, match="tenant is 300 characters; the limit is 128"):
+        fit_tenant(conn, "x" * 300)  # wrote a row of fitted weights for it before
+    with pytest.raises(InputError, match="tenant _system holds the cold-start pack"):
+        fit_tenant(conn, "_system")
     with pytest.raises(InputError, match="min_samples"):
         fit_tenant(conn, tenant, min_samples=0)
     with pytest.raises(errors.InvalidParameterValue, match="w_keyword"), conn.transaction():

@@ -532,7 +532,11 @@ def test_interactive_decider_keeps_accepts_sets_skips_and_quits(capsys: pytest.C
         replace(memory(text, helpful_count=1, reliability=0.67), id=i, key=f"k{i}", times_surfaced=3)
         for i, text in enumerate(texts)
     ]
-    answers = iter(["", "a", "0.8 pinned builds broke twice", "maybe", "2", "s", "q"])
+    # a reason PostgreSQL cannot store (a NUL; invalid UTF-8 read as surrogates) is asked again: it failed
+    # the whole session's batch in the database before
+    answers = iter(
+        ["", "a", "0.8 pinned\x00", "0.8 bad \udcff", "0.8 pinned builds broke twice", "maybe", "2", "s", "q"]
+    )
     decisions = decide_interactive(memories, lambda prompt: next(answers), sys.stdout)
     assert [(d.id, d.importance, d.reason) for d in decisions] == [
         (0, 0.3, "kept on review"),
@@ -542,6 +546,8 @@ def test_interactive_decider_keeps_accepts_sets_skips_and_quits(capsys: pytest.C
     shown = capsys.readouterr().out
     assert "[1/5] #0 k0" in shown and "1 helpful" in shown and "surfaced 3 times" in shown
     assert "auto suggests 0.50" in shown and "'maybe': type k, a, s, q or a number" in shown
+    assert shown.count("the reason must not contain NUL characters: type it again") == 1
+    assert shown.count("the reason contains a lone surrogate") == 1
 
     def eof(prompt: str) -> str:
         raise EOFError

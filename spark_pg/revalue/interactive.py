@@ -12,6 +12,7 @@ from typing import TextIO
 
 from spark_pg.revalue.decide import propose
 from spark_pg.revalue.records import MAX_REASON, Decision, Sampled, clamp
+from spark_pg.rowfiles import string_problem
 
 
 def _signals(memory: Sampled, now: datetime) -> str:
@@ -83,6 +84,10 @@ def decide_interactive(
                     print(f"  {answer!r}: type k, a, s, q or a number from 0 to 1", file=out)
                     continue
                 reason = why.strip()[:MAX_REASON] or "set on review"
+                problem = string_problem(reason)  # else the whole session's batch fails in the database
+                if problem:
+                    print(f"  the reason {problem}: type it again", file=out)
+                    continue
                 decisions.append(Decision(memory.id, clamp(value), reason, memory.key, memory.importance))
             break
     return decisions
