@@ -37,6 +37,7 @@ import numpy.typing as npt
 import psycopg
 
 from spark_pg.embedding import Vector
+from spark_pg.errors import InputError
 
 FETCH_K = 40  # the product's default pool_semantic
 RRF_K = 60
@@ -152,7 +153,7 @@ class PythonHybrid:
     def __post_init__(self) -> None:
         row = self.conn.execute(ACTIVE_MODEL).fetchone()
         if row is None:
-            raise ValueError("no active embedding model: the baseline needs stored vectors")
+            raise InputError("no active embedding model: the baseline needs stored vectors")
         self.model_id, self.dim = int(row[0]), int(row[1])
         self.conn.execute(SESSION, {"ef": str(self.ef_search)})
         self._vector_sql = VECTOR_QUERY.format(dim=self.dim, model_id=self.model_id)

@@ -33,6 +33,7 @@ from tqdm import tqdm
 
 from spark_pg import synthetic
 from spark_pg.embedding import Embedder
+from spark_pg.errors import InputError
 
 REAL_DEFAULT = 100_000
 Template = tuple[str, str, str, str]
@@ -109,7 +110,7 @@ def template_cosine(
         if len(multi) >= 100:
             break
     if not multi:
-        raise ValueError("no two real texts share an object and context: embed more real texts (--real)")
+        raise InputError("no two real texts share an object and context: embed more real texts (--real)")
     rng = random.Random(seed)
     unit = _unit(real)
     sims = []
@@ -161,7 +162,7 @@ def corpus_vectors(
 ) -> tuple[list[str], np.ndarray, Derivation]:
     """The corpus texts of :func:`spark_pg.synthetic.texts` and their vectors (real up to ``real``)."""
     if real < 1:
-        raise ValueError(f"real must be at least 1, got {real}")
+        raise InputError(f"real must be at least 1, got {real}")
     texts = synthetic.texts(n, seed)
     head = embed_cached(embedder, texts[:real], cache, "corpus", progress)
     vectors, how = derive(head, synthetic.templates(n, seed), seed, progress)

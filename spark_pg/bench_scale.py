@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import sys
 import tempfile
 import threading
@@ -31,7 +30,7 @@ from spark_pg import bench_retrieve, scratch, synthetic
 from spark_pg.bench_corpus import REAL_DEFAULT
 from spark_pg.bench_ingest import timed_ingest
 from spark_pg.bench_retrieve import BenchSpec
-from spark_pg.cli_args import DEFAULT_BENCH_REPORT, writable_dir
+from spark_pg.cli_args import DEFAULT_BENCH_REPORT, MAX_BENCH_MEMORIES, writable_dir
 from spark_pg.config import Settings
 from spark_pg.db import connect
 from spark_pg.embedding import Embedder, Vector
@@ -146,6 +145,7 @@ def run(
     """Every size in turn; ``on_size`` gets the report so far after each but the last (``complete``
     False)."""
     rows: list[dict[str, Any]] = []
+    machine, started = bench_retrieve.machine(), bench_retrieve.run_info()
 
     def report(complete: bool) -> dict[str, Any]:
         return {
@@ -153,7 +153,8 @@ def run(
             "k": spec.k,
             "queries": spec.queries,
             "model": embedder.spec.name,
-            "machine": {"cores": os.cpu_count()},
+            "machine": machine,
+            "run": started,
             "complete": complete,
         }
 
@@ -201,6 +202,7 @@ def _write_json(path: Path, data: dict[str, Any]) -> None:
     """``path`` replaced whole (a temporary file beside it, then a rename): never a half-written report."""
     with tempfile.NamedTemporaryFile("w", dir=path.parent, prefix=f".{path.name}.", delete=False) as out:
         out.write(json.dumps(data, indent=1))
+    Path(out.name).chmod(0o644)  # a report like the plot beside it (mkstemp makes files 0600)
     Path(out.name).replace(path)
 
 
@@ -208,23 +210,32 @@ def _share(value: float | None) -> str:
     return "-" if value is None else f"{value:.0%} of queries"
 
 
+def _triple(ms: dict[str, Any]) -> str:
+    return " / ".join(str(ms.get(q, "-")) for q in ("p50", "p95", "p99")) if ms else "-"
+
+
 def format_table(report: dict[str, Any]) -> str:
-    """The Markdown table of docs/performance.md."""
+    """The Markdown table of a run: the columns of docs/performance.md's scale table (latency of both systems,
+    their ratio and recall@k, the concurrent run), then the build and ingest figures."""
+    clients = report["sizes"][0]["concurrent"]["clients"] if report["sizes"] else "-"
     lines = [
-        "| memories | tenants (largest) | p50 / p95 / p99 ms, 1 client | 8 clients: calls/s, p95 ms | "
-        "hybrid ÷ retrieve p50 / p95 | retrieve faster on | load rows/s | "
+        "| memories | tenants (largest) | spark.retrieve p50 / p95 / p99 ms | "
+        "Python hybrid p50 / p95 / p99 ms | hybrid / retrieve p50 / p95 / p99 | retrieve faster on | "
+        f"recall@k retrieve / hybrid | {clients} clients: calls/s, p50 / p95 ms | load rows/s | "
         "HNSW build s (shared + per-tenant) | index MB | ingest/s (embedding, deferred) |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in report["sizes"]:
         one, b = r["single_client_ms"], r.get("build") or {}
         conc = r["concurrent"]
-        ratio = r.get("baseline_ratio", {})
+        base, ratio = r.get("baseline_ms", {}), r.get("baseline_ratio", {})
+        recall = r.get("recall_at_k", {})
         ing = r.get("ingest", {})
         lines.append(
             f"| {r['memories']:,} | {r['tenants']} ({r['largest_tenant']:,}) | {one['p50']} / {one['p95']} / "
-            f"{one['p99']} | {conc['calls_per_s']}, {conc['latency_ms']['p95']} | "
-            f"{ratio.get('p50', '-')} / {ratio.get('p95', '-')} | {_share(r.get('retrieve_faster_share'))} | "
+            f"{one['p99']} | {_triple(base)} | {_triple(ratio)} | {_share(r.get('retrieve_faster_share'))} | "
+            f"{recall.get('spark_retrieve', '-')} / {recall.get('baseline', '-')} | {conc['calls_per_s']}, "
+            f"{conc['latency_ms']['p50']} / {conc['latency_ms']['p95']} | "
             f"{b.get('load_rows_per_s', '-')} | "
             f"{b.get('index_build_s', '-')} + {b.get('tenant_indexes_s', '-')} | "
             f"{round(b['all_index_bytes'] / 2**20) if 'all_index_bytes' in b else '-'} | "
@@ -316,8 +327,8 @@ def main(args: Any, settings: Settings) -> int:
         sizes = tuple(int(x) for x in args.sizes.split(","))
     except ValueError as exc:
         raise InputError(f"--sizes must be comma-separated integers, got {args.sizes!r}") from exc
-    if not sizes or min(sizes) < 100:  # --clients, --seconds and --real are checked by their types
-        raise InputError(f"--sizes must each be at least 100, got {args.sizes!r}")
+    if not sizes or min(sizes) < 100 or max(sizes) > MAX_BENCH_MEMORIES:  # the rest: checked by their types
+        raise InputError(f"--sizes must each be from 100 to {MAX_BENCH_MEMORIES:,}, got {args.sizes!r}")
     spec = ScaleSpec(
         sizes=sizes,
         tenants=args.tenants,

@@ -9,6 +9,9 @@ from spark_pg import __version__
 from spark_pg.cli_args import (
     DEFAULT_BENCH_REPORT,
     bench_k_arg,
+    bench_memories_arg,
+    bench_options,
+    bench_tenants_arg,
     count_arg,
     k_arg,
     positive_int,
@@ -251,6 +254,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
     import platform
     from pathlib import Path
 
+    bench_options(args)  # another mode's option is refused, not ignored: a "small" run could start a huge one
+
     if args.hooks:
         from spark_pg import bench_hooks
 
@@ -436,28 +441,29 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("what", nargs="?", choices=("retrieve", "ingest", "scale"), help="default: retrieve")
     p.add_argument(
         "--sizes",
-        default="10000,100000,1000000",
         help="corpus sizes, comma-separated (scale; tenants: size/1000, "
         "at least 100, unless --tenants is given)",
     )
-    p.add_argument("--clients", type=positive_int, default=8, help="concurrent clients (scale)")
+    p.add_argument("--clients", type=positive_int, help="concurrent clients (scale; default 8)")
     p.add_argument(
-        "--seconds", type=seconds_arg, default=20.0, help="length of the concurrent run per size (scale)"
+        "--seconds", type=seconds_arg, help="length of the concurrent run per size (scale; default 20)"
     )
     p.add_argument(
-        "--ingest-sample", type=count_arg, default=500, help="memories ingested per size (scale; 0: skip)"
+        "--ingest-sample", type=count_arg, help="memories ingested per size (scale; 0: skip; default 500)"
     )
     p.add_argument(
         "--real",
         type=positive_int,
-        default=100_000,
-        help="corpus texts embedded for real; vectors past them are derived (docs/performance.md)",
+        help="corpus texts embedded for real; vectors past them are derived (docs/performance.md; "
+        "default 100000)",
     )
-    p.add_argument("--memories", type=positive_int, default=100_000, help="corpus size (retrieve)")
-    p.add_argument("--tenants", type=positive_int, help="tenants, Zipf-skewed sizes (retrieve: default 100)")
-    p.add_argument("--queries", type=positive_int, default=300, help="measured calls (retrieve, --hooks)")
-    p.add_argument("--k", type=bench_k_arg, default=8)
-    p.add_argument("--fresh", action="store_true", help="rebuild the cached corpus database")
+    p.add_argument("--memories", type=bench_memories_arg, help="corpus size (retrieve; default 100000)")
+    p.add_argument(
+        "--tenants", type=bench_tenants_arg, help="tenants, Zipf-skewed sizes (retrieve: default 100)"
+    )
+    p.add_argument("--queries", type=positive_int, help="calls measured (retrieve, scale, --hooks; 300)")
+    p.add_argument("--k", type=bench_k_arg, help="results per call (retrieve, scale; default 8)")
+    p.add_argument("--fresh", action="store_true", default=None, help="rebuild the cached corpus database")
     p.add_argument(
         "--report",
         type=report_dir,
@@ -466,12 +472,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--baseline",
         action=argparse.BooleanOptionalAction,
-        default=True,
         help="also the common Python-side hybrid on the same queries, interleaved (retrieve; ~10-15 s more)",
     )
-    p.add_argument("--n", type=positive_int, default=2000, help="memories to ingest (ingest)")
+    p.add_argument("--n", type=positive_int, help="memories to ingest (ingest; default 2000)")
     p.add_argument("--hooks", action="store_true", help="hook latency: `spark-pg hook` processes, server up")
-    p.add_argument("--parallel", type=positive_int, default=1, help="hook processes at once (--hooks)")
+    p.add_argument("--parallel", type=positive_int, help="hook processes at once (--hooks; default 1)")
     p.add_argument("--socket", type=Path, help="use the server on this socket, or start one there (--hooks)")
     p.add_argument("--json", action="store_true")
     p.add_argument("--quiet", action="store_true", help="no progress bars")

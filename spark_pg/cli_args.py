@@ -92,6 +92,64 @@ def bench_k_arg(text: str) -> int:
 
 
 DEFAULT_BENCH_REPORT = "reports/bench"
+MAX_BENCH_MEMORIES = 10_000_000  # a corpus is generated in memory: 10 times the largest size measured
+MAX_BENCH_TENANTS = 100_000
+
+# The options of `spark-pg bench`, each with its default and the modes that take it; bench_options refuses
+# one given to another mode (a --memories given to `bench scale`, which reads --sizes, was ignored).
+BENCH_OPTIONS: dict[str, tuple[object, frozenset[str]]] = {
+    "sizes": ("10000,100000,1000000", frozenset({"scale"})),
+    "clients": (8, frozenset({"scale"})),
+    "seconds": (20.0, frozenset({"scale"})),
+    "ingest_sample": (500, frozenset({"scale"})),
+    "real": (100_000, frozenset({"retrieve", "scale"})),
+    "memories": (100_000, frozenset({"retrieve"})),
+    "tenants": (None, frozenset({"retrieve", "scale"})),
+    "queries": (300, frozenset({"retrieve", "scale", "hooks"})),
+    "k": (8, frozenset({"retrieve", "scale"})),
+    "fresh": (False, frozenset({"retrieve", "scale"})),
+    "report": (None, frozenset({"retrieve", "scale"})),
+    "baseline": (True, frozenset({"retrieve", "scale"})),
+    "n": (2000, frozenset({"ingest"})),
+    "parallel": (1, frozenset({"hooks"})),
+    "socket": (None, frozenset({"hooks"})),
+}
+
+
+def bench_options(args: argparse.Namespace) -> str:
+    """The bench mode (retrieve, scale, ingest or hooks); InputError for an option of another mode; the
+    defaults of the mode's options not given filled in on ``args``."""
+    from spark_pg.errors import InputError
+
+    mode = "hooks" if args.hooks else args.what or "retrieve"
+    for name, (default, modes) in BENCH_OPTIONS.items():
+        value = getattr(args, name)
+        if value is None:
+            setattr(args, name, default)
+        elif mode not in modes:
+            flag = "--" + name.replace("_", "-")
+            where = " or ".join(f"`bench {m}`" if m != "hooks" else "`bench --hooks`" for m in sorted(modes))
+            this = "`bench --hooks`" if mode == "hooks" else f"`bench {mode}`"
+            raise InputError(f"{flag} is an option of {where}, not of {this}")
+    return mode
+
+
+def bench_tenants_arg(text: str) -> int:
+    """``--tenants``: at least 1, at most :data:`MAX_BENCH_TENANTS`."""
+    value = positive_int(text)
+    if value > MAX_BENCH_TENANTS:
+        raise argparse.ArgumentTypeError(f"must be at most {MAX_BENCH_TENANTS:,}, got {value:,}")
+    return value
+
+
+def bench_memories_arg(text: str) -> int:
+    """``--memories``: at least 1, at most :data:`MAX_BENCH_MEMORIES` (the corpus is built in memory)."""
+    value = positive_int(text)
+    if value > MAX_BENCH_MEMORIES:
+        raise argparse.ArgumentTypeError(f"must be at most {MAX_BENCH_MEMORIES:,}, got {value:,}")
+    return value
+
+
 SPECIAL_TIMES = ("now", "today", "yesterday")  # PostgreSQL's own words for a time, which it has always taken
 
 

@@ -33,6 +33,11 @@ from tests.conftest import usage_error
         (("bench", "scale", "--seconds", "inf"), "must be a finite number of seconds above 0, got inf"),
         (("bench", "scale", "--clients", "0"), "--clients: must be at least 1"),
         (("bench", "scale", "--ingest-sample", "-1"), "--ingest-sample: must be 0 or more"),
+        (
+            ("bench", "--memories", "3000000000"),
+            "--memories: must be at most 10,000,000",
+        ),  # was a MemoryError
+        (("bench", "--tenants", "200000"), "--tenants: must be at most 100,000"),
     ],
 )
 def test_bad_counts_are_usage_errors_before_any_work(
@@ -46,7 +51,26 @@ def test_bad_counts_are_usage_errors_before_any_work(
     [
         (("bench", "ingest", "--hooks"), "--hooks measures the hooks alone"),
         (("bench", "retrieve", "--hooks"), "--hooks measures the hooks alone"),
-        (("bench", "--hooks", "--report", "/tmp"), "--hooks measures the hooks alone"),
+        (
+            ("bench", "--hooks", "--report", "/tmp"),
+            "--report is an option of `bench retrieve` or `bench scale`",
+        ),
+        # a small run asked of the wrong mode started the default one: hours at 1,000,000 memories
+        (
+            ("bench", "scale", "--memories", "300"),
+            "--memories is an option of `bench retrieve`, not of `bench scale`",
+        ),
+        (("bench", "--sizes", "300"), "--sizes is an option of `bench scale`, not of `bench retrieve`"),
+        (
+            ("bench", "ingest", "--clients", "2"),
+            "--clients is an option of `bench scale`, not of `bench ingest`",
+        ),
+        (
+            ("bench", "--hooks", "--tenants", "5"),
+            "--tenants is an option of `bench retrieve` or `bench scale`",
+        ),
+        (("bench", "--n", "5"), "--n is an option of `bench ingest`, not of `bench retrieve`"),
+        (("bench", "scale", "--sizes", "300,20000000"), "--sizes must each be from 100 to 10,000,000"),
         (("eval", "--scenarios", "--k", "5"), "--k apply to --dataset, not --scenarios"),
         (("eval", "--scenarios", "--limit", "3", "--fresh"), "--limit, --fresh apply to --dataset"),
         (("eval", "--dataset", "/nonexistent", "--split", "tune"), "--split applies to --scenarios"),
@@ -69,6 +93,13 @@ def test_too_few_memories_for_the_tenants_is_refused(
     assert "too few for 250 tenants" in capsys.readouterr().err
     assert main(["bench", "scale", "--sizes", "100", "--quiet"]) == 2  # 100 tenants at the least
     assert "100 memories are too few for 100 tenants" in capsys.readouterr().err
+    # the suggestion is found by bisection (one memory at a time took minutes) and is itself enough
+    with pytest.raises(InputError, match=r"give more \(e\.g\. (\d+)\)") as refused:
+        tenant_sizes(BenchSpec(5, 20_000))
+    enough = int(str(refused.value).split("e.g. ")[1].split(")")[0])
+    assert tenant_sizes(BenchSpec(enough, 20_000)) and sum(tenant_sizes(BenchSpec(enough, 20_000))) == enough
+    with pytest.raises(InputError):
+        tenant_sizes(BenchSpec(enough - 1, 20_000))
 
 
 @pytest.mark.parametrize(("memories", "tenants"), [(10_000, 100), (1_000_000, 1000), (300, 3), (7, 1)])

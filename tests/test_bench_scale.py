@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -56,7 +57,9 @@ def test_a_corpus_no_larger_than_the_real_vectors_is_all_real() -> None:
     assert np.array_equal(vectors, real) and how.derived == 0 and how.sources == {}
 
 
-def test_a_tiny_scale_run_reports_every_figure(server_url: str, model_settings: Settings) -> None:
+def test_a_tiny_scale_run_reports_every_figure(
+    server_url: str, model_settings: Settings, tmp_path: Path
+) -> None:
     spec = bench_scale.ScaleSpec(
         sizes=(300, 400), tenants=3, queries=12, clients=2, seconds=1.0, ingest_sample=4, real=300
     )
@@ -77,6 +80,11 @@ def test_a_tiny_scale_run_reports_every_figure(server_url: str, model_settings: 
     # the report so far after the first size (what an interrupted run keeps), then the whole
     assert [(p["complete"], len(p["sizes"])) for p in partials] == [(False, 1)]
     assert report["complete"] and [r["memories"] for r in report["sizes"]] == [300, 400]
+    # what docs/ must cite with a figure: when, by which command and code, on which machine
+    assert report["run"]["at"].endswith("+00:00") and report["run"]["command"].startswith("spark-pg")
+    assert report["machine"]["cores"] >= 1 and report["machine"]["memory_gib"] > 0
+    bench_scale._write_json(tmp_path / "scale.json", report)
+    assert (tmp_path / "scale.json").stat().st_mode & 0o777 == 0o644  # readable like the plot beside it
     row = report["sizes"][1]
     assert row["memories"] == 400 and row["tenants"] == 3 and row["largest_tenant"] > 133
     assert row["vectors"]["real_vectors"] == 300 and row["vectors"]["derived_vectors"] == 100
@@ -96,6 +104,10 @@ def test_a_tiny_scale_run_reports_every_figure(server_url: str, model_settings: 
     assert row["ingest"]["with_embedding_per_s"] > 0 and row["ingest"]["deferred_embedding_per_s"] > 0
     table = bench_scale.format_table(report)
     assert table.count("\n") == 3 and "| 400 | 3 (" in table and "% of queries |" in table
+    assert "| 2 clients: calls/s" in table  # the run's clients, not a fixed 8
+    base, recall = row["baseline_ms"], row["recall_at_k"]
+    assert f"| {base['p50']} / {base['p95']} / {base['p99']} |" in table  # both systems, as in the doc
+    assert f"| {recall['spark_retrieve']} / {recall['baseline']} |" in table
 
 
 @pytest.mark.parametrize("memories", [1_000, 100_000, 1_000_000])
