@@ -1,6 +1,6 @@
 """`spark-pg bench ingest`: ingest throughput for short memory texts, embedding included.
 
-Generates N distinct short texts (8-16 words, the size of typical agent insights), ingests them through
+Generates N distinct short texts (8-18 words, the size of typical agent insights), ingests them through
 the same path as `spark-pg ingest` into a scratch tenant, reports memories/s, and deletes the tenant.
 :func:`timed_ingest` is that measurement; `spark-pg bench scale` runs it at each corpus size too.
 """

@@ -328,6 +328,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
         if base is not None:
             b, r = base["baseline_ms"], base["ratio"]
             ours, theirs = base["quality"]["spark_retrieve"], base["quality"]["baseline"]
+            ours, theirs = ({k: "-" if v is None else v for k, v in q.items()} for q in (ours, theirs))
             print(
                 f"Python hybrid baseline, same queries, interleaved: p50 {b['p50']} ms, p95 {b['p95']} ms, "
                 f"p99 {b['p99']} ms (baseline / spark.retrieve {r['p50']}x, {r['p95']}x, {r['p99']}x); "

@@ -490,6 +490,15 @@ def test_cli_params_must_be_a_json_object() -> None:
     assert eval_cli._params(None) == {} and eval_cli._params('{"k": 1}') == {"k": 1}
 
 
+def test_a_missing_dataset_is_refused_before_a_report_folder_is_made(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    assert eval_cli.main(["--dataset", str(tmp_path / "absent")]) == 2
+    assert "is not a folder holding memories.jsonl and queries.jsonl" in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []  # no reports/eval-absent left behind
+
+
 def test_the_cli_passes_params_and_refuses_bad_ones_with_exit_2(
     e2e: EndToEnd, server_url: str, model_settings: Settings, monkeypatch: pytest.MonkeyPatch
 ) -> None:
