@@ -284,7 +284,7 @@ def read_file(path: Path, default_tenant: str | None = None, *, pack: bool = Fal
             str(path), 0, None, f"is {info.st_size:,} bytes; the limit is {MAX_FILE_BYTES:,}: split it"
         )
     try:
-        text = path.read_text(encoding="utf-8")
+        text = path.read_text(encoding="utf-8-sig")  # a byte order mark (some Windows editors) is dropped
     except UnicodeDecodeError as exc:
         raise IngestError(str(path), 1, None, f"is not UTF-8 text: {exc.reason}") from None
     except OSError as exc:

@@ -14,6 +14,7 @@ from psycopg.types.json import Jsonb
 
 from spark_pg import queries
 from spark_pg.embedding import Vector
+from spark_pg.errors import InputError
 from spark_pg.rowfiles import checked_text
 
 
@@ -90,6 +91,9 @@ def one_statement(conn: psycopg.Connection[Any]) -> Iterator[bool]:
 def _params(
     tenant: str, query: str, embedding: Vector | None, k: int, params: Mapping[str, Any], cache: bool
 ) -> dict[str, Any]:
+    if isinstance(k, bool) or not isinstance(k, int) or not -(2**31) <= k < 2**31:
+        # else 42883 "function does not exist" (a float, a bool or a bigint picks no spark.retrieve)
+        raise InputError(f"k must be an integer between 1 and 1000, got {k!r}")
     return {
         "tenant": checked_text("tenant", tenant) if isinstance(tenant, str) else tenant,
         "query": checked_text("query text", query) if isinstance(query, str) else query,

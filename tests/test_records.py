@@ -517,6 +517,15 @@ def test_non_utf8_bytes(tmp_path: Path, name: str) -> None:
     assert "is not UTF-8 text" in str(err)
 
 
+@pytest.mark.parametrize("name", ["m.jsonl", "m.yaml"])
+def test_a_byte_order_mark_is_dropped_in_both_formats(tmp_path: Path, name: str) -> None:
+    """JSONL refused it ("Unexpected UTF-8 BOM") while YAML took it."""
+    path = tmp_path / name
+    row = '{"tenant": "t", "text": "a"}' if name.endswith("jsonl") else "- {tenant: t, text: a}"
+    path.write_bytes(b"\xef\xbb\xbf" + row.encode() + b"\n")
+    assert [r.text for r in read_file(path)] == ["a"]
+
+
 def test_missing_file(tmp_path: Path) -> None:
     path = tmp_path / "absent.jsonl"
     err = ingest_error(path)

@@ -47,6 +47,9 @@ def test_a_query_with_half_a_character_is_an_input_error_naming_it(client: Spark
             call(tenant, "de\ud800ploy")  # type: ignore[operator]
     with pytest.raises(InputError, match="tenant contains a lone surrogate"):
         retrieve(client.conn, "t\udc00", "deploy")
+    for k in (2.5, True, 2**40):  # no spark.retrieve takes them: 42883 "function does not exist" before
+        with pytest.raises(InputError, match=f"k must be an integer between 1 and 1000, got {k!r}"):
+            client.search(tenant, "deploy", k=k)  # type: ignore[arg-type]
 
 
 def test_the_agent_query_can_be_replayed_from_sql_by_text(client: SparkClient, tenant: str) -> None:
