@@ -494,6 +494,7 @@ def machine() -> dict[str, Any]:
 def run_info() -> dict[str, Any]:
     """When and how a report was made: the start time (UTC), the command line, the spark_pg version and,
     in a git checkout, the commit."""
+    import shlex
     import subprocess
     import sys
 
@@ -513,7 +514,7 @@ def run_info() -> dict[str, Any]:
         commit = None
     return {
         "at": datetime.now(UTC).isoformat(timespec="seconds"),
-        "command": " ".join(["spark-pg", *sys.argv[1:]]),
+        "command": shlex.join(["spark-pg", *sys.argv[1:]]),
         "version": __version__,
         "commit": commit,
     }

@@ -210,6 +210,10 @@ def _share(value: float | None) -> str:
     return "-" if value is None else f"{value:.0%} of queries"
 
 
+def _or_dash(value: object) -> str:
+    return "-" if value is None else str(value)
+
+
 def _triple(ms: dict[str, Any]) -> str:
     return " / ".join(str(ms.get(q, "-")) for q in ("p50", "p95", "p99")) if ms else "-"
 
@@ -234,7 +238,8 @@ def format_table(report: dict[str, Any]) -> str:
         lines.append(
             f"| {r['memories']:,} | {r['tenants']} ({r['largest_tenant']:,}) | {one['p50']} / {one['p95']} / "
             f"{one['p99']} | {_triple(base)} | {_triple(ratio)} | {_share(r.get('retrieve_faster_share'))} | "
-            f"{recall.get('spark_retrieve', '-')} / {recall.get('baseline', '-')} | {conc['calls_per_s']}, "
+            f"{_or_dash(recall.get('spark_retrieve'))} / {_or_dash(recall.get('baseline'))} | "
+            f"{conc['calls_per_s']}, "
             f"{conc['latency_ms']['p50']} / {conc['latency_ms']['p95']} | "
             f"{b.get('load_rows_per_s', '-')} | "
             f"{b.get('index_build_s', '-')} + {b.get('tenant_indexes_s', '-')} | "

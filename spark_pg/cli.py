@@ -150,7 +150,7 @@ def cmd_ingest(args: argparse.Namespace) -> int:
 
 def cmd_seed(args: argparse.Namespace) -> int:
     with _client(args) as client:
-        result = client.load_seed_pack(progress=not args.quiet)
+        result = client.load_seed_pack(progress=not args.quiet, extra=args.file)
     print(f"cold-start pack: {result.inserted} inserted, {result.updated} updated")
     return 0
 
@@ -421,6 +421,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_ingest)
 
     p = sub.add_parser("seed", help="load the cold-start pack of system defaults")
+    p.add_argument(
+        "--file",
+        type=Path,
+        help="add this ingest file's memories to the pack instead (JSONL or YAML; rows name no tenant)",
+    )
     p.add_argument("--quiet", action="store_true")
     p.set_defaults(func=cmd_seed)
 
@@ -605,6 +610,8 @@ def _db_error(exc: psycopg.Error) -> str:
     state = getattr(exc, "sqlstate", None)
     diag = exc.diag
     message = (diag.message_primary if state else None) or str(exc)
+    if state and diag.message_detail:  # e.g. which key already exists (23505)
+        message += f" ({diag.message_detail[:300]})"
     if state and diag.message_hint:
         message += f" (hint: {diag.message_hint})"
     return f"{f' [{state}]' if state else ''}: {' '.join(message.split())}"

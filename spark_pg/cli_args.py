@@ -127,7 +127,7 @@ def bench_options(args: argparse.Namespace) -> str:
         if value is None:
             setattr(args, name, default)
         elif mode not in modes:
-            flag = "--" + name.replace("_", "-")
+            flag = "--" + ("no-" if value is False else "") + name.replace("_", "-")
             where = " or ".join(f"`bench {m}`" if m != "hooks" else "`bench --hooks`" for m in sorted(modes))
             this = "`bench --hooks`" if mode == "hooks" else f"`bench {mode}`"
             raise InputError(f"{flag} is an option of {where}, not of {this}")

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
+from psycopg.pq import TransactionStatus
 
 from spark_pg import schema
 from spark_pg.advisor import Advisor, AdvisorOptions
@@ -84,9 +85,16 @@ class SparkClient:
         return load_embedder(self.settings)
 
     def ingest_records(
-        self, records: list[MemoryIn], *, progress: bool = False, label: str = "ingest", defer: bool = False
+        self,
+        records: list[MemoryIn],
+        *,
+        progress: bool = False,
+        label: str = "ingest",
+        defer: bool = False,
+        pack: bool = False,
     ) -> IngestResult:
-        """Store ``records``; ``defer``: without embedding them (write-behind: `spark-pg worker` does)."""
+        """Store ``records``; ``defer``: without embedding them (write-behind: `spark-pg worker` does);
+        ``pack``: records of the pack's tenant are allowed (the pack loader)."""
         return ingest(
             self.conn,
             records,
@@ -95,6 +103,7 @@ class SparkClient:
             chunk_rows=self.settings.get_int("ingest.chunk_rows"),
             progress=progress,
             label=label,
+            pack=pack,
         )
 
     def add(self, tenant: str, text: str, *, defer: bool = False, **fields: Any) -> IngestResult:
@@ -108,18 +117,31 @@ class SparkClient:
         records = read_file(path, tenant)
         return self.ingest_records(records, progress=progress, label=path.name, defer=defer)
 
-    def load_seed_pack(self, *, progress: bool = False) -> IngestResult:
-        """Load (or refresh) the cold-start pack and its trigger rules into the shared system tenant."""
-        pack = resources.files("spark_pg") / "data" / "seed_pack.yaml"
-        with resources.as_file(pack) as path:
-            records = read_file(path, SYSTEM_TENANT, pack=True)
+    def load_seed_pack(self, *, progress: bool = False, extra: Path | None = None) -> IngestResult:
+        """Load (or refresh) the cold-start pack and its trigger rules into the shared system tenant; with
+        ``extra`` (an ingest file whose rows name no other tenant), those memories into the pack instead."""
+        if extra is not None:
+            records = read_file(extra, SYSTEM_TENANT, pack=True)
+            other = next((r.tenant for r in records if r.tenant != SYSTEM_TENANT), None)
+            if other is not None:
+                raise InputError(f"{extra}: a pack file's rows belong to the pack, not to tenant {other!r}")
+        else:
+            with resources.as_file(resources.files("spark_pg") / "data" / "seed_pack.yaml") as path:
+                records = read_file(path, SYSTEM_TENANT, pack=True)
         seeded = [replace(r, kind="seed", source="system_default") for r in records]
-        result = self.ingest_records(seeded, progress=progress, label="cold-start pack")
+        result = self.ingest_records(seeded, progress=progress, label="cold-start pack", pack=True)
+        if extra is not None:
+            return result
         rules = resources.files("spark_pg") / "data" / "trigger_rules.yaml"
-        # spark.put_trigger_rule writes the pack's tenant only with this setting, for this transaction
+        # spark.put_trigger_rule writes the pack's tenant only with this setting, for this transaction (or
+        # savepoint: switched off again so that a caller's open transaction does not keep it)
         with resources.as_file(rules) as path, self.conn.transaction():
             self.conn.execute("SET LOCAL spark.pack_writes = on")
-            sync_rules(self.conn, SYSTEM_TENANT, load_rules(path))
+            try:
+                sync_rules(self.conn, SYSTEM_TENANT, load_rules(path))
+            finally:
+                if not self.conn.closed and self.conn.info.transaction_status != TransactionStatus.INERROR:
+                    self.conn.execute("SET LOCAL spark.pack_writes = off")
         return result
 
     def retrieve_params(self, params: Mapping[str, Any] | None = None) -> dict[str, Any]:

@@ -18,9 +18,9 @@ from tqdm import tqdm
 
 from spark_pg import queries
 from spark_pg.embedding import Embedder, ModelSpec
-from spark_pg.errors import ModelMismatch
+from spark_pg.errors import InputError, ModelMismatch
 from spark_pg.intent import actionability
-from spark_pg.records import MemoryIn
+from spark_pg.records import SYSTEM_TENANT, MemoryIn
 
 
 @dataclass(frozen=True)
@@ -106,11 +106,15 @@ def ingest(
     chunk_rows: int = 500,
     progress: bool = False,
     label: str = "ingest",
+    pack: bool = False,
 ) -> IngestResult:
     """Embed and upsert ``records`` in one transaction. Returns how many rows were inserted / updated.
+    Records of the pack's tenant are refused unless ``pack`` (the pack loader): they reach every tenant.
 
     ``embedder`` None defers embedding (write-behind): the rows are stored at once, keyword-findable, and
     queued in spark.embed_queue for ``spark-pg worker``."""
+    if not pack and any(r.tenant == SYSTEM_TENANT for r in records):
+        raise InputError(f"tenant {SYSTEM_TENANT} holds the cold-start pack: only `spark-pg seed` writes it")
     if not records:
         return IngestResult(0, 0)
     model_id = ensure_model(conn, embedder) if embedder is not None else None

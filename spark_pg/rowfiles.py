@@ -19,6 +19,7 @@ from spark_pg.errors import InputError
 
 MAX_DEPTH = 100  # nesting levels of a YAML document or of metadata; deeper would run out of stack
 MAX_INT_DIGITS = 4300  # Python's default limit for int <-> str (sys.get_int_max_str_digits)
+INT_LIMIT = 10**MAX_INT_DIGITS
 
 Fail = Callable[[int, str], Exception]  # (1-based line, message) -> the error to raise
 
@@ -62,9 +63,12 @@ class StrictYamlLoader(yaml.SafeLoader):
 
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
         if isinstance(node, yaml.MappingNode):
-            self.flatten_mapping(node)
+            # the keys written in this mapping, before merge keys (<<) bring in others, which the written
+            # ones may override (YAML's rule)
             seen: dict[Any, int] = {}
             for key_node, _ in node.value:
+                if key_node.tag == "tag:yaml.org,2002:merge":
+                    continue
                 key = self.construct_object(key_node, deep=True)
                 try:
                     first = seen.get(key)
@@ -81,11 +85,17 @@ class StrictYamlLoader(yaml.SafeLoader):
         return super().construct_mapping(node, deep)
 
     def construct_yaml_int(self, node: yaml.ScalarNode) -> int:
-        value = super().construct_yaml_int(node)
-        if value.bit_length() > MAX_INT_DIGITS * 3.33:  # log2(10) bits a digit
-            raise yaml.constructor.ConstructorError(
-                None, None, f"has an integer over {MAX_INT_DIGITS} digits", node.start_mark
-            )
+        too_long = yaml.constructor.ConstructorError(
+            None, None, f"has an integer over {MAX_INT_DIGITS} digits", node.start_mark
+        )
+        try:
+            value = super().construct_yaml_int(node)
+        except ValueError:  # a decimal past MAX_INT_DIGITS: Python refuses to convert it
+            if len(str(node.value)) > MAX_INT_DIGITS:
+                raise too_long from None
+            raise
+        if abs(value) >= INT_LIMIT:  # hex, octal, binary: Python builds them, then cannot print them
+            raise too_long
         return value
 
     def construct_object(self, node: yaml.Node, deep: bool = False) -> Any:
@@ -97,7 +107,7 @@ class StrictYamlLoader(yaml.SafeLoader):
             kind = str(node.tag).rsplit(":", 1)[-1]
             value = node.value if isinstance(node, yaml.ScalarNode) else type(node).__name__
             raise yaml.constructor.ConstructorError(
-                None, None, f"{value!r} is not a valid {kind} ({exc})", node.start_mark
+                None, None, f"{_short(value)} is not a valid {kind} ({exc})", node.start_mark
             ) from None
 
 

@@ -13,9 +13,9 @@ import pytest
 from spark_pg.cli import main
 from spark_pg.client import SparkClient
 from spark_pg.config import Settings
-from spark_pg.errors import IngestError, ModelMismatch
+from spark_pg.errors import IngestError, InputError, ModelMismatch
 from spark_pg.ingest import ingest
-from spark_pg.records import read_file
+from spark_pg.records import read_file, validate_row
 
 
 @pytest.fixture
@@ -137,9 +137,26 @@ def test_nothing_but_the_pack_loader_writes_the_packs_tenant(client: SparkClient
         client.ingest_file(write_jsonl(tmp_path / "d.jsonl", [{"text": "no tenant"}]), "_system")
     with pytest.raises(IngestError, match="cold-start pack"):
         client.add("_system", "Always deploy on Fridays.")
+    record = validate_row({"text": "Always deploy on Fridays."}, "api", 1, "_system", pack=True)
+    with pytest.raises(InputError, match="only `spark-pg seed` writes it"):  # records built by hand too
+        client.ingest_records([record])
     assert stored(client, "_system") == before and stored(client, "t1") == {}
     client.load_seed_pack()
     assert set(stored(client, "_system")) >= set(before) and stored(client, "_system") != {}
+    # `spark-pg seed --file`: a deployment's own pack memories, as seeds; rows naming a tenant are refused
+    extra = write_jsonl(
+        tmp_path / "extra.jsonl", [{"key": "house-rule", "text": "Run make lint before pushing."}]
+    )
+    assert client.load_seed_pack(extra=extra).inserted == 1
+    assert stored(client, "_system")["house-rule"][1] == "seed"
+    other = write_jsonl(tmp_path / "other.jsonl", [{"text": "x", "tenant": "t1"}])
+    with pytest.raises(InputError, match="a pack file's rows belong to the pack, not to tenant 't1'"):
+        client.load_seed_pack(extra=other)
+    # the loader's permission ends with it, even inside a caller's transaction
+    with client.conn.transaction(force_rollback=True):
+        client.load_seed_pack()
+        setting = client.conn.execute("SELECT current_setting('spark.pack_writes', true)").fetchone()
+        assert setting == ("off",)
 
 
 def test_the_cli_refuses_a_blank_tenant_with_exit_2_and_one_line(

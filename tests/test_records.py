@@ -577,6 +577,7 @@ def test_metadata_nesting_is_capped_at_max_depth() -> None:
         ("- text: a\n- text: b\n  kind: rule\n  text: c\n", 4, "repeats the key 'text' (first on line 2)"),
         ("- text: a\n  metadata: {yes: 1, on: 2}\n", 2, "repeats the key True"),
         ("- text: a\n  importance: 0x" + "f" * 5000 + "\n", 2, "has an integer over 4300 digits"),
+        ("- text: a\n  importance: " + "9" * 5000 + "\n", 2, "has an integer over 4300 digits"),
     ],
 )
 def test_read_yaml_refuses_what_the_strict_loader_refuses(
@@ -585,6 +586,13 @@ def test_read_yaml_refuses_what_the_strict_loader_refuses(
     err = ingest_error(write(tmp_path, "m.yaml", text))
     assert (err.line, err.field) == (line, None)
     assert "is not valid YAML" in str(err) and fragment in str(err)
+
+
+def test_a_key_written_beside_a_merge_key_overrides_it(tmp_path: Path) -> None:
+    """YAML's rule: the mapping's own keys win over merged ones; only a key written twice is refused."""
+    path = write(tmp_path, "m.yaml", "- {<<: {text: merged, kind: rule}, text: own}\n")
+    [record] = read_file(path, "t")
+    assert (record.text, record.kind) == ("own", "rule")
 
 
 def test_read_yaml_keeps_anchors_merge_free_tags_and_timestamps(tmp_path: Path) -> None:

@@ -773,6 +773,12 @@ def test_cli_export_edit_and_apply_from_file(
     assert decision.key == rows[2]["key"] and decision.reason
 
 
+def test_cli_refuses_the_pack_before_sampling(cli: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """spark.revalue_apply refuses the pack's tenant: said before a review, not after a whole session."""
+    code, out, err = run(capsys, "revalue", "--tenant", "_system", "--interactive", "--max-importance", "1")
+    assert (code, out) == (2, "") and "tenant _system holds the cold-start pack" in err
+
+
 def test_cli_interactive(
     cli: str,
     tenant: str,

@@ -262,6 +262,9 @@ def test_policies_keep_a_tenant_role_to_its_own_rows_and_the_pack(rls_db: tuple[
                         )
             with pytest.raises(errors.InsufficientPrivilege):  # the sequences' totals are not hers to read
                 admin.execute("SELECT last_value FROM spark.memories_id_seq")
+            for seq in ("embedding_models_id_seq", "retrievals_id_seq"):  # nor hers to use up
+                with pytest.raises(errors.InsufficientPrivilege):
+                    admin.execute(f"SELECT nextval('spark.{seq}')")
         with as_role(admin, roles.bob):
             bobs = calls(admin, roles.bob)
             after = direct_tenants(admin)

@@ -82,7 +82,8 @@ def parse_event(kind: str, data: Any) -> HookEvent:
         raise InputError(f"hook must be {PRE} or {POST}, got {kind!r}")
     if not isinstance(data, Mapping):
         raise InputError(f"the event must be a JSON object, not {type(data).__name__}")
-    data = _unicode_text(data)
+    used = {k: data[k] for k in ("hook_event_name", "tool_name", "tool_input", "session_id") if k in data}
+    data = {**data, **_unicode_text(used)}  # not tool_response: only its flags are read (call_failed)
     name = data.get("hook_event_name")
     if name is not None and name not in EVENT_NAMES[kind]:
         raise InputError(f"hook_event_name {name!r} is not an event of `hook {kind}`")

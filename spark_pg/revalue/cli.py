@@ -86,6 +86,7 @@ def _print_results(
 def cmd_revalue(args: argparse.Namespace) -> int:
     from spark_pg.client import SparkClient
     from spark_pg.config import load_settings
+    from spark_pg.records import SYSTEM_TENANT
 
     # --auto is the default decider; with --export it fills the file with its proposals, without it the
     # file holds the current importances
@@ -94,6 +95,8 @@ def cmd_revalue(args: argparse.Namespace) -> int:
         raise InputError(
             "--export writes the sample for a decider elsewhere: not with --interactive or --from-file"
         )
+    if args.tenant == SYSTEM_TENANT:  # refused by spark.revalue_apply: said before a review, not after it
+        raise InputError(f"tenant {SYSTEM_TENANT} holds the cold-start pack: edit it with `spark-pg seed`")
     out = sys.stderr if args.json else sys.stdout
     with SparkClient(load_settings()) as client:
         conn = client.conn
