@@ -204,10 +204,12 @@ def jsonl_rows(text: str, fail: Fail) -> list[tuple[int, Any]]:
     return rows
 
 
-def yaml_rows(text: str, fail: Fail, not_a_list: str, wrapper: str | None = None) -> list[tuple[int, Any]]:
+def yaml_rows(
+    text: str, fail: Fail, not_a_list: str, wrapper: str | None = None, *, other_keys: bool = False
+) -> list[tuple[int, Any]]:
     """(line its item starts on, item) of a YAML list, read with :class:`StrictYamlLoader`; an empty
-    document is no rows. ``wrapper``: ``{wrapper: [...]}`` is accepted for the list too. Anything else
-    fails with ``not_a_list`` at line 1."""
+    document is no rows. ``wrapper``: ``{wrapper: [...]}`` is accepted for the list too (beside other
+    top-level keys, ignored, when ``other_keys``). Anything else fails with ``not_a_list`` at line 1."""
     loader: StrictYamlLoader | None = None
     try:
         loader = StrictYamlLoader(text)  # a non-printable character is refused here already
@@ -221,11 +223,12 @@ def yaml_rows(text: str, fail: Fail, not_a_list: str, wrapper: str | None = None
     if (
         wrapper is not None
         and isinstance(data, dict)
-        and set(data) == {wrapper}
+        and (set(data) == {wrapper} or (other_keys and wrapper in data))
         and isinstance(root, yaml.MappingNode)
     ):
         data = data[wrapper]
-        root = root.value[0][1]
+        # the list's node, for its items' lines (a list brought in by a merge key has none: refused below)
+        root = next((value for key, value in root.value if key.value == wrapper), None)
     if data is None:
         return []
     if not isinstance(data, list) or not isinstance(root, yaml.SequenceNode):

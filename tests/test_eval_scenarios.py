@@ -108,6 +108,7 @@ def test_a_second_run_of_the_same_scenarios_does_not_end_the_first(
         ("scenarios:\n  - id: 0x" + "f" * 5000 + "\n", "has an integer over 4300 digits"),
         ("scenarios:\n  - just a string\n", "scenario 0: must be a mapping, not str"),
         ("other: 1\n", "needs a 'scenarios' list"),
+        ("version: 2\nscenarios: []\n", "needs a non-empty 'scenarios' list"),  # other top-level keys: fine
     ],
 )
 def test_a_bad_scenarios_file_is_one_clear_error(tmp_path: Path, text: str, message: str) -> None:

@@ -85,7 +85,8 @@ def load_scenarios(folder: Path) -> list[Scenario]:
         return InputError(f"{path} line {line}: {message}")
 
     # the loader of every hand-written file: no aliases, bounded nesting and integers, no repeated keys
-    items = [item for _, item in yaml_rows(text, fail, "needs a 'scenarios' list", "scenarios")]
+    found = yaml_rows(text, fail, "needs a 'scenarios' list", "scenarios", other_keys=True)
+    items = [item for _, item in found]
     if not items:
         raise InputError(f"{path}: needs a non-empty 'scenarios' list")
     out = []
