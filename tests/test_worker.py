@@ -3,6 +3,7 @@ retrieval's degrade mode while a backlog waits."""
 
 from __future__ import annotations
 
+import hashlib
 import os
 import signal
 import subprocess
@@ -127,6 +128,47 @@ def test_synchronous_ingest_leaves_nothing_queued_and_changed_content_is_queued_
     assert counts(wdb) == (1, 2)  # only the content change counts
     assert work(wdb, embedder).embedded == 1
     assert counts(wdb) == (0, 3)
+
+
+def test_plain_sql_writes_get_a_descriptor_and_hash_that_follow_the_text(
+    wdb: str, embedder: Embedder
+) -> None:
+    """docs/lifecycle.md: any client may INSERT a memory with only its text, and an UPDATE of the text alone
+    re-indexes and re-queues it (schema 0013). Python's writes set both and are left as they are."""
+    first, edited = "Rotate refresh tokens on every use, café rules.", "Pin Docker base images by digest."
+    with connect(wdb) as c:
+        ingest(c, [MemoryIn(tenant="t", key="py", text=TEXTS[1], category="migrations")], embedder)
+        c.execute("INSERT INTO spark.memories (tenant, key, text) VALUES ('t', 'sql', %s)", (first,))
+        c.commit()
+        rows = {
+            k: (d, bytes(h))
+            for k, d, h in c.execute("SELECT key, descriptor, content_hash FROM spark.memories")
+        }
+        py = MemoryIn(tenant="t", key="py", text=TEXTS[1], category="migrations")
+        assert rows["py"] == (py.descriptor, py.content_hash)  # Python's own values, untouched
+        assert rows["sql"] == (first, hashlib.sha256(first.encode()).digest())  # same hash as Python's
+        assert counts(wdb) == (1, 1)
+        assert work(wdb, embedder).embedded == 1
+
+        c.execute("UPDATE spark.memories SET text = %s WHERE tenant = 't' AND key = 'py'", (edited,))
+        c.commit()
+        descriptor, digest = c.execute(
+            "SELECT descriptor, content_hash FROM spark.memories WHERE tenant = 't' AND key = 'py'"
+        ).fetchone() or (None, None)
+        assert descriptor == py.descriptor.removesuffix(TEXTS[1]) + edited  # the tags stay
+        assert bytes(digest) == hashlib.sha256(descriptor.encode()).digest()
+        assert counts(wdb) == (1, 1)  # the stale vector went, the memory is queued again
+        found = c.execute("SELECT key FROM spark.retrieve('t', 'Docker digest', NULL, 5)").fetchall()
+        gone = c.execute("SELECT key FROM spark.retrieve('t', 'Alembic revision', NULL, 5)").fetchall()
+        assert ("py",) in found and ("py",) not in gone
+
+        c.execute("UPDATE spark.memories SET descriptor = 'Pin images.' WHERE tenant = 't' AND key = 'sql'")
+        c.commit()
+        assert c.execute(
+            "SELECT content_hash = sha256('Pin images.'::bytea) FROM spark.memories WHERE key = 'sql'"
+        ).fetchone() == (True,)
+    assert counts(wdb) == (2, 0)
+    assert work(wdb, embedder).embedded == 2
 
 
 def test_the_store_guard_skips_a_memory_whose_content_changed_after_the_claim(
