@@ -322,7 +322,8 @@ END
 $fn$;
 COMMENT ON FUNCTION spark.reflect(text, text, vector, integer, jsonb) IS
     'Have I faced this before? The tenant''s past traces (kind trace, with their outcome from metadata) and '
-    'learnings most similar to the query, each followed by the learnings linked to it. tenant: whose memories '
+    'learnings most similar to the query, each trace followed by its linked learnings that did not match on '
+    'their own (those keep their own place). tenant: whose memories '
     '(only the tenant''s own; a tenant with none gets no rows); query_text: the task or intent (its words are '
     'the lexical fallback); query_embedding: its vector from the active model (only that model''s vectors are '
     'compared), or NULL for the lexical fallback over the descriptors (why.query_embedding says which); k: '

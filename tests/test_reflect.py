@@ -214,6 +214,8 @@ def test_lexical_fallback_without_an_embedding(conn: Conn) -> None:
     assert auth["keyword_score"] == pytest.approx(2 / 3, abs=1e-4)  # refresh, token of refresh, token, broke
     # the descriptor's own labels and outcome words match nothing
     assert reflect(conn, "failure outcome intent files tags key issue", None) == []
+    # docs/traces.md: the paraphrase needs a vector; by words alone it shares none with the trace
+    assert reflect(conn, "Repair login session expiry", None) == []
 
 
 def test_only_the_active_models_vectors_and_unembedded_rows_by_their_words(
