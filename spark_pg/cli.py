@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from spark_pg import __version__
@@ -192,6 +193,9 @@ def cmd_search(args: argparse.Namespace) -> int:
     import json
     import shutil
 
+    from spark_pg.hooks.client import DEFAULT_TENANT, TENANT_ENV
+
+    args.tenant = args.tenant or os.environ.get(TENANT_ENV) or DEFAULT_TENANT  # as the hook resolves it
     width = shutil.get_terminal_size().columns
     with _client(args) as client:
         if args.explain:
@@ -431,7 +435,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("search", help="hybrid retrieval (spark.retrieve) over a tenant's memories")
     p.add_argument("query")
-    p.add_argument("--tenant", default="default")
+    p.add_argument("--tenant", help="whose memories (default: $SPARK_PG_TENANT, else 'default', as the hook)")
     p.add_argument("--k", type=k_arg)
     p.add_argument("--explain", action="store_true", help="every candidate, with why it was kept or dropped")
     p.add_argument("--json", action="store_true")

@@ -55,6 +55,17 @@ def test_add_then_search(cli_env: str, tenant: str, capsys: pytest.CaptureFixtur
     assert "similarity" in hits[0]["reason"]
 
 
+def test_search_takes_the_tenant_from_the_environment_as_the_hook_does(
+    cli_env: str, tenant: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assert run(capsys, "add", "--tenant", tenant, "--key", "fx", "Fixed timestep for game physics")[0] == 0
+    monkeypatch.setenv("SPARK_PG_TENANT", tenant)
+    code, out, _ = run(capsys, "search", "--json", "game physics timestep")
+    assert code == 0 and [h["key"] for h in json.loads(out) if not h["system_default"]] == ["fx"]
+    code, out, _ = run(capsys, "search", "--tenant", tenant + "-other", "--json", "game physics timestep")
+    assert code == 0 and all(h["system_default"] for h in json.loads(out))  # --tenant still wins
+
+
 def test_ingest_reports_counts_and_rate(
     cli_env: str, tenant: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

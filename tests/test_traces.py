@@ -297,6 +297,9 @@ def test_cli_trace_learning_reflect(cli_env: str, tenant: str, capsys: pytest.Ca
     assert trace["text"].startswith("Intent: Fix auth token refresh")
     code, out = run(capsys, "trace", "add", "--tenant", tenant, *TRACE_ARGS)
     assert code == 0 and "seen again (2 times)" in out
+    upper = tuple("FAILURE" if a == "failure" else a for a in TRACE_ARGS)  # any case in, as in the API
+    code, out = run(capsys, "trace", "add", "--tenant", tenant, *upper)
+    assert code == 0 and "seen again (3 times)" in out
     handle = "Rotate refresh tokens atomically: revoke the old one in the transaction that issues the new one"
     code, out = run(
         capsys,
