@@ -50,18 +50,22 @@ def register_model(conn: psycopg.Connection[Any], spec: ModelSpec) -> int:
     return int(row[0])
 
 
+def check_active_model(conn: psycopg.Connection[Any], name: str) -> None:
+    """Raise ModelMismatch when another model than ``name`` made the stored vectors (is the active one)."""
+    active = conn.execute(queries.ACTIVE_MODEL).fetchone()
+    if active is not None and active[1] != name:
+        raise ModelMismatch(
+            f"the stored vectors were made by {active[1]}, but embedding.model is {name}; "
+            f"set embedding.model to {active[1]}, or move every memory to {name} with "
+            f"`spark-pg reembed --model {name}`"
+        )
+
+
 def ensure_model(conn: psycopg.Connection[Any], embedder: Embedder) -> int:
     """Register the embedder's model (committed) and return its id; refuse to mix models."""
-    spec = embedder.spec
     with conn.transaction():
-        active = conn.execute(queries.ACTIVE_MODEL).fetchone()
-        if active is not None and active[1] != spec.name:
-            raise ModelMismatch(
-                f"the stored vectors were made by {active[1]}, but embedding.model is {spec.name}; "
-                f"set embedding.model to {active[1]}, or move every memory to {spec.name} with "
-                f"`spark-pg reembed --model {spec.name}`"
-            )
-        return register_model(conn, spec)
+        check_active_model(conn, embedder.spec.name)
+        return register_model(conn, embedder.spec)
 
 
 def _row(record: MemoryIn, vector: Any, model_id: int | None) -> tuple[Any, ...]:

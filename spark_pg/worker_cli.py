@@ -16,14 +16,18 @@ def cmd_worker(args: argparse.Namespace) -> int:
     from spark_pg.config import load_settings
     from spark_pg.db import connect, database_url
     from spark_pg.embedding import load_embedder
+    from spark_pg.ingest import check_active_model
     from spark_pg.schema import require_current
     from spark_pg.worker import run_reconnecting, stop_on_signals
 
     settings = load_settings()
+    url = database_url(settings)  # resolved once: a reconnect never starts an embedded server itself
+    with connect(url, autocommit=True) as conn:  # refuse another model before loading it
+        require_current(conn)
+        check_active_model(conn, settings.get_str("embedding.model"))
     embedder = load_embedder(settings)
     stop = threading.Event()
     stop_on_signals(stop)
-    url = database_url(settings)  # resolved once: a reconnect never starts an embedded server itself
 
     def open_connection() -> psycopg.Connection[Any]:
         conn = connect(url, autocommit=True)

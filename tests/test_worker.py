@@ -340,6 +340,34 @@ def test_a_worker_stops_when_another_model_becomes_active_under_it(wdb: str, emb
     assert counts(wdb) == (2, 0)
 
 
+def test_a_worker_of_another_model_refuses_before_loading_it(
+    wdb: str,
+    embedder: Embedder,
+    model_settings: Settings,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """docs/lifecycle.md: a worker configured with another model refuses to start, and does not spend the
+    seconds (offline: tens of seconds of download retries) of loading that model first."""
+    from spark_pg.cli import main
+
+    with connect(wdb) as c:
+        ingest(c, records("t", 2), embedder)
+        c.commit()
+    config = tmp_path / "config.yaml"
+    config.write_text("embedding:\n  model: BAAI/bge-small-en-v1.5\n")
+    monkeypatch.setenv("SPARK_PG_DATABASE_URL", wdb)
+    monkeypatch.setenv("SPARK_PG_CONFIG", str(config))
+    monkeypatch.setattr("spark_pg.worker.stop_on_signals", lambda stop: None)
+    loaded: list[object] = []
+    monkeypatch.setattr("spark_pg.embedding.load_embedder", lambda settings: loaded.append(settings))
+    code = main(["worker", "--once", "--quiet"])
+    err = capsys.readouterr().err
+    assert code != 0 and loaded == []
+    assert f"the stored vectors were made by {embedder.spec.name}, but embedding.model is BAAI/bge" in err
+
+
 def test_a_listening_worker_wakes_on_notify_and_stops_on_request(wdb: str, embedder: Embedder) -> None:
     stop = threading.Event()
     result: list[WorkerStats] = []
