@@ -145,14 +145,19 @@ def cmd_ingest(args: argparse.Namespace) -> int:
         )
         elapsed = time.perf_counter() - started
     rate = result.total / elapsed if elapsed > 0 else 0.0
-    print(f"{result.inserted} inserted, {result.updated} updated in {elapsed:.1f} s ({rate:.0f} memories/s)")
+    print(
+        f"{result.inserted} inserted, {result.updated} updated, {result.unchanged} unchanged "
+        f"in {elapsed:.1f} s ({rate:.0f} memories/s)"
+    )
     return 0
 
 
 def cmd_seed(args: argparse.Namespace) -> int:
     with _client(args) as client:
         result = client.load_seed_pack(progress=not args.quiet, extra=args.file)
-    print(f"cold-start pack: {result.inserted} inserted, {result.updated} updated")
+    print(
+        f"cold-start pack: {result.inserted} inserted, {result.updated} updated, {result.unchanged} unchanged"
+    )
     return 0
 
 
@@ -195,7 +200,8 @@ def cmd_search(args: argparse.Namespace) -> int:
 
     from spark_pg.hooks.client import DEFAULT_TENANT, TENANT_ENV
 
-    args.tenant = args.tenant or os.environ.get(TENANT_ENV) or DEFAULT_TENANT  # as the hook resolves it
+    if args.tenant is None:  # as the hook resolves it (an empty --tenant stays, and is refused)
+        args.tenant = os.environ.get(TENANT_ENV) or DEFAULT_TENANT
     width = shutil.get_terminal_size().columns
     with _client(args) as client:
         if args.explain:

@@ -27,10 +27,11 @@ from spark_pg.records import SYSTEM_TENANT, MemoryIn
 class IngestResult:
     inserted: int
     updated: int
+    unchanged: int = 0  # stored already exactly so: not written again
 
     @property
     def total(self) -> int:
-        return self.inserted + self.updated
+        return self.inserted + self.updated + self.unchanged
 
 
 def register_model(conn: psycopg.Connection[Any], spec: ModelSpec) -> int:
@@ -112,7 +113,8 @@ def ingest(
     label: str = "ingest",
     pack: bool = False,
 ) -> IngestResult:
-    """Embed and upsert ``records`` in one transaction. Returns how many rows were inserted / updated.
+    """Embed and upsert ``records`` in one transaction. Returns how many rows were inserted, updated and
+    left unchanged (stored already exactly so).
     Records of the pack's tenant are refused unless ``pack`` (the pack loader): they reach every tenant.
 
     ``embedder`` None defers embedding (write-behind): the rows are stored at once, keyword-findable, and
@@ -121,6 +123,10 @@ def ingest(
         raise InputError(f"tenant {SYSTEM_TENANT} holds the cold-start pack: only `spark-pg seed` writes it")
     if not records:
         return IngestResult(0, 0)
+    first: dict[tuple[str, str], int] = {}
+    for i, r in enumerate(records):
+        if (j := first.setdefault((r.tenant, r.key), i)) != i:
+            raise InputError(f"records[{i}] has the tenant and key of records[{j}] ({r.tenant!r}, {r.key!r})")
     model_id = ensure_model(conn, embedder) if embedder is not None else None
     inserted = updated = 0
     with (
@@ -155,4 +161,4 @@ def ingest(
     # its own transaction: an index build locks writes to spark.embeddings until it commits
     with conn.transaction():
         conn.execute(queries.REFRESH_TENANT_STATS, {"tenants": sorted({r.tenant for r in records})})
-    return IngestResult(inserted, updated)
+    return IngestResult(inserted, updated, len(records) - inserted - updated)

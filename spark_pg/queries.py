@@ -49,7 +49,9 @@ COPY_INGEST = f"COPY _spark_ingest ({', '.join(INGEST_COLUMNS)}) FROM STDIN"
 # One statement, rows in (tenant, key) order: two ingests inserting the same new keys take them in one
 # order, so they wait for each other instead of deadlocking. A row that gives created_at overwrites the
 # stored one on update, a row that does not keeps it (looked up in the staged rows: EXCLUDED holds the
-# now() a missing one was given; the staging table's index makes that one probe per updated row).
+# now() a missing one was given; the staging table's index makes that one probe per updated row). A row
+# that would change nothing is not written (no new row version, updated_at kept) and not returned: the
+# caller counts it unchanged.
 UPSERT = """
 INSERT INTO spark.memories AS m (tenant, key, kind, category, source, text, context, descriptor, content_hash,
                                  importance, tier, priority, created_at, metadata, action_domain,
@@ -66,6 +68,14 @@ ON CONFLICT (tenant, key) DO UPDATE SET
     actionability = EXCLUDED.actionability, updated_at = now(),
     created_at = coalesce((SELECT s.created_at FROM _spark_ingest s
                            WHERE s.tenant = EXCLUDED.tenant AND s.key = EXCLUDED.key), m.created_at)
+WHERE (m.kind, m.category, m.source, m.text, m.context, m.descriptor, m.content_hash, m.importance, m.tier,
+       m.priority, m.metadata, m.action_domain, m.actionability)
+      IS DISTINCT FROM
+      (EXCLUDED.kind, EXCLUDED.category, EXCLUDED.source, EXCLUDED.text, EXCLUDED.context,
+       EXCLUDED.descriptor, EXCLUDED.content_hash, EXCLUDED.importance, EXCLUDED.tier, EXCLUDED.priority,
+       EXCLUDED.metadata, EXCLUDED.action_domain, EXCLUDED.actionability)
+   OR EXISTS (SELECT 1 FROM _spark_ingest s WHERE s.tenant = EXCLUDED.tenant AND s.key = EXCLUDED.key
+              AND s.created_at <> m.created_at)
 RETURNING (xmax = 0) AS inserted
 """
 

@@ -72,7 +72,7 @@ def test_ingest_reports_counts_and_rate(
     path = tmp_path / "m.yaml"
     path.write_text("- text: one memory\n- text: another memory\n  category: misc\n")
     code, out, _ = run(capsys, "ingest", str(path), "--tenant", tenant, "--quiet")
-    assert code == 0 and out.startswith("2 inserted, 0 updated")
+    assert code == 0 and out.startswith("2 inserted, 0 updated, 0 unchanged")
     assert "memories/s" in out
 
 

@@ -15,7 +15,7 @@ from spark_pg.client import SparkClient
 from spark_pg.config import Settings
 from spark_pg.errors import IngestError, InputError, ModelMismatch
 from spark_pg.ingest import ingest
-from spark_pg.records import read_file, validate_row
+from spark_pg.records import MemoryIn, read_file, validate_row
 
 
 @pytest.fixture
@@ -86,7 +86,7 @@ def test_reingesting_updates_instead_of_duplicating(client: SparkClient, tenant:
     before = stored(client, tenant)
     rows[0] = {"key": "a", "text": "second wording"}  # no created_at: the stored one is kept
     result = client.ingest_file(write_jsonl(tmp_path / "2.jsonl", rows), tenant)
-    assert (result.inserted, result.updated) == (0, 2)
+    assert (result.inserted, result.updated, result.unchanged) == (0, 1, 1)  # "no key here" is as stored
     after = stored(client, tenant)
     assert len(after) == 2
     assert after["a"][0] == "second wording"
@@ -221,7 +221,7 @@ def test_seed_pack_is_shared_and_idempotent(client: SparkClient) -> None:
     first = client.load_seed_pack()
     second = client.load_seed_pack()
     assert 20 <= first.total <= 30
-    assert second.inserted == 0 and second.updated == first.total
+    assert (second.inserted, second.updated, second.unchanged) == (0, 0, first.total)
     hits = client.search("brand-new-tenant", "git push --force to main", k=3)
     assert hits and all(h.system_default for h in hits)
     assert any("push" in h.text for h in hits)
@@ -245,7 +245,7 @@ def test_unchanged_texts_are_not_embedded_again(
     rows[1] = {"key": "k1", "text": "stable memory 1", "importance": 0.9}
     rows[2] = {"key": "k2", "text": "stable memory 2", "category": "recategorised"}
     result = client.ingest_file(write_jsonl(tmp_path / "2.jsonl", rows), tenant)
-    assert (result.inserted, result.updated) == (0, 5)
+    assert (result.inserted, result.updated, result.unchanged) == (0, 3, 2)
     assert embedded == ["a changed memory", "[recategorised] stable memory 2"]
     after = stored(client, tenant)
     assert all(row[5] for row in after.values())  # every row still has its vector
@@ -361,3 +361,31 @@ def test_overlapping_ingests_in_opposite_orders_wait_instead_of_deadlocking(db_u
             t.join(timeout=120)
         assert not any(t.is_alive() for t in threads)
     assert errors == []
+
+
+def test_an_unchanged_row_is_not_written_again_and_a_repeated_key_is_refused(
+    client: SparkClient, tenant: str
+) -> None:
+    records = [MemoryIn(tenant=tenant, key=f"u{i}", text=f"unchanged memory {i}") for i in range(3)]
+    client.ingest_records(records)
+    conn = client.conn
+
+    def versions() -> dict[str, tuple[object, object]]:
+        rows = conn.execute(
+            "SELECT key, xmin::text, updated_at FROM spark.memories WHERE tenant = %s", (tenant,)
+        ).fetchall()
+        return {k: (x, u) for k, x, u in rows}
+
+    before = versions()
+    again = client.ingest_records([*records[:2], MemoryIn(tenant=tenant, key="u2", text="changed memory")])
+    assert (again.inserted, again.updated, again.unchanged) == (0, 1, 2)
+    after = versions()
+    assert after["u0"] == before["u0"] and after["u1"] == before["u1"]  # no new row version
+    assert after["u2"] != before["u2"]
+    dated = MemoryIn(
+        tenant=tenant, key="u0", text="unchanged memory 0", created_at=datetime(2024, 1, 1, tzinfo=UTC)
+    )
+    assert client.ingest_records([dated]).updated == 1  # a new created_at is a change
+    with pytest.raises(InputError, match=r"records\[2\] has the tenant and key of records\[0\]"):
+        client.ingest_records([records[0], records[1], records[0]])
+    assert versions()["u1"] == after["u1"]

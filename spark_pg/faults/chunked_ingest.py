@@ -18,14 +18,14 @@ from spark_pg.errors import SparkPgError
 from spark_pg.faults.harness import FaultError, Lab
 from spark_pg.records import MemoryIn, read_file
 
-Commit = tuple[int, int, int]  # chunk, inserted, updated
+Commit = tuple[int, int, int, int]  # chunk, inserted, updated, unchanged
 INGEST_CHILD = "import sys; from spark_pg.faults import ingest_child; sys.exit(ingest_child(sys.argv[1:]))"
 
 
 def ingest_child(argv: list[str]) -> int:
     """``CONFIG FILE CHUNK``: load the model, connect, print ``ready`` and wait for a line on stdin; then
     ingest FILE chunk by chunk, one transaction each (with embedding), printing ``committed INDEX INSERTED
-    UPDATED`` after each commit. Run as a child process by scenario b."""
+    UPDATED UNCHANGED`` after each commit. Run as a child process by scenario b."""
     from spark_pg.client import SparkClient
 
     config, path, chunk = Path(argv[0]), Path(argv[1]), int(argv[2])
@@ -39,7 +39,7 @@ def ingest_child(argv: list[str]) -> int:
             sys.stdin.readline()
             for index, start in enumerate(range(0, len(records), chunk)):
                 result = client.ingest_records(records[start : start + chunk])
-                print(f"committed {index} {result.inserted} {result.updated}", flush=True)
+                print(f"committed {index} {result.inserted} {result.updated} {result.unchanged}", flush=True)
     except (SparkPgError, psycopg.Error) as exc:
         print(f"ingest stopped: {type(exc).__name__}: {' '.join(str(exc).split())[:300]}", file=sys.stderr)
         return 1
@@ -88,12 +88,12 @@ class ChildLines:
 
 
 def committed(lines: list[str]) -> list[Commit]:
-    """(chunk, inserted, updated) of each ``committed`` line."""
+    """(chunk, inserted, updated, unchanged) of each ``committed`` line."""
     out: list[Commit] = []
     for line in lines:
         parts = line.split()
-        if len(parts) == 4 and parts[0] == "committed":
-            out.append((int(parts[1]), int(parts[2]), int(parts[3])))
+        if len(parts) == 5 and parts[0] == "committed":
+            out.append((int(parts[1]), int(parts[2]), int(parts[3]), int(parts[4])))
     return out
 
 

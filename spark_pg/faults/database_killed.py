@@ -179,7 +179,7 @@ def _check_chunks(
 ) -> dict[str, Any]:
     """Every chunk reported committed is whole in the table, no chunk is partial: what is present."""
     present = present_by_chunk(lab, tenant, source, chunk)
-    got = {c for c, _, _ in reported}
+    got = {c for c, _, _, _ in reported}
     whole = set(present["whole"])
     s.counts.update(
         memories=len(source),
@@ -228,11 +228,11 @@ def _rerun(
     s.timings["reingest"] = time.perf_counter() - again_at
     rerun = committed(out.decode().splitlines())
     s.equal("re-run exits 0", redo.returncode, 0)
-    s.equal("re-run inserted (the rows missing)", sum(i for _, i, _ in rerun), n - present["rows"])
+    s.equal("re-run inserted (the rows missing)", sum(i for _, i, _, _ in rerun), n - present["rows"])
     s.equal(
-        "re-run updated (the rows present, not embedded again)",
-        sum(u for _, _, u in rerun),
-        present["rows"],
+        "re-run unchanged (the rows present, neither written nor embedded again)",
+        (sum(u for _, _, u, _ in rerun), sum(k for _, _, _, k in rerun)),
+        (0, present["rows"]),
     )
     final = counts(lab, tenant)
     done = present_by_chunk(lab, tenant, source, chunk)
