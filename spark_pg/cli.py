@@ -382,9 +382,12 @@ def cmd_config(args: argparse.Namespace) -> int:
 
     settings = load_settings()
     print(f"# file: {settings.config_file or '(none)'}")
+    where = {"file": "from the file", "environment": "from ${env}", "arguments": "from the arguments"}
     for key in KEYS:
         value = settings.raw(key.name)
-        print(f"{key.name} = {'' if value is None else value}    # env {key.env}")
+        origin = settings.origins.get(key.name)
+        note = where[origin].format(env=key.env) if origin else f"default; set with ${key.env}"
+        print(f"{key.name} = {'' if value is None else value}    # {note}")
     return 0
 
 

@@ -336,9 +336,15 @@ def _read_file(path: Path) -> dict[str, Any]:
 class Settings:
     """Validated tuneables. Read them with the typed accessors (``settings.get_int("retrieval.k")``)."""
 
-    def __init__(self, values: Mapping[str, Any], config_file: Path | None = None) -> None:
+    def __init__(
+        self,
+        values: Mapping[str, Any],
+        config_file: Path | None = None,
+        origins: Mapping[str, str] | None = None,
+    ) -> None:
         self._values = dict(values)
         self.config_file = config_file
+        self.origins = dict(origins or {})  # key -> "file", "environment" or "arguments"; absent: default
 
     def raw(self, name: str) -> Any:
         if name not in KEY_BY_NAME:
@@ -407,6 +413,7 @@ def load_settings(
         layers.append(("arguments", dict(overrides)))
 
     values = {k.name: k.default for k in KEYS}
+    origins: dict[str, str] = {}
     for origin, layer in layers:
         for name, raw in layer.items():
             key = KEY_BY_NAME.get(name)
@@ -415,4 +422,5 @@ def load_settings(
             values[name] = _coerce(
                 key, raw, f"{KEY_BY_NAME[name].env}" if origin == "environment" else origin
             )
-    return Settings(values, path if path.is_file() else None)
+            origins[name] = origin if origin in ("environment", "arguments") else "file"
+    return Settings(values, path if path.is_file() else None, origins)

@@ -141,6 +141,21 @@ def test_config_errors_name_the_key(
     assert "retrieval.k" in err and ">= 1" in err
 
 
+def test_config_says_where_each_value_came_from(
+    cli_env: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("SPARK_PG_RETRIEVAL_K", "7")
+    code, out, _ = run(capsys, "config")
+    lines = {line.split(" = ")[0]: line for line in out.splitlines() if " = " in line}
+    assert code == 0
+    assert lines["retrieval.k"] == "retrieval.k = 7    # from $SPARK_PG_RETRIEVAL_K"
+    assert lines["embedding.model_dir"].endswith("# from the file")  # cli_env writes it in a config file
+    assert (
+        lines["ingest.chunk_rows"]
+        == "ingest.chunk_rows = 500    # default; set with $SPARK_PG_INGEST_CHUNK_ROWS"
+    )
+
+
 def test_db_url_with_external_server_prints_it(cli_env: str, capsys: pytest.CaptureFixture[str]) -> None:
     code, out, _ = run(capsys, "db", "url")
     assert (code, out.strip()) == (0, cli_env)
