@@ -40,9 +40,14 @@ def cmd_reembed(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(out))
     else:
+        compared = (
+            f"canaries: {out['canaries']}, top-{args.k} overlap {out['overlap']}"
+            if out["overlap"] is not None
+            else "canaries: none compared"
+        )
         print(
-            f"{out['embedded']} vectors of {out['model']} built in {out['build_seconds']} s; canaries: "
-            f"{out['canaries']}, top-{args.k} overlap {out['overlap']}\n{out['decision']}"
+            f"{out['embedded']} vectors of {out['model']} built in {out['build_seconds']} s; {compared}\n"
+            f"{out['decision']}"
         )
         if out["switched"]:
             print(

@@ -37,14 +37,18 @@ AS $fn$
 BEGIN
     RETURN jsonb_strip_nulls(jsonb_build_object(
         'trigger', CASE WHEN trig > 0 THEN jsonb_build_object(
-            'rules', to_jsonb(string_to_array(rules, ',')), 'confidence', round(trig::numeric, 3),
+            -- a tenant's rule and the pack's may share a name: each name once, in first-seen order
+            'rules', (SELECT jsonb_agg(d.n ORDER BY d.o) FROM (
+                          SELECT u.n, min(u.o) AS o FROM unnest(string_to_array(rules, ',')) WITH ORDINALITY u(n, o)
+                          GROUP BY u.n) d),
+            'confidence', round(trig::numeric, 3),
             'priority', priority, 'interrupt', interrupt) END,
         'action_domain', action_domain, 'actionability', round(actionability::numeric, 3)));
 END
 $fn$;
 COMMENT ON FUNCTION spark._why_advice(double precision, text, text, boolean, text, real) IS
     'Internal: the advisor''s part of a why object: the trigger rules that surfaced the row (comma-separated '
-    'names), their confidence, priority and interrupt flag, and the row''s action domain and actionability.';
+    'names, each reported once), their confidence, priority and interrupt flag, and the row''s action domain and actionability.';
 
 CREATE OR REPLACE FUNCTION spark._pool_weight(params jsonb, pool text)
 RETURNS double precision

@@ -275,6 +275,16 @@ def test_cli_refuses_an_unknown_model(cli_env: str, capsys: pytest.CaptureFixtur
     assert "unknown model" in capsys.readouterr().err
 
 
+def test_cli_for_the_active_model_says_no_canaries_were_compared(
+    cli_env: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from spark_pg.cli import main
+
+    assert main(["reembed", "--model", "all-MiniLM-L6-v2-int8", "--quiet"]) == 0
+    out = capsys.readouterr().out
+    assert "canaries: none compared" in out and "None" not in out
+
+
 def test_a_memory_the_new_model_cannot_embed_does_not_stop_the_others(
     rdb: str, cls_embedder: Embedder
 ) -> None:

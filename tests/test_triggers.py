@@ -398,6 +398,11 @@ def test_a_pack_rule_surfaces_the_tenants_own_memory_with_no_pack_memories(conn:
     rows = explain(conn, "acme", "Bash rm -rf build", include_system=True)
     assert surfaced(rows) == ["snap"]
     assert rows[0]["why"]["trigger"]["rules"] == ["destructive"]
+    # the tenant's own rule of the same name matches too: the name is reported once, the other rule after it
+    sync_rules(conn, "acme", [*rules, TriggerRule(name="wipe", pattern=r"rm ", surface=("snap",))])
+    rows = explain(conn, "acme", "Bash rm -rf build", include_system=True)
+    assert rows[0]["why"]["trigger"]["rules"] == ["destructive", "wipe"]
+    sync_rules(conn, "acme", [])
     conn.execute("DELETE FROM spark.trigger_rules WHERE tenant = '_system'")
     assert surfaced(explain(conn, "acme", "Bash rm -rf build", include_system=True)) == []
 
