@@ -33,6 +33,7 @@ if TYPE_CHECKING:
 
     from spark_pg.client import SparkClient
     from spark_pg.config import Settings
+    from spark_pg.ingest import IngestResult
     from spark_pg.retrieve import Candidate, Retrieved
 
 
@@ -127,7 +128,7 @@ def _fields(args: argparse.Namespace) -> dict[str, object]:
 def cmd_add(args: argparse.Namespace) -> int:
     with _client(args) as client:
         result = client.add(args.tenant, args.text, defer=args.defer_embedding, **_fields(args))
-    print("added" if result.inserted else "updated")
+    print("added" if result.inserted else "updated" if result.updated else "unchanged (stored already)")
     return 0
 
 
@@ -149,7 +150,18 @@ def cmd_ingest(args: argparse.Namespace) -> int:
         f"{result.inserted} inserted, {result.updated} updated, {result.unchanged} unchanged "
         f"in {elapsed:.1f} s ({rate:.0f} memories/s)"
     )
+    _warn_dated_ahead(result)
     return 0
+
+
+def _warn_dated_ahead(result: IngestResult) -> None:
+    if result.future and result.latest is not None:
+        print(
+            f"spark-pg: note: {result.future} memories are dated ahead of now (the latest "
+            f"{result.latest.isoformat()}): retrieval leaves each out until its created_at, unless "
+            "params.as_of is later (a time without a zone is taken as UTC)",
+            file=sys.stderr,
+        )
 
 
 def cmd_seed(args: argparse.Namespace) -> int:

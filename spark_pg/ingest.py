@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import psycopg
@@ -28,10 +29,21 @@ class IngestResult:
     inserted: int
     updated: int
     unchanged: int = 0  # stored already exactly so: not written again
+    # dated more than an hour ahead of this machine's clock: retrieval leaves a memory out until its
+    # created_at (unless params.as_of is later), which is right for replayed data and a surprise otherwise
+    future: int = 0
+    latest: datetime | None = None  # the latest such created_at
 
     @property
     def total(self) -> int:
         return self.inserted + self.updated + self.unchanged
+
+
+def dated_ahead(records: Sequence[MemoryIn]) -> tuple[int, datetime | None]:
+    """How many ``records`` are dated more than an hour ahead of now, and the latest of those dates."""
+    limit = datetime.now(UTC) + timedelta(hours=1)
+    ahead = [r.created_at for r in records if r.created_at is not None and r.created_at > limit]
+    return len(ahead), max(ahead, default=None)
 
 
 def register_model(conn: psycopg.Connection[Any], spec: ModelSpec) -> int:
@@ -161,4 +173,4 @@ def ingest(
     # its own transaction: an index build locks writes to spark.embeddings until it commits
     with conn.transaction():
         conn.execute(queries.REFRESH_TENANT_STATS, {"tenants": sorted({r.tenant for r in records})})
-    return IngestResult(inserted, updated, len(records) - inserted - updated)
+    return IngestResult(inserted, updated, len(records) - inserted - updated, *dated_ahead(records))

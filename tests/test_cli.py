@@ -48,6 +48,15 @@ def test_add_then_search(cli_env: str, tenant: str, capsys: pytest.CaptureFixtur
         "Game physics jitter: always use a fixed timestep",
     )
     assert (code, out.strip()) == (0, "updated")
+    again = (
+        "add",
+        "--tenant",
+        tenant,
+        "--key",
+        "physics",
+        "Game physics jitter: always use a fixed timestep",
+    )
+    assert run(capsys, *again)[:2] == (0, "unchanged (stored already)\n")
     code, out, _ = run(capsys, "search", "--tenant", tenant, "--k", "2", "--json", "fixing game physics")
     assert code == 0
     hits = json.loads(out)
@@ -139,6 +148,22 @@ def test_config_errors_name_the_key(
     code, _, err = run(capsys, "config")
     assert code == 2
     assert "retrieval.k" in err and ">= 1" in err
+
+
+def test_ingest_notes_memories_dated_ahead_of_now(
+    cli_env: str, tenant: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "ahead.jsonl"
+    rows = [
+        {"key": "soon", "text": "Replayed from a later log", "created_at": "2100-01-01T00:00:00Z"},
+        {"key": "past", "text": "An ordinary memory", "created_at": "2024-01-01T00:00:00Z"},
+    ]
+    path.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    code, out, err = run(capsys, "ingest", str(path), "--tenant", tenant, "--quiet")
+    assert code == 0 and out.startswith("2 inserted")
+    assert "1 memories are dated ahead of now (the latest 2100-01-01T00:00:00+00:00)" in err
+    path.write_text(json.dumps(rows[1]) + "\n")
+    assert run(capsys, "ingest", str(path), "--tenant", tenant, "--quiet")[2] == ""
 
 
 def test_config_says_where_each_value_came_from(
