@@ -85,6 +85,13 @@ def json_problem(value: Any) -> str | None:
     return None
 
 
+def _json_time(value: Any) -> str:
+    """json.dumps ``default``: a date or time (YAML reads `2024-05-01` as one) as ISO 8601; nothing else."""
+    if isinstance(value, date):  # datetime too
+        return value.isoformat()
+    raise TypeError(f"a {type(value).__name__} is not JSON")
+
+
 @dataclass(frozen=True)
 class MemoryIn:
     """One validated memory, ready to embed and write."""
@@ -248,7 +255,7 @@ def validate_row(
     if problem:
         raise IngestError(source, line, "metadata", problem)
     try:
-        metadata = json.loads(json.dumps(metadata, default=str))
+        metadata = json.loads(json.dumps(metadata, default=_json_time))
     except (TypeError, ValueError) as exc:
         raise IngestError(source, line, "metadata", f"is not JSON-serialisable: {exc}") from None
     return MemoryIn(

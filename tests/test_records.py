@@ -148,9 +148,14 @@ def test_importance_accepted(raw: float) -> None:
 def test_metadata_is_a_json_copy() -> None:
     meta: dict[str, Any] = {"when": datetime(2024, 1, 2, 3, 4, 5), "n": 1, "nested": {"xs": (1, 2)}}
     record = validate_row({"text": "x", "metadata": meta}, SRC, 1, "t")
-    assert record.metadata == {"when": "2024-01-02 03:04:05", "n": 1, "nested": {"xs": [1, 2]}}
+    assert record.metadata == {"when": "2024-01-02T03:04:05", "n": 1, "nested": {"xs": [1, 2]}}  # ISO 8601
     record.metadata["n"] = 2
     assert meta["n"] == 1  # the caller's dict is not shared
+    # anything else that is not JSON is refused, not stored as its repr ("<object object at 0x...>")
+    with pytest.raises(IngestError, match=r"'metadata': is not JSON-serialisable: a object is not JSON"):
+        validate_row({"text": "x", "metadata": {"a": object()}}, SRC, 1, "t")
+    with pytest.raises(IngestError, match="a set is not JSON"):
+        validate_row({"text": "x", "metadata": {"tags": {"a", "b"}}}, SRC, 1, "t")
 
 
 def test_tenant_default_used_only_when_row_has_none() -> None:
