@@ -38,25 +38,9 @@ def test_add_then_search(cli_env: str, tenant: str, capsys: pytest.CaptureFixtur
         "Game physics jitter came from a variable timestep; use a fixed 1/60 s step",
     )
     assert (code, out.strip()) == (0, "added")
-    code, out, _ = run(
-        capsys,
-        "add",
-        "--tenant",
-        tenant,
-        "--key",
-        "physics",
-        "Game physics jitter: always use a fixed timestep",
-    )
-    assert (code, out.strip()) == (0, "updated")
-    again = (
-        "add",
-        "--tenant",
-        tenant,
-        "--key",
-        "physics",
-        "Game physics jitter: always use a fixed timestep",
-    )
-    assert run(capsys, *again)[:2] == (0, "unchanged (stored already)\n")
+    edit = ("add", "--tenant", tenant, "--key", "physics", "Game physics jitter: always use a fixed timestep")
+    assert run(capsys, *edit)[:2] == (0, "updated\n")
+    assert run(capsys, *edit)[:2] == (0, "unchanged (stored already)\n")
     code, out, _ = run(capsys, "search", "--tenant", tenant, "--k", "2", "--json", "fixing game physics")
     assert code == 0
     hits = json.loads(out)

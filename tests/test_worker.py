@@ -343,7 +343,6 @@ def test_a_worker_stops_when_another_model_becomes_active_under_it(wdb: str, emb
 def test_a_worker_of_another_model_refuses_before_loading_it(
     wdb: str,
     embedder: Embedder,
-    model_settings: Settings,
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
