@@ -155,6 +155,13 @@ def test_tenant_comes_from_the_option_then_the_environment_then_default(
     assert client.request_for(args, ev)["tenant"] == "alice"
     args = client.build_parser().parse_args(["pre-tool-use", "--tenant", "bob"])
     assert client.request_for(args, ev)["tenant"] == "bob"
+    # an empty option (an unset variable in settings.json) is an error, never the environment's tenant
+    args = client.build_parser().parse_args(["pre-tool-use", "--tenant", ""])
+    with pytest.raises(ValueError, match="--tenant is empty"):
+        client.request_for(args, ev)
+    monkeypatch.setenv(client.TENANT_ENV, "")  # an empty variable is an unset one
+    args = client.build_parser().parse_args(["pre-tool-use"])
+    assert client.request_for(args, ev)["tenant"] == "default"
 
 
 def test_a_critical_interrupt_denies_the_call_only_when_enabled(

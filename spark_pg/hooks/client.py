@@ -126,6 +126,8 @@ def _diagnose(message: str) -> None:
 def request_for(args: argparse.Namespace, raw: bytes) -> dict[str, Any]:
     """The wire request for one event (InputError, ValueError on a bad event)."""
     event = parse_event(args.event, json.loads(raw))
+    if args.tenant == "":  # e.g. --tenant "$PROJECT" with PROJECT unset: never someone else's memories
+        raise ValueError("--tenant is empty: name a tenant, or leave the option out")
     tenant = args.tenant or os.environ.get(TENANT_ENV) or DEFAULT_TENANT
     return {
         "v": wire.VERSION,
