@@ -120,14 +120,22 @@ class SparkClient:
     def load_seed_pack(self, *, progress: bool = False, extra: Path | None = None) -> IngestResult:
         """Load (or refresh) the cold-start pack and its trigger rules into the shared system tenant; with
         ``extra`` (an ingest file whose rows name no other tenant), those memories into the pack instead."""
+        with resources.as_file(resources.files("spark_pg") / "data" / "seed_pack.yaml") as path:
+            builtin = read_file(path, SYSTEM_TENANT, pack=True)
+        records = builtin
         if extra is not None:
             records = read_file(extra, SYSTEM_TENANT, pack=True)
             other = next((r.tenant for r in records if r.tenant != SYSTEM_TENANT), None)
             if other is not None:
                 raise InputError(f"{extra}: a pack file's rows belong to the pack, not to tenant {other!r}")
-        else:
-            with resources.as_file(resources.files("spark_pg") / "data" / "seed_pack.yaml") as path:
-                records = read_file(path, SYSTEM_TENANT, pack=True)
+            # the next `spark-pg seed` would put a built-in memory back: a deployment adds, never replaces
+            ours = {r.key for r in builtin}
+            clash = next((r.key for r in records if r.key in ours), None)
+            if clash is not None:
+                raise InputError(
+                    f"{extra}: key {clash!r} is a memory of the built-in pack (spark-pg seed restores it): "
+                    "give the row a key of its own"
+                )
         seeded = [replace(r, kind="seed", source="system_default") for r in records]
         result = self.ingest_records(seeded, progress=progress, label="cold-start pack", pack=True)
         if extra is not None:

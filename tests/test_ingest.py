@@ -152,6 +152,11 @@ def test_nothing_but_the_pack_loader_writes_the_packs_tenant(client: SparkClient
     other = write_jsonl(tmp_path / "other.jsonl", [{"text": "x", "tenant": "t1"}])
     with pytest.raises(InputError, match="a pack file's rows belong to the pack, not to tenant 't1'"):
         client.load_seed_pack(extra=other)
+    builtin_key = sorted(k for k in stored(client, "_system") if k != "house-rule")[0]
+    clash = write_jsonl(tmp_path / "clash.jsonl", [{"key": builtin_key, "text": "Deploy on Fridays."}])
+    with pytest.raises(InputError, match=f"key '{builtin_key}' is a memory of the built-in pack"):
+        client.load_seed_pack(extra=clash)  # it would replace it for every tenant until the next seed
+    assert stored(client, "_system")[builtin_key][0] != "Deploy on Fridays."
     # the loader's permission ends with it, even inside a caller's transaction
     with client.conn.transaction(force_rollback=True):
         client.load_seed_pack()
