@@ -255,6 +255,11 @@ def test_a_learning_links_both_ways_and_its_repeats_unite_the_links(
     moved = add_learning(conn, embedder, tenant, handle, category="golang")
     assert moved.status == "updated" and len(embedded) == 4
     assert stored(conn, tenant)[first.key]["metadata"]["trace_keys"] == [t1.key, t2.key]
+    # linked later without a category, it keeps the one it has (neither reset to general nor re-embedded)
+    t3 = add_trace(conn, embedder, tenant, "Add a Cobra flag", "failure")
+    linked = add_learning(conn, embedder, tenant, handle, from_trace=t3.key)
+    assert linked.status == "seen_again" and len(embedded) == 5  # only the new trace was embedded
+    assert stored(conn, tenant)[first.key]["descriptor"].startswith("[golang] ")
     # the trace itself, added again, keeps its links
     add_trace(conn, embedder, tenant, "Add a Cobra subcommand", "failure", issue="errors were swallowed")
     assert stored(conn, tenant)[t1.key]["metadata"]["learning_keys"] == [first.key]

@@ -184,18 +184,22 @@ def add_learning(
         "occurrences": 1,
         "last_seen": _now(),
     }
-    record = _record(
-        tenant,
-        learning.key,
-        learning.handle,
-        "learning",
-        learning.category,
-        source,
-        importance,
-        created_at,
-        meta,
-    )
     with conn.transaction():
+        if category is None:  # linking a learning later must not reset the category it was given
+            row = conn.execute(queries.MEMORY_CATEGORY, {"tenant": tenant, "key": learning.key}).fetchone()
+            if row is not None:
+                learning = replace(learning, category=row[0])
+        record = _record(
+            tenant,
+            learning.key,
+            learning.handle,
+            "learning",
+            learning.category,
+            source,
+            importance,
+            created_at,
+            meta,
+        )
         trace_meta: dict[str, Any] = {}
         if from_trace:
             row = conn.execute(queries.MEMORY_FOR_UPDATE, {"tenant": tenant, "key": from_trace}).fetchone()
