@@ -233,6 +233,27 @@ def test_an_unreachable_database_gives_no_advice_fast(tmp_path: Path) -> None:
     assert elapsed < 5, elapsed
 
 
+@pytest.mark.parametrize("kind", [PRE, POST])
+def test_the_fallback_on_a_database_without_the_schema_says_to_run_init(
+    server_url: str, tmp_path: Path, kind: str
+) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SPARK_PG_")}
+    with temp_database(server_url, install=False) as url:
+        env |= {"SPARK_PG_DATABASE_URL": url, "SPARK_PG_HOOK_SOCKET": str(tmp_path / "none.sock")}
+        env |= {"SPARK_PG_HOME": str(tmp_path)}
+        proc = subprocess.run(
+            [str(SPARK_PG), "hook", kind],
+            input=event(kind, "s", "Bash", {"command": "alembic upgrade head"}).encode(),
+            capture_output=True,
+            env=env,
+            timeout=60,
+            check=False,
+        )
+    assert (proc.returncode, proc.stdout) == (0, b"")
+    err = proc.stderr.decode()
+    assert err.count("\n") == 1 and "schema is at nothing" in err and "run `spark-pg init`" in err
+
+
 def test_post_hook_records_followed_once_against_the_call_that_surfaced_the_advice(
     sock: str, hdb: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:

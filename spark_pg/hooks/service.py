@@ -176,6 +176,7 @@ def run_local(request: Mapping[str, Any], received: float | None = None) -> dict
     from spark_pg.config import load_settings
     from spark_pg.db import connect, database_url
     from spark_pg.query_model import QueryModel
+    from spark_pg.schema import require_current
 
     started = time.monotonic()
     settings = load_settings()
@@ -185,6 +186,7 @@ def run_local(request: Mapping[str, Any], received: float | None = None) -> dict
     def connection(timeout: float | None = None) -> Iterator[Conn]:
         conn = connect(hook_conninfo(url))  # no pool to wait for: libpq's connect timeout applies
         try:
+            require_current(conn)  # as `spark-pg serve` does at start: say "run spark-pg init", not why not
             yield conn
         finally:
             conn.close()
