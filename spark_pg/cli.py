@@ -525,7 +525,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--socket", type=Path, help="default: $SPARK_PG_HOOK_SOCKET, else the runtime dir's hooks.sock"
     )
-    p.add_argument("--pool-size", type=int, default=4, help="most database connections at once")
+    p.add_argument("--pool-size", type=positive_int, default=4, help="most database connections at once")
     p.set_defaults(func=cmd_serve)
 
     from spark_pg.eval.cli import add_parser as add_eval_parser

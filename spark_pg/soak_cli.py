@@ -29,12 +29,13 @@ def cmd_soak(args: argparse.Namespace) -> int:
         print(json.dumps(out))
     else:
         r = out["reconcile"]
+        ms = out["read_ms"]
+        latency = f" (p50 {ms['p50']} ms, p95 {ms['p95']} ms)" if ms and ms.get("p50") is not None else ""
         print(
             f"{out['seconds']} s (then {out['drain_seconds']} s to drain the queue): {out['writes']} writes "
             f"({out['keys']} keys, {out['rewrites']} rewrites, "
             f"{out['shared_key_writes']} to keys all writers share), "
-            f"{out['reads']} reads (p50 {out['read_ms'] and out['read_ms']['p50']} ms, "
-            f"p95 {out['read_ms'] and out['read_ms']['p95']} ms), {out['embedded']} embedded, "
+            f"{out['reads']} reads{latency}, {out['embedded']} embedded, "
             f"{out['error_count']} errors\n"
             + "\n".join(f"  {k}: {v}" for k, v in r.items())
             + f"\n{'OK: the counts reconcile' if out['ok'] else 'FAILED'}"

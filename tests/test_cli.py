@@ -105,6 +105,7 @@ def test_bad_arguments_get_clear_errors(
             "-k: must be at most 2147483647 in magnitude",
         ),
         (("search", "--k", "3000000000", "x"), "k must be between 1 and 1000"),
+        (("serve", "--pool-size", "0"), "--pool-size: must be at least 1"),  # was clamped, logged as given
     ],
 )
 def test_values_the_database_would_refuse_are_usage_errors(
