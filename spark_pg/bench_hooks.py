@@ -32,6 +32,7 @@ from tqdm import tqdm
 
 from spark_pg.client import SparkClient
 from spark_pg.config import Settings
+from spark_pg.errors import InputError
 from spark_pg.eval.scenarios import LABELS, Scenario, default_folder, load_scenarios
 from spark_pg.hooks import wire
 from spark_pg.hooks.protocol import PRE, parse_event
@@ -148,6 +149,8 @@ def run(
     settings: Settings, calls: int, parallel: int = 1, socket: Path | None = None, *, progress: bool = True
 ) -> dict[str, Any]:
     """Measure ``calls`` pre-tool-use and as many post-tool-use hook processes, ``parallel`` at once."""
+    if socket is not None and socket.exists() and not socket.is_socket():
+        raise InputError(f"--socket {socket} exists and is not a socket: name a socket or a free path")
     scenarios = load_scenarios(default_folder())
     tenant = f"bench-hooks-{uuid.uuid4().hex[:8]}"
     memories = _load_tenant(settings, tenant)

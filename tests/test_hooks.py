@@ -24,6 +24,7 @@ from spark_pg.client import SparkClient
 from spark_pg.config import Settings
 from spark_pg.db import connect
 from spark_pg.embedding import Embedder
+from spark_pg.errors import InputError
 from spark_pg.hooks import client, wire
 from spark_pg.hooks.outcomes import Pending, advice_tokens, judge
 from spark_pg.hooks.protocol import POST, PRE, call_failed, parse_event, pre_output
@@ -624,6 +625,11 @@ def test_the_hook_bench_starts_its_own_server_unless_given_a_socket(
     assert started == [str(private.path)]
     chosen = bench_hooks._Server(other, work)  # --socket: the user's choice, used as it is
     assert chosen.path == other and chosen.proc is None and len(started) == 1
+    # a path that is a file or a folder is refused before anything is loaded (it was a late traceback)
+    for wrong in (work, tmp_path / "notes.txt"):
+        wrong.touch()
+        with pytest.raises(InputError, match="exists and is not a socket"):
+            bench_hooks.run(Settings({}), 1, socket=wrong)
 
 
 def test_a_client_that_leaves_early_costs_the_server_one_log_line(
