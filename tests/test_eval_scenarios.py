@@ -82,6 +82,18 @@ def test_a_small_scenario_set_runs_end_to_end(
     assert 0 <= advisor["precision@5"] <= 1 and set(advisor["by_split"]) == {"tune", "holdout"}
 
 
+def test_bad_params_are_refused_by_name_before_the_pool_is_loaded(
+    tmp_path: Path, server_url: str, model_settings: Settings, embedder: Embedder
+) -> None:
+    write_small_set(tmp_path)
+    options = AdvisorOptions(params={"pool_semantic": -5})
+    with pytest.raises(InputError, match=r"params\.pool_semantic must be"):  # was a database error, exit 1
+        evaluate_scenarios(
+            model_settings, tmp_path, server_url=server_url, embedder=embedder, options=options
+        )
+    assert not scratch.exists(server_url, database_name(tmp_path, embedder.spec.name))
+
+
 def test_a_second_run_of_the_same_scenarios_does_not_end_the_first(
     tmp_path: Path, server_url: str, model_settings: Settings, embedder: Embedder
 ) -> None:

@@ -90,7 +90,7 @@ def prepare_scratch(
     url = scratch.create(server_url, name, exist_ok=True)
     schema.install(url)
     if params:
-        _check_params(url, params)
+        check_params(url, params)
     content_hash = dataset.content_hash()
     model = embedder.spec.name
     with connect(url, statement_timeout_ms=0) as conn:
@@ -274,7 +274,7 @@ def evaluate(
     )
 
 
-def _check_params(url: str, params: Mapping[str, Any]) -> None:
+def check_params(url: str, params: Mapping[str, Any]) -> None:
     """Raise InputError naming what is wrong when spark.retrieve would refuse ``params`` (the schema,
     spark._retrieve_params included, is installed just before)."""
     with connect(url, autocommit=True) as conn:

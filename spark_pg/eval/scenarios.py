@@ -36,6 +36,7 @@ from spark_pg.config import Settings
 from spark_pg.db import connect, database_url
 from spark_pg.embedding import Embedder, load_embedder
 from spark_pg.errors import InputError
+from spark_pg.eval.harness import check_params
 from spark_pg.ingest import ingest
 from spark_pg.records import read_file
 from spark_pg.rowfiles import yaml_rows
@@ -153,7 +154,6 @@ def _load_pool(url: str, folder: Path, embedder: Embedder, settings: Settings) -
     records = read_file(folder / "insights.yaml", TENANT)
     noise = frozenset(r.key for r in records if r.metadata.get("noise"))
     clean = [replace(r, metadata={k: v for k, v in r.metadata.items() if k not in LABELS}) for r in records]
-    schema.install(url)
     with connect(url) as conn:
         ingest(conn, clean, embedder, batch_size=settings.get_int("embedding.batch_size"))
         conn.commit()
@@ -224,6 +224,9 @@ def _evaluate(
     scratch.drop(server, name)
     url = scratch.create(server, name)
     try:
+        schema.install(url)
+        if options is not None and options.params:  # as --dataset does: exit 2 naming the key, before loading
+            check_params(url, options.params)
         noise = _load_pool(url, folder, embedder, settings)
         with connect(url) as conn:
             advisor = Advisor(conn, embedder, TENANT, session_id="eval", options=options)
