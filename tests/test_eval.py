@@ -380,6 +380,15 @@ def test_report_is_written(e2e: EndToEnd) -> None:
     assert "keyword" in text and "query embedding" in text
 
 
+def test_a_k_beyond_the_fixed_metrics_is_reported_everywhere(
+    e2e: EndToEnd, server_url: str, model_settings: Settings, embedder: Embedder
+) -> None:
+    run = evaluate(e2e.report.parent / "tiny", model_settings, server_url=server_url, embedder=embedder, k=15)
+    result = summarize(run)
+    assert result["metrics"][-1] == "recall@15" and "recall@15" in result["systems"]["keyword"]["overall"]
+    assert "recall@15" in format_text(result)  # the text table, not only the JSON
+
+
 def test_the_second_run_reuses_the_scratch_database(e2e: EndToEnd) -> None:
     assert e2e.result["database_reused"] is False
     assert e2e.rerun.scratch.reused is True

@@ -341,7 +341,7 @@ def summarize(result: EvalRun) -> dict[str, Any]:
             "no_answer": sum(1 for q in result.queries if not q.answered),
             "by_category": {c: sum(1 for q in result.queries if q.category == c) for c in categories},
         },
-        "metrics": list(METRICS),
+        "metrics": [*METRICS, *([] if f"recall@{result.k}" in METRICS else [f"recall@{result.k}"])],
         "retrieved_per_query": result.depth,
         "memories": len(result.dataset.memories),
         "conversations": len(result.dataset.conversations),

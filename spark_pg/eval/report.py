@@ -74,14 +74,15 @@ def _category_rows(result: Mapping[str, Any]) -> tuple[list[str], list[list[str]
 
 
 def _overall_rows(result: Mapping[str, Any]) -> tuple[list[str], list[list[str]]]:
-    header = [f"overall (n={result['counts']['answered']})", *METRICS, "retrieve p50 ms", "retrieve p95 ms"]
+    metrics = result.get("metrics") or list(METRICS)  # with --k, recall@k too
+    header = [f"overall (n={result['counts']['answered']})", *metrics, "retrieve p50 ms", "retrieve p95 ms"]
     rows = []
     for name, s in _ok(result).items():
         latency = s["latency_ms"]
         rows.append(
             [
                 name,
-                *[_fmt(_metric(s["overall"], m)) for m in METRICS],
+                *[_fmt(_metric(s["overall"], m)) for m in metrics],
                 _fmt(latency["retrieve_p50"], 2),
                 _fmt(latency["retrieve_p95"], 2),
             ]
