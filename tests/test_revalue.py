@@ -779,6 +779,30 @@ def test_cli_refuses_the_pack_before_sampling(cli: str, capsys: pytest.CaptureFi
     assert (code, out) == (2, "") and "tenant _system holds the cold-start pack" in err
 
 
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (
+            ("--from-file", "f.jsonl", "--sample", "1", "--max-importance", "0.01"),
+            "--sample, --max-importance",
+        ),
+        (("--export", "f.jsonl", "--dry-run"), "--export applies nothing already"),
+    ],
+)
+def test_cli_refuses_options_it_would_ignore(
+    cli: str, tenant: str, capsys: pytest.CaptureFixture[str], extra: tuple[str, ...], message: str
+) -> None:
+    code, out, err = run(capsys, "revalue", "--tenant", tenant, *extra)
+    assert (code, out) == (2, "") and message in err
+
+
+def test_cli_sample_zero_says_it_asked_for_none(
+    cli: str, tenant: str, stored: dict[str, int], capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out, _ = run(capsys, "revalue", "--tenant", tenant, "--sample", "0")
+    assert code == 0 and out.strip() == "nothing to revalue: --sample 0 asks for no memory"
+
+
 def test_cli_interactive(
     cli: str,
     tenant: str,

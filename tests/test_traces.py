@@ -328,3 +328,5 @@ def test_cli_trace_learning_reflect(cli_env: str, tenant: str, capsys: pytest.Ca
     assert re.search(r"\[learning\] 0\.\d\d  \(learned from trace:[0-9a-f]{24}\)", out)
     code, out = run(capsys, "reflect", "--tenant", tenant, "purple giraffe orbit sandwich")
     assert code == 0 and "nothing similar" in out
+    code, out = run(capsys, "reflect", "--tenant", tenant, "edit the auth token refresh code", "-k", "0")
+    assert code == 0 and out.strip() == "(-k 0 asks for nothing)"

@@ -95,6 +95,19 @@ def cmd_revalue(args: argparse.Namespace) -> int:
         raise InputError(
             "--export writes the sample for a decider elsewhere: not with --interactive or --from-file"
         )
+    # options that would be ignored are refused, as bench does (sampling options choose what a file decides)
+    sampling = ("sample", "max_importance", "min_age_days", "cooldown_days", "seed")
+    given = [f"--{n.replace('_', '-')}" for n in sampling if getattr(args, n) is not None]
+    if mode == "file" and given:
+        raise InputError(
+            f"{', '.join(given)} choose a sample: --from-file applies the file's decisions as they are"
+        )
+    if args.export and args.dry_run:
+        raise InputError("--export applies nothing already: --dry-run is for applying runs")
+    defaults = (DEFAULT_SAMPLE, DEFAULT_MAX_IMPORTANCE, DEFAULT_MIN_AGE_DAYS, DEFAULT_COOLDOWN_DAYS)
+    for name, default in zip(sampling, defaults, strict=False):
+        if getattr(args, name) is None:
+            setattr(args, name, default)
     if args.tenant == SYSTEM_TENANT:  # refused by spark.revalue_apply: said before a review, not after it
         raise InputError(f"tenant {SYSTEM_TENANT} holds the cold-start pack: edit it with `spark-pg seed`")
     out = sys.stderr if args.json else sys.stdout
@@ -114,6 +127,10 @@ def cmd_revalue(args: argparse.Namespace) -> int:
                 seed=args.seed,
             )
             conn.rollback()  # no transaction stays open while a reviewer thinks
+            if not memories and args.sample == 0:
+                message = "nothing to revalue: --sample 0 asks for no memory"
+                print(json.dumps({"tenant": args.tenant, "decisions": []}) if args.json else message)
+                return 0
             if not memories:
                 message = (
                     f"nothing to revalue: tenant {args.tenant} has no memory at importance "
@@ -167,18 +184,18 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     )
     p.add_argument("--tenant", required=True)
     p.add_argument(
-        "--sample", type=_count, default=DEFAULT_SAMPLE, metavar="N", help="memories to sample (default 20)"
+        "--sample", type=_count, metavar="N", help=f"memories to sample (default {DEFAULT_SAMPLE})"
     )
     p.add_argument(
-        "--max-importance", type=_fraction, default=DEFAULT_MAX_IMPORTANCE, metavar="X",
+        "--max-importance", type=_fraction, metavar="X",
         help="only memories at or below this importance (default 0.3)",
     )  # fmt: skip
     p.add_argument(
-        "--min-age-days", type=_days, default=DEFAULT_MIN_AGE_DAYS, metavar="D",
+        "--min-age-days", type=_days, metavar="D",
         help="only memories at least this old (default 7)",
     )  # fmt: skip
     p.add_argument(
-        "--cooldown-days", type=_days, default=DEFAULT_COOLDOWN_DAYS, metavar="D",
+        "--cooldown-days", type=_days, metavar="D",
         help="leave out memories revalued this recently (default 90)",
     )  # fmt: skip
     p.add_argument("--seed", type=int8_arg, help="repeat a sample: same seed, same data, same memories")

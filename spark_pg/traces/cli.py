@@ -80,7 +80,11 @@ def cmd_reflect(args: argparse.Namespace) -> int:
         print(json.dumps([_jsonable(r, warn) for r in found], indent=2))
         return 0
     if not found:
-        print("  (nothing similar in the past: no trace or learning passed the gate)")
+        print(
+            "  (-k 0 asks for nothing)"
+            if args.k == 0
+            else "  (nothing similar in the past: no trace or learning passed the gate)"
+        )
         return 0
     for r in found:
         if r.match == "linked":
