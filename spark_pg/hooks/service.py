@@ -187,6 +187,7 @@ def run_local(request: Mapping[str, Any], received: float | None = None) -> dict
         conn = connect(hook_conninfo(url))  # no pool to wait for: libpq's connect timeout applies
         try:
             require_current(conn)  # as `spark-pg serve` does at start: say "run spark-pg init", not why not
+            conn.rollback()  # end the check's transaction: the service's own must commit, not nest in it
             yield conn
         finally:
             conn.close()
