@@ -42,7 +42,9 @@ class IngestResult:
 def dated_ahead(records: Sequence[MemoryIn]) -> tuple[int, datetime | None]:
     """How many ``records`` are dated more than an hour ahead of now, and the latest of those dates."""
     limit = datetime.now(UTC) + timedelta(hours=1)
-    ahead = [r.created_at for r in records if r.created_at is not None and r.created_at > limit]
+    times = (r.created_at for r in records if r.created_at is not None)
+    # a MemoryIn built by hand may hold a naive time: UTC, as validate_row and the database take it
+    ahead = [t for t in (t if t.tzinfo else t.replace(tzinfo=UTC) for t in times) if t > limit]
     return len(ahead), max(ahead, default=None)
 
 

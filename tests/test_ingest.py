@@ -391,6 +391,8 @@ def test_an_unchanged_row_is_not_written_again_and_a_repeated_key_is_refused(
         tenant=tenant, key="u0", text="unchanged memory 0", created_at=datetime(2024, 1, 1, tzinfo=UTC)
     )
     assert client.ingest_records([dated]).updated == 1  # a new created_at is a change
+    naive = MemoryIn(tenant=tenant, key="u9", text="naive time", created_at=datetime(2024, 1, 1))
+    assert client.ingest_records([naive]).future == 0  # taken as UTC, as the database takes it
     with pytest.raises(InputError, match=r"records\[2\] has the tenant and key of records\[0\]"):
         client.ingest_records([records[0], records[1], records[0]])
     assert versions()["u1"] == after["u1"]

@@ -167,8 +167,36 @@ def test_plain_sql_writes_get_a_descriptor_and_hash_that_follow_the_text(
         assert c.execute(
             "SELECT content_hash = sha256('Pin images.'::bytea) FROM spark.memories WHERE key = 'sql'"
         ).fetchone() == (True,)
+        # a hash sent along with a text edit was made for another descriptor: the stored one's is kept
+        c.execute("UPDATE spark.memories SET text = 'Scan images.', content_hash = '\\x00' WHERE key = 'py'")
+        c.commit()
+        assert c.execute(
+            "SELECT content_hash = sha256(convert_to(descriptor, 'UTF8')), action_domain, actionability "
+            "FROM spark.memories WHERE key = 'py'"
+        ).fetchone() == (True, None, None)  # the old text's scores went with it
     assert counts(wdb) == (2, 0)
     assert work(wdb, embedder).embedded == 2
+
+
+def test_python_moving_a_tag_into_the_text_keeps_its_descriptor_and_vector(
+    wdb: str, embedder: Embedder
+) -> None:
+    """Python may change the text and keep the descriptor (a category tag moved into the text): the
+    trigger must leave that write as it is, or the synchronous ingest's vector would be dropped."""
+    moved = MemoryIn(tenant="t", key="k", text="[python] Use uv for installs.")
+    with connect(wdb) as c:
+        ingest(c, [MemoryIn(tenant="t", key="k", text="Use uv for installs.", category="python")], embedder)
+        ingest(c, [moved], embedder)
+        c.commit()
+        row = c.execute(
+            "SELECT text, descriptor, content_hash FROM spark.memories WHERE key = 'k'"
+        ).fetchone()
+    assert row is not None and (row[0], row[1], bytes(row[2])) == (
+        moved.text,
+        moved.descriptor,
+        moved.content_hash,
+    )
+    assert counts(wdb) == (0, 1)
 
 
 def test_the_store_guard_skips_a_memory_whose_content_changed_after_the_claim(

@@ -10,10 +10,12 @@ at all for Python's writes, which always set both consistently):
 - ``memories_fill_descriptor`` (insert): a NULL ``descriptor`` becomes the text itself (the action-domain
   classifier lives in Python; a caller who wants the tags writes the descriptor), a NULL ``content_hash``
   the hash of the descriptor.
-- ``memories_follow_text`` (update): a new ``text`` with the descriptor untouched replaces the old text at
-  the end of the descriptor (its tags stay) or, when the descriptor did not end with it, becomes the
-  descriptor; a new descriptor with the hash untouched gets its hash. The changed hash then re-queues the
-  memory through ``memories_queue_update`` (0008).
+- ``memories_follow_text`` (update): a new ``text`` with the descriptor untouched (and not already ending
+  with the new text) replaces the old text at the end of the descriptor (its tags stay) or, when the
+  descriptor did not end with it, becomes the descriptor; the hash is then that descriptor's, and the
+  action domain and actionability (scores of the old text) become NULL, as for any memory written in SQL.
+  A new descriptor with the hash untouched gets its hash. The changed hash then re-queues the memory
+  through ``memories_queue_update`` (0008).
 
 The functions are frozen here with their triggers (sql/ does not replace them).
 
@@ -59,15 +61,21 @@ def upgrade() -> None:
         SET search_path = pg_catalog, pg_temp
         AS $fn$
         BEGIN
-            IF NEW.text IS DISTINCT FROM OLD.text AND NEW.descriptor IS NOT DISTINCT FROM OLD.descriptor THEN
+            -- a descriptor that already ends with the new text is the writer's own (Python moves a tag between
+            -- category and text that way): left as it is
+            IF NEW.text IS DISTINCT FROM OLD.text AND NEW.descriptor IS NOT DISTINCT FROM OLD.descriptor
+               AND right(NEW.descriptor, length(NEW.text)) IS DISTINCT FROM NEW.text THEN
                 IF right(OLD.descriptor, length(OLD.text)) = OLD.text THEN
                     NEW.descriptor := left(OLD.descriptor, length(OLD.descriptor) - length(OLD.text)) || NEW.text;
                 ELSE
                     NEW.descriptor := NEW.text;
                 END IF;
-            END IF;
-            IF NEW.descriptor IS DISTINCT FROM OLD.descriptor AND NEW.content_hash IS NOT DISTINCT FROM OLD.content_hash
-               AND NEW.descriptor IS NOT NULL THEN
+                -- the old text's scores do not describe the new one: unscored, as any SQL-written memory
+                NEW.action_domain := NULL;
+                NEW.actionability := NULL;
+                NEW.content_hash := sha256(convert_to(NEW.descriptor, 'UTF8'));  -- whatever hash came with it
+            ELSIF NEW.descriptor IS DISTINCT FROM OLD.descriptor
+                  AND NEW.content_hash IS NOT DISTINCT FROM OLD.content_hash AND NEW.descriptor IS NOT NULL THEN
                 NEW.content_hash := sha256(convert_to(NEW.descriptor, 'UTF8'));
             END IF;
             RETURN NEW;
@@ -79,7 +87,8 @@ def upgrade() -> None:
             'but not the content_hash recomputes the hash, so the memory is re-indexed and re-queued.';
         CREATE TRIGGER memories_follow_text BEFORE UPDATE OF text, descriptor ON spark.memories
             FOR EACH ROW WHEN (
-                (NEW.text IS DISTINCT FROM OLD.text AND NEW.descriptor IS NOT DISTINCT FROM OLD.descriptor)
+                (NEW.text IS DISTINCT FROM OLD.text AND NEW.descriptor IS NOT DISTINCT FROM OLD.descriptor
+                 AND right(NEW.descriptor, length(NEW.text)) IS DISTINCT FROM NEW.text)
                 OR (NEW.descriptor IS DISTINCT FROM OLD.descriptor
                     AND NEW.content_hash IS NOT DISTINCT FROM OLD.content_hash))
             EXECUTE FUNCTION spark._follow_text();
