@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 
 from spark_pg import __version__
@@ -212,10 +211,9 @@ def cmd_search(args: argparse.Namespace) -> int:
     import json
     import shutil
 
-    from spark_pg.hooks.client import DEFAULT_TENANT, TENANT_ENV
+    from spark_pg.hooks.client import resolve_tenant
 
-    if args.tenant is None:  # as the hook resolves it (an empty --tenant stays, and is refused)
-        args.tenant = os.environ.get(TENANT_ENV) or DEFAULT_TENANT
+    args.tenant = resolve_tenant(args.tenant)  # as the hook does; an empty one is refused
     width = shutil.get_terminal_size().columns
     with _client(args) as client:
         if args.explain:

@@ -123,12 +123,18 @@ def _diagnose(message: str) -> None:
         pass
 
 
+def resolve_tenant(option: str | None) -> str:
+    """``--tenant`` as given (an empty one too: its caller refuses it), else ``$SPARK_PG_TENANT`` unless
+    empty, else ``default``: the hook's and ``spark-pg search``'s rule."""
+    return option if option is not None else os.environ.get(TENANT_ENV) or DEFAULT_TENANT
+
+
 def request_for(args: argparse.Namespace, raw: bytes) -> dict[str, Any]:
     """The wire request for one event (InputError, ValueError on a bad event)."""
     event = parse_event(args.event, json.loads(raw))
     if args.tenant == "":  # e.g. --tenant "$PROJECT" with PROJECT unset: never someone else's memories
         raise ValueError("--tenant is empty: name a tenant, or leave the option out")
-    tenant = args.tenant or os.environ.get(TENANT_ENV) or DEFAULT_TENANT
+    tenant = resolve_tenant(args.tenant)
     return {
         "v": wire.VERSION,
         "op": "hook",
