@@ -96,16 +96,21 @@ def cmd_revalue(args: argparse.Namespace) -> int:
             "--export writes the sample for a decider elsewhere: not with --interactive or --from-file"
         )
     # options that would be ignored are refused, as bench does (sampling options choose what a file decides)
-    sampling = ("sample", "max_importance", "min_age_days", "cooldown_days", "seed")
-    given = [f"--{n.replace('_', '-')}" for n in sampling if getattr(args, n) is not None]
+    defaults = {  # what a sample uses when the option is not given (--seed: none)
+        "sample": DEFAULT_SAMPLE,
+        "max_importance": DEFAULT_MAX_IMPORTANCE,
+        "min_age_days": DEFAULT_MIN_AGE_DAYS,
+        "cooldown_days": DEFAULT_COOLDOWN_DAYS,
+        "seed": None,
+    }
+    given = [f"--{n.replace('_', '-')}" for n in defaults if getattr(args, n) is not None]
     if mode == "file" and given:
         raise InputError(
             f"{', '.join(given)} choose a sample: --from-file applies the file's decisions as they are"
         )
     if args.export and args.dry_run:
         raise InputError("--export applies nothing already: --dry-run is for applying runs")
-    defaults = (DEFAULT_SAMPLE, DEFAULT_MAX_IMPORTANCE, DEFAULT_MIN_AGE_DAYS, DEFAULT_COOLDOWN_DAYS)
-    for name, default in zip(sampling, defaults, strict=False):
+    for name, default in defaults.items():
         if getattr(args, name) is None:
             setattr(args, name, default)
     if args.tenant == SYSTEM_TENANT:  # refused by spark.revalue_apply: said before a review, not after it
