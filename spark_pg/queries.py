@@ -342,12 +342,11 @@ ORDER BY 1
 
 # traces and learnings (spark_pg/traces): the stored row of a key, locked; its metadata replaced (a repeat
 # bumps its counters this way: nothing is embedded again, the content hash is unchanged)
-# a stored learning's category: a learning added again without one keeps it
-MEMORY_CATEGORY = "SELECT category FROM spark.memories WHERE tenant = %(tenant)s AND key = %(key)s"
-
 MEMORY_FOR_UPDATE = """
 SELECT kind, content_hash, metadata FROM spark.memories WHERE tenant = %(tenant)s AND key = %(key)s FOR UPDATE
 """
+# a stored learning's category: a learning added again without one keeps it
+MEMORY_CATEGORY = "SELECT category FROM spark.memories WHERE tenant = %(tenant)s AND key = %(key)s"
 
 SET_MEMORY_METADATA = """
 UPDATE spark.memories SET metadata = %(metadata)s WHERE tenant = %(tenant)s AND key = %(key)s
