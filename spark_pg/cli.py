@@ -624,6 +624,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SparkPgError as exc:
         print(f"spark-pg: error: {exc}", file=sys.stderr)
         return 2
+    except psycopg.DataError as exc:  # SQLSTATE class 22 (a SQL function refused an argument), or a NUL
+        print(f"spark-pg: error{_db_error(exc)}", file=sys.stderr)
+        return 2
     except psycopg.Error as exc:
         print(f"spark-pg: database error{_db_error(exc)}", file=sys.stderr)
         return 1

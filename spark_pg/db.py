@@ -163,16 +163,17 @@ def database_url(settings: Settings, *, start: bool = True) -> str:
 def connect(url: str, *, statement_timeout_ms: int = 0, autocommit: bool = False) -> psycopg.Connection[Any]:
     """Open a connection; registers the pgvector types when the extension is installed."""
     options = f"-c statement_timeout={int(statement_timeout_ms)}" if statement_timeout_ms else None
-    try:
-        conn = (
-            psycopg.connect(url, autocommit=autocommit, options=options)
-            if options
-            else psycopg.connect(url, autocommit=autocommit)
-        )
-    except psycopg.OperationalError as exc:
-        raise DatabaseError(f"cannot connect to the database: {exc}".strip()) from exc
+    conn = open_plain(url, autocommit=autocommit, **({"options": options} if options else {}))
     register_vector_if_present(conn)
     return conn
+
+
+def open_plain(url: str, **kwargs: Any) -> psycopg.Connection[Any]:
+    """``psycopg.connect`` whose failure to connect is a DatabaseError (the CLI's exit 2, one line)."""
+    try:
+        return psycopg.connect(url, **kwargs)
+    except psycopg.OperationalError as exc:
+        raise DatabaseError(f"cannot connect to the database: {' '.join(str(exc).split())}") from exc
 
 
 def register_vector_if_present(conn: psycopg.Connection[Any]) -> bool:

@@ -72,7 +72,9 @@ def _alembic(url: str, lock_timeout_ms: int = LOCK_TIMEOUT_MS) -> Iterator[tuple
     from sqlalchemy.exc import DBAPIError
     from sqlalchemy.pool import NullPool
 
-    engine = create_engine("postgresql+psycopg://", creator=lambda: psycopg.connect(url), poolclass=NullPool)
+    from spark_pg.db import open_plain
+
+    engine = create_engine("postgresql+psycopg://", creator=lambda: open_plain(url), poolclass=NullPool)
     cfg = Config()
     cfg.set_main_option("script_location", str(resource_dir("alembic")))
     waited = SchemaError(
@@ -132,7 +134,9 @@ def _installed_revision(conn: psycopg.Connection[Any]) -> str | None:
 
 
 def current_revision(url: str) -> str | None:
-    with psycopg.connect(url) as conn:
+    from spark_pg.db import open_plain
+
+    with open_plain(url) as conn:
         return _installed_revision(conn)
 
 

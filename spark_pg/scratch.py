@@ -10,7 +10,8 @@ from typing import Any
 import psycopg
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
-from spark_pg.errors import DatabaseError, InputError
+from spark_pg.db import open_plain
+from spark_pg.errors import InputError
 
 _NAME = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
 
@@ -29,10 +30,7 @@ def _checked(name: str) -> str:
 
 
 def _admin(server_url: str) -> psycopg.Connection[Any]:
-    try:
-        return psycopg.connect(server_url, autocommit=True)
-    except psycopg.OperationalError as exc:
-        raise DatabaseError(f"cannot connect to the database server: {exc}".strip()) from exc
+    return open_plain(server_url, autocommit=True)
 
 
 def exists(server_url: str, name: str) -> bool:

@@ -225,13 +225,12 @@ def test_stats_reports_health_and_the_north_star(
 def test_a_database_refusal_is_one_line_with_its_sqlstate_and_hint(
     cli_env: str, tenant: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """The server's message, not the CONTEXT lines naming the PL/pgSQL functions it passed through."""
+    """The server's message, not the CONTEXT lines naming the PL/pgSQL functions it passed through; an
+    argument a SQL function refuses (SQLSTATE class 22) exits 2, as one refused in Python does."""
     code, out, err = run(capsys, "search", "--tenant", tenant, "--k", "0", "deploy")
-    assert (code, out, err) == (
-        1,
-        "",
-        "spark-pg: database error [22023]: k must be between 1 and 1000, got 0\n",
-    )
+    assert (code, out, err) == (2, "", "spark-pg: error [22023]: k must be between 1 and 1000, got 0\n")
+    code, out, err = run(capsys, "stats", "--tenant", "")
+    assert (code, out) == (2, "") and err.startswith("spark-pg: error [22023]: "), err
     with psycopg.connect(cli_env) as conn, pytest.raises(psycopg.Error) as refused:
         conn.execute("SELECT spark.put_trigger_rule('_system', 'r', 'x', ARRAY['k'])")
     assert _db_error(refused.value) == (
@@ -247,8 +246,8 @@ def test_init_against_a_server_that_is_down_is_one_line_not_a_traceback(
     # the migrations run through SQLAlchemy, which wraps the driver's errors in its own classes
     monkeypatch.setenv("SPARK_PG_DATABASE_URL", "postgresql://nobody@127.0.0.1:1/none?connect_timeout=3")
     code, out, err = run(capsys, "init")
-    assert code == 1 and out == "" and err.startswith("spark-pg: database error: connection failed")
-    assert "Traceback" not in err and "sqlalchemy" not in err
+    assert code == 2 and out == "" and err.startswith("spark-pg: error: cannot connect to the database: ")
+    assert "Traceback" not in err and "sqlalchemy" not in err and "\n" not in err[:-1]
 
 
 @pytest.mark.parametrize(
