@@ -200,6 +200,7 @@ def run(
 
 def _write_json(path: Path, data: dict[str, Any]) -> None:
     """``path`` replaced whole (a temporary file beside it, then a rename): never a half-written report."""
+    path.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.NamedTemporaryFile("w", dir=path.parent, prefix=f".{path.name}.", delete=False) as out:
         out.write(json.dumps(data, indent=1))
     Path(out.name).chmod(0o644)  # a report like the plot beside it (mkstemp makes files 0600)

@@ -171,15 +171,23 @@ def time_arg(text: str) -> str:
 
 
 def writable_dir(path: Path) -> Path:
-    """``path`` created (with its parents) and checked by writing a file in it, so that a report folder that
-    cannot be written fails before a long run, not after it: InputError naming the folder."""
+    """``path`` checked, so that a report folder that cannot be written fails before a long run, not after
+    it: InputError naming the folder. Nothing is left behind: a folder that does not exist yet is made by
+    the writer of the first report file (a refused command leaves no empty folder), and the check is a
+    temporary folder made and removed in ``path`` or in its nearest existing parent."""
+    import errno
+    import os
     import tempfile
 
     from spark_pg.errors import InputError
 
+    probe = path
+    while not probe.exists() and not probe.is_symlink() and probe.parent != probe:
+        probe = probe.parent
     try:
-        path.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile(dir=path):
+        if not probe.is_dir():
+            raise OSError(errno.ENOTDIR, os.strerror(errno.ENOTDIR))
+        with tempfile.TemporaryDirectory(dir=probe):
             pass
     except OSError as exc:
         raise InputError(f"cannot write reports to {path}: {exc.strerror or exc}") from None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import psycopg
@@ -280,15 +281,39 @@ def test_a_report_folder_that_cannot_be_written_is_refused_before_the_run(
     assert f"cannot write reports to {blocker / 'reports'}: Not a directory" in capsys.readouterr().err
 
 
-def test_writable_dir_creates_the_folder_or_names_it(tmp_path: Path) -> None:
+def test_writable_dir_checks_the_folder_without_leaving_anything_or_names_it(tmp_path: Path) -> None:
     from spark_pg.cli_args import writable_dir
     from spark_pg.errors import InputError
 
-    assert writable_dir(tmp_path / "a" / "b") == tmp_path / "a" / "b" and (tmp_path / "a" / "b").is_dir()
-    assert list((tmp_path / "a" / "b").iterdir()) == []  # the probe file is gone
+    assert writable_dir(tmp_path / "a" / "b") == tmp_path / "a" / "b"
+    assert list(tmp_path.iterdir()) == []  # not made (its writer makes it), and the probe is gone
+    (tmp_path / "c").mkdir()
+    assert writable_dir(tmp_path / "c") == tmp_path / "c" and list((tmp_path / "c").iterdir()) == []
     (tmp_path / "f").write_text("")
-    with pytest.raises(InputError, match=r"cannot write reports to .*f/x"):
-        writable_dir(tmp_path / "f" / "x")
+    for blocked in (tmp_path / "f", tmp_path / "f" / "x"):
+        with pytest.raises(InputError, match=r"cannot write reports to .*/f.*: Not a directory"):
+            writable_dir(blocked)
+    (tmp_path / "ro").mkdir(mode=0o555)
+    if os.geteuid() != 0:  # root writes anywhere
+        with pytest.raises(InputError, match=r"cannot write reports to .*ro/x: Permission denied"):
+            writable_dir(tmp_path / "ro" / "x")
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["bench", "ingest", "--hooks"],
+        ["eval", "--dataset", "no-such-folder"],
+        ["eval", "--scenarios", "--params", '{"no_such_key": 1}'],
+    ],
+)
+def test_a_refused_command_leaves_no_empty_report_folder(
+    argv: list[str], cli_env: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "out"
+    code = main([*argv, "--report", str(out / "reports")])
+    assert code == 2, capsys.readouterr().err
+    assert not out.exists()
 
 
 def test_bench_commands_that_write_no_report_do_not_touch_the_report_folder(
