@@ -77,11 +77,11 @@ def damaged_files(model_dir: Path) -> list[str]:
     return damaged
 
 
-def _sha256_of(settings: dict[str, str | int | bool]) -> str:
+def _sha256_of(settings: dict[str, object]) -> str:
     return hashlib.sha256(_settings_text(settings).encode()).hexdigest()
 
 
-def _settings_text(settings: dict[str, str | int | bool]) -> str:
+def _settings_text(settings: dict[str, object]) -> str:
     return json.dumps(settings, indent=2)
 
 
