@@ -107,6 +107,42 @@ _CACHE: dict[tuple[str, str, int | None], Embedder] = {}
 _CACHE_LOCK = threading.Lock()
 
 
+def _from_cache(fastembed_name: str, kwargs: dict[str, Any]) -> Any:
+    """A network model loaded from embedding.cache_dir alone, or None when it is not there (quietly:
+    fastembed logs an error for a cache miss)."""
+    from fastembed import TextEmbedding
+    from loguru import logger
+
+    logger.disable("fastembed")
+    try:
+        return TextEmbedding(fastembed_name, **kwargs, local_files_only=True)
+    except Exception:  # not cached, or cached incompletely: the download decides
+        return None
+    finally:
+        logger.enable("fastembed")
+
+
+def _hub_unreachable(fastembed_name: str) -> str | None:
+    """Why the Hugging Face hub, a network model's only source, cannot be reached (one request, at most
+    5 s), or None when it answers, when the model has another source, or when HF_HUB_OFFLINE is set
+    (fastembed then tries the cache once and stops)."""
+    from fastembed import TextEmbedding
+
+    if os.environ.get("HF_HUB_OFFLINE", "").strip().upper() in {"1", "TRUE", "YES", "ON"}:
+        return None
+    models = TextEmbedding.list_supported_models()
+    found = [m.get("sources") or {} for m in models if m["model"] == fastembed_name]
+    if not found or found[0].get("url") or not found[0].get("hf"):
+        return None
+    from huggingface_hub import constants, get_session
+
+    try:
+        get_session().head(constants.ENDPOINT, timeout=5)
+    except Exception as exc:  # DNS, refused, timeout, proxy: whatever the download would meet first
+        return f"{constants.ENDPOINT} cannot be reached ({' '.join(str(exc).split())[:200]})"
+    return None
+
+
 def load_embedder(settings: Settings, *, offline: bool = False) -> Embedder:
     """Load (once per process) the configured model, or raise ModelNotAvailable saying how to get it.
     ``offline``: never download (a network model not in embedding.cache_dir yet is ModelNotAvailable)."""
@@ -137,7 +173,18 @@ def load_embedder(settings: Settings, *, offline: bool = False) -> Embedder:
         except ImportError:
             raise ModelNotAvailable("fastembed is not installed: `pip install fastembed`") from None
         try:
-            model = TextEmbedding(spec.fastembed_name, **kwargs)
+            model = None if spec.offline_files or offline else _from_cache(spec.fastembed_name, kwargs)
+            if model is None and not spec.offline_files and not offline:
+                unreachable = _hub_unreachable(spec.fastembed_name)
+                if unreachable:  # say so now, not after fastembed's three tries and 36 s of back-off
+                    raise ModelNotAvailable(
+                        f"cannot load {name}: it is not in {cache_dir} and {unreachable}. It is downloaded "
+                        "on first use: pre-fill embedding.cache_dir, or use the offline default "
+                        "(embedding.model: all-MiniLM-L6-v2-int8)"
+                    )
+            model = model or TextEmbedding(spec.fastembed_name, **kwargs)
+        except ModelNotAvailable:
+            raise
         except Exception as exc:  # fastembed raises bare ValueError/OSError/RuntimeError variants
             hint = (
                 "it is downloaded on first use and needs network access; pre-fill embedding.cache_dir, "

@@ -76,6 +76,28 @@ def test_network_model_without_network_fails_with_a_hint(
     assert "all-MiniLM-L6-v2-int8" in str(info.value)
 
 
+def test_a_network_model_with_the_hub_unreachable_fails_at_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Was: fastembed's three tries with 3 + 9 + 27 s of back-off (39 s measured offline) before the
+    error; one request to the hub now decides, and the message says why."""
+    from huggingface_hub import constants
+
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.setattr(constants, "ENDPOINT", "http://127.0.0.1:1")  # refused at once, on any machine
+    settings = load_settings(
+        environ={
+            "SPARK_PG_EMBEDDING_MODEL": "BAAI/bge-small-en-v1.5",
+            "SPARK_PG_EMBEDDING_CACHE_DIR": str(tmp_path / "cache"),
+        },
+        config_file=_empty_config(tmp_path),
+    )
+    with pytest.raises(ModelNotAvailable) as info:
+        load_embedder(settings)
+    assert f"it is not in {tmp_path / 'cache'} and http://127.0.0.1:1 cannot be reached (" in str(info.value)
+    assert "all-MiniLM-L6-v2-int8" in str(info.value)
+
+
 def test_an_offline_load_never_downloads(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # the hook's in-process fallback: a download would spend the tool call's whole budget
     monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
