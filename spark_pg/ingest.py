@@ -165,12 +165,14 @@ def ingest(
             bar.update(len(chunk))
         cur.execute(queries.INDEX_INGEST_TABLE)
         cur.execute(queries.LOCK_INGEST_ROWS)
+        cur.execute(queries.INGEST_WRITES, ("on",))
         cur.execute(queries.UPSERT)
         for (was_insert,) in cur.fetchall():
             if was_insert:
                 inserted += 1
             else:
                 updated += 1
+        cur.execute(queries.INGEST_WRITES, ("off",))
         cur.execute(queries.STORE_VECTORS)
     # its own transaction: an index build locks writes to spark.embeddings until it commits
     with conn.transaction():

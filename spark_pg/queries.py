@@ -81,6 +81,10 @@ RETURNING (xmax = 0) AS inserted
 
 INDEX_INGEST_TABLE = "CREATE INDEX ON _spark_ingest (tenant, key)"
 
+# around UPSERT, in its transaction: the rows it writes carry their own descriptor and hash, so the
+# text-follows trigger (schema 0014) leaves them alone; off again at once, for the caller's own statements
+INGEST_WRITES = "SELECT set_config('spark.ingest_writes', %s, true)"
+
 # the stored rows an ingest will update, locked first and in (tenant, id) order, as spark.revalue_apply
 # locks them: two writers sharing stored rows wait for each other instead of deadlocking. The
 # lock an UPDATE takes, no stronger: FOR UPDATE would also block the workers' foreign-key checks (KEY

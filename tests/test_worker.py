@@ -199,6 +199,37 @@ def test_python_moving_a_tag_into_the_text_keeps_its_descriptor_and_vector(
     assert counts(wdb) == (0, 1)
 
 
+def test_an_edit_that_cuts_the_front_off_the_text_is_followed_by_the_descriptor(
+    wdb: str, embedder: Embedder
+) -> None:
+    """Was (0013): a new text that was the tail of the old descriptor passed for Python's own write, so the
+    removed words stayed in the descriptor and the vector, and the next edit glued them in front as tags."""
+    with connect(wdb) as c:
+        ingest(c, [MemoryIn(tenant="t", key="f", text="Never deploy on Friday afternoons.")], embedder)
+        c.commit()
+        before = c.execute("SELECT descriptor FROM spark.memories WHERE key = 'f'").fetchone()
+        assert before is not None and before[0].endswith("Never deploy on Friday afternoons.")
+        tags = before[0].removesuffix("Never deploy on Friday afternoons.")
+        for text in ("Friday afternoons.", "Always deploy on Friday afternoons."):
+            c.execute("UPDATE spark.memories SET text = %s WHERE key = 'f'", (text,))
+            c.commit()
+            row = c.execute(
+                "SELECT descriptor, content_hash = sha256(convert_to(descriptor, 'UTF8')) "
+                "FROM spark.memories WHERE key = 'f'"
+            ).fetchone()
+            assert row == (tags + text, True)
+            assert counts(wdb) == (1, 0)  # the old text's vector went; queued again
+            assert work(wdb, embedder).embedded == 1
+        # and ingest's own marker is off again once its upsert is done, in the same transaction
+        g = MemoryIn(tenant="t", key="g", text="Tag releases from main only.")
+        ingest(c, [g], embedder)
+        c.execute("UPDATE spark.memories SET text = 'Tag releases.' WHERE key = 'g'")
+        assert c.execute("SELECT descriptor FROM spark.memories WHERE key = 'g'").fetchone() == (
+            g.descriptor.removesuffix(g.text) + "Tag releases.",
+        )
+        c.rollback()
+
+
 def test_the_store_guard_skips_a_memory_whose_content_changed_after_the_claim(
     wdb: str, embedder: Embedder
 ) -> None:
