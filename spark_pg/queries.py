@@ -179,6 +179,9 @@ SELECT spark.put_trigger_rule(
 """
 
 # a sync leaves exactly the file's static rules (learned ones are the system's)
+# a write's tenant: 22023 for a bad one, or for the pack's unless the pack loader's spark.pack_writes is on
+CHECK_WRITER = "SELECT spark._check_writer(%(tenant)s)"
+
 DROP_OTHER_STATIC_RULES = """
 DELETE FROM spark.trigger_rules
 WHERE tenant = %(tenant)s AND origin = 'static' AND NOT (name = ANY(%(names)s))

@@ -477,8 +477,14 @@ class SyncResult:
 
 
 def sync_rules(conn: psycopg.Connection[Any], tenant: str, rules: Sequence[TriggerRule]) -> SyncResult:
-    """Make the tenant's static rules exactly ``rules`` in one transaction; learned ones are only upserted."""
+    """Make the tenant's static rules exactly ``rules`` in one transaction; learned ones are only upserted.
+    The tenant is checked first, as every write of spark.put_trigger_rule checks it: with no rules, the
+    delete alone would otherwise empty the pack's rules (tenant _system) for every tenant."""
     with conn.transaction(), conn.cursor() as cur:
+        try:
+            cur.execute(queries.CHECK_WRITER, {"tenant": tenant})
+        except (psycopg.errors.InvalidParameterValue, psycopg.errors.NullValueNotAllowed) as exc:
+            raise TriggerRuleError("database", f"tenant {tenant!r}", str(exc).strip()) from None
         for rule in rules:
             try:
                 cur.execute(

@@ -392,6 +392,16 @@ def test_a_pack_rule_surfaces_the_tenants_own_memory_with_no_pack_memories(conn:
     rules = [TriggerRule(name="destructive", pattern=r"rm -rf", surface=("snap",))]
     with pytest.raises(TriggerRuleError, match="only the pack loader"):  # not any caller's to write
         sync_rules(conn, "_system", rules)
+    conn.execute(
+        "INSERT INTO spark.trigger_rules (tenant, name, pattern, surface) "
+        "VALUES ('_system', 'kept', 'x', '{k}')"
+    )
+    for tenant in ("_system", "", "x" * 129):  # no rules: was a plain delete, which emptied the pack's rules
+        with pytest.raises(TriggerRuleError, match=f"tenant {tenant!r}: .*(pack loader|tenant must be)"):
+            sync_rules(conn, tenant, [])
+    pack_rules = "SELECT count(*) FROM spark.trigger_rules WHERE tenant = '_system'"
+    assert conn.execute(pack_rules).fetchone() == (1,)
+    conn.execute("DELETE FROM spark.trigger_rules WHERE tenant = '_system'")
     with conn.transaction():
         conn.execute("SET LOCAL spark.pack_writes = on")  # what the pack loader (spark-pg seed) does
         sync_rules(conn, "_system", rules)
