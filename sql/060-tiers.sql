@@ -20,9 +20,13 @@ BEGIN
                    -- earned a pin: validated many times and almost always right
                    WHEN m.helpful_count + m.followed_count >= 15 AND m.reliability >= 0.9
                        THEN 'pinned:validated 15+ times with reliability 0.9+'
-                   -- a pin the user set stays (only pins this function made can be taken back; metadata
-                   -- is free-form at ingest, so only a JSON true marks one of them)
-                   WHEN m.tier = 'pinned' AND m.metadata -> 'tier_by_rule' IS DISTINCT FROM 'true'::jsonb
+                   -- a pin the user set stays: only a pin this function gave can be taken back, which its
+                   -- metadata says (a JSON true, metadata being free-form at ingest) with the pin's reason; a
+                   -- rule's archive the user then pinned by hand still carries true, with the archive's reason
+                   WHEN m.tier = 'pinned'
+                        AND NOT (m.metadata -> 'tier_by_rule' IS NOT DISTINCT FROM 'true'::jsonb
+                                 AND m.metadata ->> 'tier_reason' IS NOT DISTINCT FROM
+                                     'validated 15+ times with reliability 0.9+')
                        THEN 'pinned:pinned by the user'
                    -- judged and found wanting
                    WHEN m.helpful_count + m.followed_count + m.unhelpful_count + m.ignored_count >= 4

@@ -368,6 +368,21 @@ def test_apply_waits_for_a_concurrent_writer_then_skips_what_it_changed(rv_db: s
             cleanup.execute("DELETE FROM spark.memories WHERE tenant = %s", (tenant,))
 
 
+PIN_BY_RULE = {"tier_by_rule": True, "tier_reason": "validated 15+ times with reliability 0.9+"}
+
+
+def test_a_user_pin_of_a_memory_the_rules_archived_is_never_taken_back(conn: Conn, tenant: str) -> None:
+    """Was: the archive left tier_by_rule true, so assign_tiers took the pin for its own and archived the
+    memory again; a pin is the rules' only with the pin's reason beside the flag."""
+    add(conn, tenant, "old", 0.1, age=timedelta(days=800))
+    assert conn.execute("SELECT key, new_tier FROM spark.assign_tiers(%s)", (tenant,)).fetchall() == [
+        ("old", "archive")
+    ]
+    conn.execute("UPDATE spark.memories SET tier = 'pinned' WHERE tenant = %s", (tenant,))  # the user pins it
+    assert conn.execute("SELECT count(*) FROM spark.assign_tiers(%s)", (tenant,)).fetchone() == (0,)
+    assert conn.execute("SELECT tier FROM spark.memories WHERE tenant = %s", (tenant,)).fetchone() == ("pinned",)
+
+
 def test_tier_by_rule_counts_only_as_a_json_true(conn: Conn, tenant: str) -> None:
     """Review item 3: metadata is free-form at ingest; a tier_by_rule that is not a JSON boolean neither
     aborts assign_tiers nor revalue_apply (22P02 before), and only a JSON true marks a rule's tier."""
@@ -376,7 +391,7 @@ def test_tier_by_rule_counts_only_as_a_json_true(conn: Conn, tenant: str) -> Non
     ids = {
         "pin-maybe": add(conn, tenant, "pin-maybe", 0.5, tier="pinned", metadata='{"tier_by_rule": "maybe"}'),
         "pin-text": add(conn, tenant, "pin-text", 0.5, tier="pinned", metadata='{"tier_by_rule": "true"}'),
-        "pin-rule": add(conn, tenant, "pin-rule", 0.5, tier="pinned", metadata='{"tier_by_rule": true}'),
+        "pin-rule": add(conn, tenant, "pin-rule", 0.5, tier="pinned", metadata=json.dumps(PIN_BY_RULE)),
         "arch-maybe": add(
             conn,
             tenant,
