@@ -380,7 +380,8 @@ def test_a_user_pin_of_a_memory_the_rules_archived_is_never_taken_back(conn: Con
     ]
     conn.execute("UPDATE spark.memories SET tier = 'pinned' WHERE tenant = %s", (tenant,))  # the user pins it
     assert conn.execute("SELECT count(*) FROM spark.assign_tiers(%s)", (tenant,)).fetchone() == (0,)
-    assert conn.execute("SELECT tier FROM spark.memories WHERE tenant = %s", (tenant,)).fetchone() == ("pinned",)
+    tier = conn.execute("SELECT tier FROM spark.memories WHERE tenant = %s", (tenant,)).fetchone()
+    assert tier == ("pinned",)
 
 
 def test_tier_by_rule_counts_only_as_a_json_true(conn: Conn, tenant: str) -> None:
