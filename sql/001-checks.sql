@@ -153,6 +153,15 @@ COMMENT ON FUNCTION spark._check_writer(text) IS
     'Internal: spark._check_tenant, and 22023 for the pack''s tenant (spark.system_tenant()) unless the '
     'setting spark.pack_writes is on (the pack loader sets it for its transaction); else return the tenant.';
 
+CREATE OR REPLACE FUNCTION spark._plausible_time(t timestamptz)
+RETURNS boolean
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $fn$ SELECT t >= '0001-01-01 00:00:00+00'::timestamptz AND t < '10000-01-01 00:00:00+00'::timestamptz $fn$;
+COMMENT ON FUNCTION spark._plausible_time(timestamptz) IS
+    'Internal: true for a time t from year 1 to 9999 (UTC): an evaluation time (as_of) minus any window '
+    'the functions subtract (at most 100 years) stays inside PostgreSQL''s range. NULL for NULL.';
+
 CREATE OR REPLACE FUNCTION spark._check_param(key text, value jsonb, defaults jsonb, ranges jsonb)
 RETURNS boolean
 LANGUAGE plpgsql STABLE PARALLEL SAFE  -- reading an as_of time depends on the session's TimeZone
@@ -182,6 +191,11 @@ BEGIN
             -- 'infinity' parses, then breaks the time arithmetic (or silently ages every memory away)
             IF NOT isfinite((value #>> '{}')::timestamptz) THEN
                 RAISE EXCEPTION 'params.as_of must be a finite time, got %', value
+                    USING ERRCODE = 'invalid_parameter_value';
+            END IF;
+            -- a time near PostgreSQL's first (4714 BC) parses, then as_of - recent_days falls off the range
+            IF NOT spark._plausible_time((value #>> '{}')::timestamptz) THEN
+                RAISE EXCEPTION 'params.as_of must be a time from year 1 to 9999, got %', value
                     USING ERRCODE = 'invalid_parameter_value';
             END IF;
         END IF;
@@ -218,5 +232,5 @@ $fn$;
 COMMENT ON FUNCTION spark._check_param(text, jsonb, jsonb, jsonb) IS
     'Internal: one key of a params object. 22023 for a key not in defaults, a ranged key (ranges: '
     '{"key": [min, max, integer 0|1]}) whose value is not a number in its range (or one so close to 0 that '
-    'double precision cannot hold it), or an as_of that is not a finite ISO 8601 time; '
+    'double precision cannot hold it), or an as_of that is not an ISO 8601 time from year 1 to 9999; '
     'true for a key that passed, false for a known key the caller checks itself.';

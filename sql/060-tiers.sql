@@ -10,8 +10,10 @@ DECLARE
     at timestamptz := coalesce(as_of, now());
 BEGIN
     PERFORM spark._check_writer(tenant);
-    IF NOT isfinite(at) THEN  -- 'infinity' would age every memory past the year rule
-        RAISE EXCEPTION 'as_of must be a finite time, got %', as_of USING ERRCODE = 'invalid_parameter_value';
+    -- 'infinity' would age every memory past the year rule; a time near 4714 BC minus the year is no time
+    IF NOT spark._plausible_time(at) THEN
+        RAISE EXCEPTION 'as_of must be a time from year 1 to 9999, got %', as_of
+            USING ERRCODE = 'invalid_parameter_value';
     END IF;
     RETURN QUERY
     WITH judged AS (
@@ -58,4 +60,5 @@ COMMENT ON FUNCTION spark.assign_tiers(text, timestamptz) IS
     'under 0.3 after 4+ outcomes, or unused for a year with no helpful outcome and importance under 0.3; else '
     'active. as_of: the time the year is counted to (default now). Returns the memories that moved, with the '
     'rule. spark.retrieve searches the archive only when the other tiers yield fewer than k. Errors: 22004 '
-    'NULL tenant, 22023 an empty or over-long tenant or the pack''s tenant _system, an infinite as_of.';
+    'NULL tenant, 22023 an empty or over-long tenant or the pack''s tenant _system, an as_of outside years 1 '
+    'to 9999 (infinity included).';

@@ -3,6 +3,7 @@ message naming the parameter, or (where NULL has a meaning) answered as document
 
 from __future__ import annotations
 
+import json
 import re
 from typing import Any
 
@@ -29,6 +30,10 @@ def refused(conn: Conn, sql: str, args: Any, error: type[Exception], message: st
     [
         ('{"as_of": "infinity"}', "params.as_of must be a finite time"),
         ('{"as_of": "-infinity"}', "params.as_of must be a finite time"),
+        # parsed, then as_of - recent_days fell off PostgreSQL's range: a raw 22008 that named nothing
+        ('{"as_of": "4714-11-24 00:00:00+00 BC"}', "params.as_of must be a time from year 1 to 9999"),
+        ('{"as_of": "4700-01-01 BC", "recent_days": 36500}', "params.as_of must be a time from year 1"),
+        ('{"as_of": "10000-01-01 00:00:00+00"}', "params.as_of must be a time from year 1 to 9999"),
         # numeric holds it, double precision does not: the cast used to fail without naming the key (22003)
         ('{"w_keyword": 1e-400}', "params.w_keyword is too close to 0 for a double precision"),
         ('{"min_similarity": -1e-330}', "params.min_similarity is too close to 0 for a double precision"),
@@ -48,6 +53,14 @@ def test_params_no_double_precision_or_timestamp_can_hold_are_refused(
         errors.InvalidParameterValue,
         message,
     )
+
+
+@pytest.mark.parametrize("function", ["retrieve", "explain", "reflect"])
+def test_the_first_and_last_as_of_with_the_widest_windows_are_fine(conn: Conn, function: str) -> None:
+    for at in ("0001-01-01T00:00:00Z", "9999-12-31T23:59:59Z"):
+        params = json.dumps({"as_of": at} | ({} if function == "reflect" else {"recent_days": 36500}))
+        sql = f"SELECT * FROM spark.{function}('t', 'deploy', NULL, 5, %s::jsonb)"
+        assert conn.execute(sql, (params,)).fetchall() == []
 
 
 @pytest.mark.parametrize("value", ["0", "2.2250738585072014e-308", "5e-324", "1e-300"])
@@ -117,14 +130,16 @@ def test_record_outcome_checks_the_session_like_advise(conn: Conn, session: str)
 def test_assign_tiers_edges(conn: Conn) -> None:
     refused(conn, "SELECT * FROM spark.assign_tiers(NULL)", (), errors.NullValueNotAllowed, "tenant")
     refused(conn, "SELECT * FROM spark.assign_tiers('')", (), errors.InvalidParameterValue, "tenant")
-    for at in ("infinity", "-infinity"):
+    for at in ("infinity", "-infinity", "4714-12-24 BC", "0001-12-31 23:59:59+00 BC", "10000-01-01"):
         refused(
             conn,
             "SELECT * FROM spark.assign_tiers('t', %s::timestamptz)",
             (at,),
             errors.InvalidParameterValue,
-            "as_of must be a finite time",
+            "as_of must be a time from year 1 to 9999",
         )
+    for at in ("0001-01-01 00:00:00+00", "9999-12-31 23:59:59+00"):  # the first and last accepted
+        assert conn.execute("SELECT * FROM spark.assign_tiers('t', %s::timestamptz)", (at,)).fetchall() == []
     assert conn.execute("SELECT * FROM spark.assign_tiers('nobody-here')").fetchall() == []
 
 
