@@ -363,6 +363,7 @@ DECLARE
     rid bigint;
     rp jsonb;
     qemb vector := advise_with_warnings.query_embedding;
+    active text;
 BEGIN
     IF warning_min_score IS NULL OR warning_k IS NULL THEN
         RAISE EXCEPTION '% must not be NULL', CASE WHEN warning_k IS NULL THEN 'warning_k' ELSE 'warning_min_score' END
@@ -388,13 +389,17 @@ BEGIN
     IF warning_k = 0 THEN
         RETURN;
     END IF;
-    -- a vector of another model than the active one (a client still on the old model during a switch):
-    -- spark.advise above ignored it, and so does the reflection, which then runs lexically
-    IF advise_with_warnings.params ->> 'query_model' IS DISTINCT FROM (SELECT m.name FROM spark.active_model() m)
-       AND advise_with_warnings.params ->> 'query_model' IS NOT NULL THEN
-        qemb := NULL;
+    -- a vector spark.advise above ignored: no model is registered yet, or it is another model's than the
+    -- active one (a client still on the old model during a switch); the reflection ignores it too and runs
+    -- lexically, and with a blank text has nothing to reflect on: the advice alone, as spark.advise answers
+    active := (SELECT m.name FROM spark.active_model() m);
+    IF active IS NULL OR advise_with_warnings.params ->> 'query_model' IS DISTINCT FROM active
+                         AND advise_with_warnings.params ->> 'query_model' IS NOT NULL THEN
         IF advise_with_warnings.query_text !~ '\S' THEN
-            RETURN;  -- nothing to reflect on without the vector: the advice alone, as spark.advise answers
+            RETURN;
+        END IF;
+        IF active IS NOT NULL THEN  -- (with none, spark.reflect ignores the vector itself and says so in why)
+            qemb := NULL;
         END IF;
     END IF;
     -- the id spark.advise just logged this call under (this session's last value of the identity)

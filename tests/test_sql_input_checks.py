@@ -254,6 +254,25 @@ def test_warnings_ignore_a_vector_of_another_model_like_the_advice_does(conn: Co
     )
 
 
+def test_warnings_with_no_model_registered_answer_as_the_advice_does(conn: Conn) -> None:
+    """Was: with no active model and a blank text, spark.advise answered (the vector ignored) but the
+    warnings passed the vector on to spark.reflect, which refused the blank text: 22023 for the call."""
+    conn.execute("UPDATE spark.embedding_models SET active = false")  # rolled back with the test
+    call = "SELECT count(*) FROM spark.{}('warn-t', %s, '[1,0,0]'::vector, 5)"
+    assert conn.execute(call.format("advise"), ("  ",)).fetchone() == (0,)
+    assert conn.execute(call.format("advise_with_warnings"), ("  ",)).fetchone() == (0,)
+    conn.execute(
+        """INSERT INTO spark.memories (tenant, key, kind, text, descriptor, content_hash, metadata)
+           VALUES ('warn-t', 'trace:x', 'trace', 'deploy failed', 'deploy failed', sha256('x'),
+                   '{"outcome": "failure"}')"""
+    )
+    why = conn.execute(  # with words, the reflection runs and says why the vector was not used
+        "SELECT why FROM spark.advise_with_warnings('warn-t', 'deploy', '[1,0,0]'::vector, 5, "
+        "warning_min_score => 0) WHERE warning"
+    ).fetchone()
+    assert why is not None and why[0]["query_embedding"].startswith("ignored: no embedding model registered")
+
+
 def test_the_why_helper_is_stable_not_immutable(conn: Conn) -> None:
     # its week is to_char of a timestamptz, which follows the session's TimeZone
     row = conn.execute("SELECT provolatile FROM pg_proc WHERE oid = 'spark._why'::regproc").fetchone()
