@@ -15,19 +15,23 @@ query vector; a trace of the tenant whose outcome was failure and whose reflecti
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import psycopg
 from psycopg.rows import dict_row
-from psycopg.types.json import Jsonb
 
 from spark_pg import queries
 from spark_pg.embedding import Embedder
+from spark_pg.errors import InputError
 from spark_pg.intent import ACTIONABILITY_GATE, Intent, extract_intent
 from spark_pg.records import PRIORITIES
+from spark_pg.refusals import refusals
 from spark_pg.retrieve import one_statement
+from spark_pg.rowfiles import checked_text
+from spark_pg.sql_args import INT8, int_arg, params_arg
 from spark_pg.traces.reflect import Reflection, query_text, reflect
 
 # past-failure warnings and reflection (config: reflection.warning_min_score, reflection.top_k)
@@ -82,6 +86,24 @@ class AdvisorOptions:
     reflect_k: int = REFLECT_K  # Advisor.reflect's default k
     reflect_params: Mapping[str, Any] = field(default_factory=dict)  # spark.reflect params
 
+    def __post_init__(self) -> None:
+        """Each option of the wrong type is refused here, naming it: sent as it is, a float k selected no
+        SQL function (42883), and a text confidence raised TypeError after the call was logged. Ranges
+        are the SQL functions' to check (22023), except warning_k, which picks the function."""
+        for name in ("k", "reflect_k", "warning_k"):
+            int_arg(f"AdvisorOptions.{name}", getattr(self, name))
+        if not 0 <= self.warning_k <= 20:  # a negative one turned warnings off without a word
+            raise InputError(f"AdvisorOptions.warning_k must be from 0 to 20, got {self.warning_k}")
+        for name in ("min_actionability", "adaptive_ratio", "interrupt_min_confidence", "warning_min_score"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+                raise InputError(f"AdvisorOptions.{name} must be a finite number, got {value!r}")
+        for name in ("domain_filter", "interrupts", "warnings"):
+            if not isinstance(getattr(self, name), bool):
+                raise InputError(f"AdvisorOptions.{name} must be True or False, got {getattr(self, name)!r}")
+        params_arg("AdvisorOptions.params", self.params)
+        params_arg("AdvisorOptions.reflect_params", self.reflect_params)
+
 
 def trigger_text(tool_name: str, tool_input: Mapping[str, Any] | str | None, task_context: str = "") -> str:
     """What trigger rules match: the tool, its command / path / query as given (rules look for things like
@@ -134,6 +156,10 @@ class Advisor:
         self, tool_name: str, tool_input: Mapping[str, Any] | str | None, task_context: str = ""
     ) -> list[Advice]:
         """Ranked advice for a tool call (empty for a trivial read-only call or when nothing is worth it)."""
+        for name, value in (("tool_name", tool_name), ("task_context", task_context)):
+            if not isinstance(value, str):
+                raise InputError(f"{name} must be a string, got {type(value).__name__}")
+            checked_text(name, value)
         intent = extract_intent(tool_name, tool_input, task_context)
         self.last_intent = intent
         if intent.trivial or not intent.text.strip():
@@ -145,14 +171,16 @@ class Advisor:
             "query": intent.text,
             "embedding": embedding,
             "k": opts.k,
-            "params": Jsonb(self.params(intent, trigger_text(tool_name, tool_input, task_context))),
+            "params": params_arg(
+                "params", self.params(intent, trigger_text(tool_name, tool_input, task_context))
+            ),
             "session": self.session_id,
             "tool": tool_name,
             "family": intent.family,
             "cache": True,
             "warning_min_score": opts.warning_min_score,
             "warning_k": opts.warning_k if opts.warnings else 0,
-            "reflect_params": Jsonb(dict(opts.reflect_params)),
+            "reflect_params": params_arg("reflect_params", opts.reflect_params),
         }
         sql = queries.ADVISE_WITH_WARNINGS if opts.warnings and opts.warning_k > 0 else queries.ADVISE
         with one_statement(self.conn), self.conn.cursor(row_factory=dict_row) as cur:
@@ -169,7 +197,11 @@ class Advisor:
         """Have I faced this before? The tenant's most similar past traces (with their outcome) and learnings,
         each trace followed by the learnings linked to it (spark.reflect: one round trip after the query
         embedding; without an embedder, the lexical fallback). Empty for an empty query."""
-        text = intent_or_text.text if isinstance(intent_or_text, Intent) else query_text(str(intent_or_text))
+        if intent_or_text is None:  # no query, as an empty one: nothing to reflect on (was the text "None")
+            return []
+        if not isinstance(intent_or_text, Intent | str):
+            raise InputError(f"reflect takes an Intent or a text, got {type(intent_or_text).__name__}")
+        text = intent_or_text.text if isinstance(intent_or_text, Intent) else query_text(intent_or_text)
         if not text.strip():
             return []
         embedding = self.embedder.embed_query(text) if self.embedder else None
@@ -229,14 +261,16 @@ class Advisor:
         self, memory_id: int, outcome: str, *, retrieval_id: int | None = None, source: str = "api"
     ) -> float:
         """Mark a surfaced memory followed / helpful / unhelpful / ignored; returns its new reliability."""
-        with self.conn.transaction():
+        with refusals(), self.conn.transaction():
             row = self.conn.execute(
                 queries.RECORD_OUTCOME,
                 {
                     "tenant": self.tenant,
-                    "memory_id": memory_id,
+                    "memory_id": int_arg("memory_id", memory_id, INT8),
                     "outcome": outcome,
-                    "retrieval_id": retrieval_id,
+                    "retrieval_id": None
+                    if retrieval_id is None
+                    else int_arg("retrieval_id", retrieval_id, INT8),
                     "session": self.session_id,
                     "source": source,
                 },

@@ -625,8 +625,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BrokenPipeError:  # the reader went away (`spark-pg search --json | head`): stop quietly
         _silence_stdout()
         return 1
-    except SparkPgError as exc:
-        print(f"spark-pg: error: {exc}", file=sys.stderr)
+    except SparkPgError as exc:  # an argument a SQL function refused keeps its SQLSTATE
+        state = getattr(exc, "sqlstate", None)
+        print(f"spark-pg: error{f' [{state}]' if state else ''}: {exc}", file=sys.stderr)
         return 2
     except psycopg.DataError as exc:  # SQLSTATE class 22 (a SQL function refused an argument), or a NUL
         print(f"spark-pg: error{_db_error(exc)}", file=sys.stderr)
@@ -637,16 +638,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _db_error(exc: psycopg.Error) -> str:
-    """`` [SQLSTATE]: message`` on one line: the server's primary message and hint, without the CONTEXT
-    lines that name PL/pgSQL internals; a client-side error (no SQLSTATE) as psycopg words it."""
+    """`` [SQLSTATE]: message`` on one line (:func:`spark_pg.refusals.one_line`)."""
+    from spark_pg.refusals import one_line
+
     state = getattr(exc, "sqlstate", None)
-    diag = exc.diag
-    message = (diag.message_primary if state else None) or str(exc)
-    if state and diag.message_detail:  # e.g. which key already exists (23505)
-        message += f" ({diag.message_detail[:300]})"
-    if state and diag.message_hint:
-        message += f" (hint: {diag.message_hint})"
-    return f"{f' [{state}]' if state else ''}: {' '.join(message.split())}"
+    return f"{f' [{state}]' if state else ''}: {one_line(exc)}"
 
 
 if __name__ == "__main__":

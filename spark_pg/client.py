@@ -55,11 +55,15 @@ class SparkClient:
     @property
     def conn(self) -> psycopg.Connection[Any]:
         if self._conn is None or self._conn.closed:
-            self._conn = connect(
-                self.url, statement_timeout_ms=self.settings.get_int("database.statement_timeout_ms")
-            )
-            schema.require_current(self._conn)
-            self._conn.rollback()
+            timeout = self.settings.get_int("database.statement_timeout_ms")
+            conn = connect(self.url, statement_timeout_ms=timeout)
+            try:
+                schema.require_current(conn)
+                conn.rollback()
+            except BaseException:  # kept, it would skip the check on the next call (and hold a transaction)
+                conn.close()
+                raise
+            self._conn = conn
         return self._conn
 
     def close(self) -> None:
@@ -112,8 +116,9 @@ class SparkClient:
         return self.ingest_records([record], defer=defer)
 
     def ingest_file(
-        self, path: Path, tenant: str | None = None, *, progress: bool = False, defer: bool = False
+        self, path: Path | str, tenant: str | None = None, *, progress: bool = False, defer: bool = False
     ) -> IngestResult:
+        path = Path(path)
         records = read_file(path, tenant)
         return self.ingest_records(records, progress=progress, label=path.name, defer=defer)
 

@@ -42,6 +42,16 @@ class InputError(SparkPgError, ValueError):
     """A caller passed a bad value; the message names the parameter."""
 
 
+class ArgumentRefused(InputError):
+    """A SQL function refused an argument (SQLSTATE class 22: 22023 a bad value, 22004 a NULL, 22000 a
+    vector of the wrong dimension, 2201B a bad pattern). The message is the server's, which names the
+    argument; ``sqlstate`` says which class of refusal; the psycopg error is the ``__cause__``."""
+
+    def __init__(self, sqlstate: str | None, message: str) -> None:
+        self.sqlstate = sqlstate
+        super().__init__(message)
+
+
 class IngestError(InputError):
     """A row of an ingest file is invalid; nothing from that file was written."""
 

@@ -133,12 +133,21 @@ def ingest(
 
     ``embedder`` None defers embedding (write-behind): the rows are stored at once, keyword-findable, and
     queued in spark.embed_queue for ``spark-pg worker``."""
+    bad = next((i for i, r in enumerate(records) if not isinstance(r, MemoryIn)), None)
+    if bad is not None:
+        raise InputError(
+            f"records[{bad}] must be a MemoryIn (spark_pg.records.validate_row makes one from a dict), "
+            f"got {type(records[bad]).__name__}"
+        )
     if not pack and any(r.tenant == SYSTEM_TENANT for r in records):
         raise InputError(f"tenant {SYSTEM_TENANT} holds the cold-start pack: only `spark-pg seed` writes it")
     if not records:
         return IngestResult(0, 0)
     first: dict[tuple[str, str], int] = {}
     for i, r in enumerate(records):
+        if r.created_at is not None and not isinstance(r.created_at, datetime):
+            # checked before the write: it was a TypeError after the commit (counting the dated-ahead)
+            raise InputError(f"records[{i}].created_at must be a datetime, got {type(r.created_at).__name__}")
         if (j := first.setdefault((r.tenant, r.key), i)) != i:
             raise InputError(f"records[{i}] has the tenant and key of records[{j}] ({r.tenant!r}, {r.key!r})")
     model_id = ensure_model(conn, embedder) if embedder is not None else None

@@ -10,12 +10,13 @@ from typing import Any
 
 import psycopg
 from psycopg.rows import class_row
-from psycopg.types.json import Jsonb
 
 from spark_pg import queries
 from spark_pg.embedding import Vector
 from spark_pg.errors import InputError
+from spark_pg.refusals import refusals
 from spark_pg.rowfiles import checked_text
+from spark_pg.sql_args import params_arg
 
 
 @dataclass(frozen=True)
@@ -71,17 +72,20 @@ def one_statement(conn: psycopg.Connection[Any]) -> Iterator[bool]:
     connection the block runs in autocommit mode: no BEGIN and COMMIT round trips (each ~0.1-1 ms). Inside the
     caller's transaction, or when the connection sets read_only, isolation_level or deferrable (which only
     BEGIN applies), it runs in ``conn.transaction()`` and yields False. Like psycopg connections themselves,
-    not for a connection that several threads use at once."""
+    not for a connection that several threads use at once. An argument the SQL function refuses (SQLSTATE
+    class 22) is raised as :class:`~spark_pg.errors.ArgumentRefused`."""
     plain = conn.read_only is None and conn.isolation_level is None and conn.deferrable is None
     if conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE or not plain:
-        with conn.transaction():
+        with refusals(), conn.transaction():
             yield False
     elif conn.autocommit:
-        yield True
+        with refusals():
+            yield True
     else:
         conn.autocommit = True
         try:
-            yield True
+            with refusals():
+                yield True
         finally:
             # a lost connection cannot take the setting back; its own error is the one to see
             if not conn.closed and conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE:
@@ -99,7 +103,7 @@ def _params(
         "query": checked_text("query text", query) if isinstance(query, str) else query,
         "embedding": embedding,
         "k": k,
-        "params": Jsonb(dict(params)),
+        "params": params_arg("params", params),
         "cache": cache,
     }
 

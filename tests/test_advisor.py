@@ -16,6 +16,7 @@ from spark_pg.client import SparkClient
 from spark_pg.config import Settings
 from spark_pg.db import connect
 from spark_pg.embedding import Embedder
+from spark_pg.errors import ArgumentRefused, InputError
 from spark_pg.ingest import ingest
 from spark_pg.records import MemoryIn
 from tests.conftest import rolled_back, temp_database
@@ -128,10 +129,18 @@ def test_outcomes_move_reliability_and_are_checked(conn: Conn, embedder: Embedde
     pack = next((a for a in advice if a.key.startswith("seed:")), None)
     if pack is not None:  # a pack memory records the outcome but keeps its shared reliability
         assert advisor.record_outcome(pack.memory_id, "unhelpful") == pytest.approx(0.5)
-    with pytest.raises(errors.InvalidParameterValue, match="outcome must be"):
+    # the database's refusals reach Python as the one hierarchy's ArgumentRefused, SQLSTATE kept
+    with pytest.raises(ArgumentRefused, match="outcome must be") as refused:
         advisor.record_outcome(own.memory_id, "great")
-    with pytest.raises(errors.InvalidParameterValue, match="not a memory of tenant"):
+    assert refused.value.sqlstate == "22023"
+    assert isinstance(refused.value.__cause__, errors.InvalidParameterValue)
+    with pytest.raises(ArgumentRefused, match="not a memory of tenant"):
         Advisor(conn, embedder, "someone-else").record_outcome(own.memory_id, "helpful")
+    for bad in (1.5, 2**70, "abc", True):  # were 42883 "function does not exist", or 22P02
+        with pytest.raises(InputError, match="memory_id must be an integer"):
+            advisor.record_outcome(bad, "helpful")  # type: ignore[arg-type]
+    with pytest.raises(InputError, match="retrieval_id must be an integer"):
+        advisor.record_outcome(own.memory_id, "helpful", retrieval_id=1.5)  # type: ignore[arg-type]
 
 
 def test_trigger_text_keeps_commands_verbatim_and_drops_bodies() -> None:

@@ -20,6 +20,7 @@ from spark_pg.advisor import REFLECT_K, WARNING_MIN_SCORE, Advisor, AdvisorOptio
 from spark_pg.config import KEY_BY_NAME, REFLECT_PARAM_KEYS, Settings
 from spark_pg.db import connect
 from spark_pg.embedding import Embedder
+from spark_pg.errors import ArgumentRefused, InputError
 from spark_pg.ingest import ingest
 from spark_pg.intent import extract_intent
 from spark_pg.records import MemoryIn
@@ -450,12 +451,19 @@ def test_nothing_is_written_when_the_warning_part_fails(conn: Conn, embedder: Em
 
     before = calls()
     advisor = Advisor(conn, embedder, T, options=AdvisorOptions(reflect_params={"bogus": 1}))
-    with pytest.raises(errors.InvalidParameterValue, match='unknown params key "bogus"'):
+    with pytest.raises(ArgumentRefused, match='unknown params key "bogus"'):
         advisor.advise(*EDIT, "fix the auth token refresh")
     assert calls() == before
-    bad = Advisor(conn, embedder, T, options=AdvisorOptions(warning_k=50))
-    with pytest.raises(errors.InvalidParameterValue, match="warning_k must be between 0 and 20"):
-        bad.advise(*EDIT, "fix the auth token refresh")
+    for k in (50, -1):  # -1 used to turn the warnings off without a word
+        with pytest.raises(InputError, match=f"AdvisorOptions.warning_k must be from 0 to 20, got {k}"):
+            AdvisorOptions(warning_k=k)
+    with (
+        pytest.raises(errors.InvalidParameterValue, match="warning_k must be between 0 and 20"),
+        conn.transaction(),
+    ):
+        conn.execute(  # the SQL function's own check, for callers that are not the Advisor
+            "SELECT * FROM spark.advise_with_warnings(%s, 'fix the auth', warning_k => 50)", (T,)
+        )
     assert calls() == before
 
 

@@ -13,7 +13,7 @@ from spark_pg.cli import main
 from spark_pg.client import SparkClient
 from spark_pg.config import Settings
 from spark_pg.db import connect
-from spark_pg.errors import InputError
+from spark_pg.errors import ArgumentRefused, InputError
 from spark_pg.retrieve import explain, one_statement, retrieve
 
 
@@ -118,8 +118,9 @@ def test_a_call_of_its_own_is_one_round_trip_and_leaves_the_connection_as_it_was
     explain(conn, tenant, "game physics", params={"include_system": False})
     assert not conn.autocommit
     assert conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE  # nothing left open
-    with pytest.raises(psycopg.errors.InvalidParameterValue):
+    with pytest.raises(ArgumentRefused, match="k must be between 1 and 1000, got 5000") as refused:
         retrieve(conn, tenant, "game physics", k=5000)
+    assert refused.value.sqlstate == "22023"
     assert not conn.autocommit and conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
 
 

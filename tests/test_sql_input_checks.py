@@ -58,8 +58,9 @@ def test_params_no_double_precision_or_timestamp_can_hold_are_refused(
 @pytest.mark.parametrize("function", ["retrieve", "explain", "reflect"])
 def test_the_first_and_last_as_of_with_the_widest_windows_are_fine(conn: Conn, function: str) -> None:
     for at in ("0001-01-01T00:00:00Z", "9999-12-31T23:59:59Z"):
-        params = json.dumps({"as_of": at} | ({} if function == "reflect" else {"recent_days": 36500}))
-        sql = f"SELECT * FROM spark.{function}('t', 'deploy', NULL, 5, %s::jsonb)"
+        wide = {} if function == "reflect" else {"recent_days": 36500, "include_system": False}
+        params = json.dumps({"as_of": at} | wide)
+        sql = f"SELECT * FROM spark.{function}('as-of-edges', 'deploy', NULL, 5, %s::jsonb)"
         assert conn.execute(sql, (params,)).fetchall() == []
 
 

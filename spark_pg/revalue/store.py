@@ -3,16 +3,15 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from datetime import timedelta
 from typing import Any
 
 import psycopg
-from psycopg import errors as pg_errors
 
 from spark_pg import queries
-from spark_pg.errors import InputError
+from spark_pg.refusals import refusals
+from spark_pg.retrieve import one_statement
 from spark_pg.revalue.records import (
     DEFAULT_COOLDOWN_DAYS,
     DEFAULT_MAX_IMPORTANCE,
@@ -36,7 +35,7 @@ def sample(
 ) -> list[Sampled]:
     """spark.revalue_sample: up to ``n`` random memories of ``tenant`` at or below ``max_importance``,
     created at least ``min_age_days`` ago and not revalued within ``cooldown_days``."""
-    with _input_errors():
+    with one_statement(conn):  # the caller's connection as it was, also on error
         rows = conn.execute(
             queries.REVALUE_SAMPLE,
             {
@@ -65,17 +64,8 @@ def apply(
     ``expected`` importance is no longer the memory's comes back with status "skipped: changed since
     sampled", the others applied."""
     payload = json.dumps([d.as_json() for d in decisions])
-    with _input_errors(), conn.transaction(force_rollback=dry_run):
+    with refusals(), conn.transaction(force_rollback=dry_run):
         rows = conn.execute(
             queries.REVALUE_APPLY, {"tenant": tenant, "decisions": payload, "decided_by": decided_by}
         ).fetchall()
     return [Applied(*row) for row in rows]
-
-
-@contextmanager
-def _input_errors() -> Iterator[None]:
-    """The functions' bad-input errors (22004, 22023) as InputError: the caller's mistake."""
-    try:
-        yield
-    except (pg_errors.InvalidParameterValue, pg_errors.NullValueNotAllowed) as exc:
-        raise InputError(exc.diag.message_primary or str(exc)) from None

@@ -15,10 +15,11 @@ from typing import Any
 
 import psycopg
 from psycopg.rows import dict_row
-from psycopg.types.json import Jsonb
 
 from spark_pg import queries
+from spark_pg.refusals import refusals
 from spark_pg.rowfiles import checked_text
+from spark_pg.sql_args import int_arg, params_arg
 
 MAX_QUERY = 1000  # characters of a plain-text reflection query
 
@@ -114,9 +115,9 @@ def reflect(
         "tenant": checked_text("tenant", tenant) if isinstance(tenant, str) else tenant,
         "query": checked_text("query text", text) if isinstance(text, str) else text,
         "embedding": embedding,
-        "k": k,
-        "params": Jsonb(dict(params or {})),
+        "k": int_arg("k", k),
+        "params": params_arg("params", params),
     }
-    with conn.transaction(), conn.cursor(row_factory=dict_row) as cur:
+    with refusals(), conn.transaction(), conn.cursor(row_factory=dict_row) as cur:
         rows = cur.execute(queries.REFLECT, args).fetchall()
     return [from_row(r) for r in rows]
