@@ -209,6 +209,7 @@ class SparkClient:
     ) -> Stored:
         """Record a task attempt (fields: files, issue, tags, source, importance, created_at); scrubbed,
         keyed by its descriptor's hash, embedded once (``defer``: by `spark-pg worker`)."""
+        _known_fields(add_trace, fields)
         batch = self.settings.get_int("embedding.batch_size")
         embedder = None if defer else self.embedder
         return add_trace(self.conn, embedder, tenant, intent, outcome, batch_size=batch, **fields)
@@ -216,6 +217,7 @@ class SparkClient:
     def add_learning(self, tenant: str, handle: str, *, defer: bool = False, **fields: Any) -> Stored:
         """Record a learning's semantic handle (fields: from_trace, category, source, importance,
         created_at); ``defer``: embedded by `spark-pg worker`."""
+        _known_fields(add_learning, fields)
         batch = self.settings.get_int("embedding.batch_size")
         embedder = None if defer else self.embedder
         return add_learning(self.conn, embedder, tenant, handle, batch_size=batch, **fields)
@@ -239,3 +241,17 @@ class SparkClient:
     ) -> list[Reflection]:
         """Have I faced this before? Similar past traces and learnings (spark.reflect, one round trip)."""
         return self.advisor(tenant).reflect(text, k=k, params=params)
+
+
+def _known_fields(function: Any, fields: Mapping[str, Any]) -> None:
+    """InputError naming a field ``function`` has no keyword for, and listing the ones it has."""
+    import inspect
+
+    allowed = [
+        name
+        for name, p in inspect.signature(function).parameters.items()
+        if p.kind is p.KEYWORD_ONLY and name != "batch_size"
+    ]
+    unknown = sorted(set(fields) - set(allowed))
+    if unknown:
+        raise InputError(f"{function.__name__} has no field {unknown[0]!r}; its fields: {', '.join(allowed)}")

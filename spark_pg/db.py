@@ -172,7 +172,7 @@ def open_plain(url: str, **kwargs: Any) -> psycopg.Connection[Any]:
     """``psycopg.connect`` whose failure to connect is a DatabaseError (the CLI's exit 2, one line)."""
     try:
         return psycopg.connect(url, **kwargs)
-    except psycopg.OperationalError as exc:
+    except (psycopg.OperationalError, psycopg.ProgrammingError) as exc:  # down; a URL that is not one
         raise DatabaseError(f"cannot connect to the database: {' '.join(str(exc).split())}") from exc
 
 

@@ -123,3 +123,25 @@ def test_params_take_a_datetime_and_refuse_what_json_cannot_hold(client: SparkCl
         with pytest.raises(InputError, match=message):
             retrieve(conn, tenant, "Docker", params=params)  # type: ignore[arg-type]
     assert conn.info.transaction_status == IDLE
+
+
+def test_trace_fields_that_cannot_be_stored_are_named(client: SparkClient, tenant: str) -> None:
+    for call, message in (
+        (lambda: client.add_trace(tenant, "Fix \udcff z", "failure", defer=True), "intent contains a lone"),
+        (lambda: client.add_learning(tenant, "Use \udcff always", defer=True), "contains a lone surrogate"),
+        (lambda: client.add_trace(tenant, "Fix y", "failure", files=5), "files must be a string or strings"),
+        (lambda: client.add_trace(tenant, "Fix y", "failure", tags=7), "tags must be a string or strings"),
+        (
+            lambda: client.add_trace(tenant, "Fix y", "failure", category="x"),
+            "add_trace has no field 'category'",
+        ),
+    ):
+        with pytest.raises(InputError, match=message):
+            call()  # were UnicodeEncodeError and TypeError
+
+
+def test_a_url_that_is_not_one_is_a_database_error(model_settings: Settings) -> None:
+    from spark_pg.errors import DatabaseError
+
+    with pytest.raises(DatabaseError, match='cannot connect to the database: missing "="'):
+        SparkClient(model_settings, url="localhost:5432").init()  # was psycopg.ProgrammingError

@@ -31,6 +31,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from spark_pg.errors import InputError
+from spark_pg.rowfiles import checked_text
 from spark_pg.traces.scrub import scrub
 
 DESCRIPTOR_VERSION = 1
@@ -70,6 +71,7 @@ def clean(value: object, field: str, limit: int, *, required: bool = False) -> s
         value = ""
     if not isinstance(value, str):
         raise InputError(f"{field} must be a string, not {type(value).__name__}")
+    checked_text(field, value[:MAX_RAW])  # a lone surrogate was a UnicodeEncodeError when hashed
     text = scrub(_CONTROL.sub(" ", value[:MAX_RAW]))
     text = " ".join(text.replace("|", "/").split())
     text = _cut(text, limit)
@@ -96,6 +98,8 @@ def _items(value: str | Iterable[str] | None, field: str) -> list[str]:
         return []
     if isinstance(value, str):
         return value.split(",")
+    if not isinstance(value, Iterable):  # files=5 was a TypeError
+        raise InputError(f"{field} must be a string or strings, not {type(value).__name__}")
     items = list(value)
     if not all(isinstance(v, str) for v in items):
         raise InputError(f"{field} must be strings")
