@@ -272,7 +272,7 @@ def _coerce(key: Key, raw: Any, origin: str) -> Any:
                 num = int(raw) if not isinstance(raw, str) else int(raw.strip())
             else:
                 num = float(raw)
-        except (TypeError, ValueError):
+        except (TypeError, ValueError, OverflowError):  # OverflowError: int(Decimal("Infinity"))
             raise bad(f"{raw!r} is not {'an integer' if key.kind is int else 'a number'}") from None
         if isinstance(num, float) and not math.isfinite(num):
             raise bad(f"{raw!r} is not finite")
@@ -281,6 +281,8 @@ def _coerce(key: Key, raw: Any, origin: str) -> Any:
         return num
     if not isinstance(raw, str):
         raise bad(f"{raw!r} is not a string")
+    if "\x00" in raw:  # no file name, URL or model name holds one; it failed later, as a bare ValueError
+        raise bad(f"{raw!r} contains a NUL character")
     if key.choices and raw not in key.choices:
         raise bad(f"{raw!r} is not allowed")
     if key.kind is Path:
@@ -396,10 +398,12 @@ def load_settings(
     overrides: Mapping[str, Any] | None = None,
     *,
     environ: Mapping[str, str] | None = None,
-    config_file: Path | None = None,
+    config_file: Path | str | None = None,
 ) -> Settings:
     """Defaults, then the YAML file, then ``SPARK_PG_*`` variables, then ``overrides``."""
     env = os.environ if environ is None else environ
+    if config_file is not None and not isinstance(config_file, Path):
+        config_file = Path(config_file)  # a str was an AttributeError
     explicit = config_file or (Path(env[CONFIG_ENV]).expanduser() if env.get(CONFIG_ENV) else None)
     path = explicit or default_config_path()
     if explicit is not None and not explicit.is_file():

@@ -19,7 +19,7 @@ import numpy as np
 import numpy.typing as npt
 
 from spark_pg.config import Settings
-from spark_pg.errors import EmbeddingError, ModelNotAvailable
+from spark_pg.errors import EmbeddingError, InputError, ModelNotAvailable
 from spark_pg.model_files import missing_files
 from spark_pg.rowfiles import checked_text
 
@@ -84,6 +84,8 @@ class Embedder:
 
     def embed_query(self, text: str) -> Vector:
         """Embed one search query (with the model's query instruction, if it has one)."""
+        if not isinstance(text, str):
+            raise InputError(f"query text must be a string, got {type(text).__name__}")
         if not text or not text.strip():
             raise EmbeddingError("query text must not be empty")
         checked_text("query text", text)
@@ -91,6 +93,10 @@ class Embedder:
 
     def embed_documents(self, texts: Sequence[str], batch_size: int = 16) -> list[Vector]:
         """Embed texts to be stored. Texts are sorted by length internally so batches pad little."""
+        if isinstance(texts, str) or not all(isinstance(t, str) for t in texts):
+            raise InputError("texts must be a sequence of strings")  # one str would embed each character
+        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+            raise InputError(f"batch_size must be a positive integer, got {batch_size!r}")
         if not texts:
             return []
         if any(not t or not t.strip() for t in texts):

