@@ -179,8 +179,9 @@ def load_embedder(settings: Settings, *, offline: bool = False) -> Embedder:
         except ImportError:
             raise ModelNotAvailable("fastembed is not installed: `pip install fastembed`") from None
         try:
-            model = None if spec.offline_files or offline else _from_cache(spec.fastembed_name, kwargs)
-            if model is None and not spec.offline_files and not offline:
+            network = not spec.offline_files and not offline  # a download could be tried
+            model = _from_cache(spec.fastembed_name, kwargs) if network else None
+            if network and model is None:
                 unreachable = _hub_unreachable(spec.fastembed_name)
                 if unreachable:  # say so now, not after fastembed's three tries and 36 s of back-off
                     raise ModelNotAvailable(

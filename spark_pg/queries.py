@@ -178,10 +178,10 @@ SELECT spark.put_trigger_rule(
     origin => %(origin)s, confidence => %(confidence)s::real, shadow => %(shadow)s, metadata => %(metadata)s)
 """
 
-# a sync leaves exactly the file's static rules (learned ones are the system's)
 # a write's tenant: 22023 for a bad one, or for the pack's unless the pack loader's spark.pack_writes is on
 CHECK_WRITER = "SELECT spark._check_writer(%(tenant)s)"
 
+# a sync leaves exactly the file's static rules (learned ones are the system's)
 DROP_OTHER_STATIC_RULES = """
 DELETE FROM spark.trigger_rules
 WHERE tenant = %(tenant)s AND origin = 'static' AND NOT (name = ANY(%(names)s))

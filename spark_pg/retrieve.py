@@ -75,21 +75,20 @@ def one_statement(conn: psycopg.Connection[Any]) -> Iterator[bool]:
     not for a connection that several threads use at once. An argument the SQL function refuses (SQLSTATE
     class 22) is raised as :class:`~spark_pg.errors.ArgumentRefused`."""
     plain = conn.read_only is None and conn.isolation_level is None and conn.deferrable is None
-    if conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE or not plain:
-        with refusals(), conn.transaction():
-            yield False
-    elif conn.autocommit:
-        with refusals():
+    with refusals():
+        if conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE or not plain:
+            with conn.transaction():
+                yield False
+        elif conn.autocommit:
             yield True
-    else:
-        conn.autocommit = True
-        try:
-            with refusals():
+        else:
+            conn.autocommit = True
+            try:
                 yield True
-        finally:
-            # a lost connection cannot take the setting back; its own error is the one to see
-            if not conn.closed and conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE:
-                conn.autocommit = False
+            finally:
+                # a lost connection cannot take the setting back; its own error is the one to see
+                if not conn.closed and conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE:
+                    conn.autocommit = False
 
 
 def _params(

@@ -45,8 +45,9 @@ def params_arg(name: str, params: Mapping[str, Any] | None) -> Jsonb:
         return Jsonb({})
     if not isinstance(params, Mapping) or not all(isinstance(key, str) for key in params):
         raise InputError(f"{name} must be a mapping of str keys, got {type(params).__name__} {params!r:.80}")
+    values = dict(params)
     try:
-        text = json.dumps(dict(params), default=_time, allow_nan=False)
+        text = json.dumps(values, default=_time, allow_nan=False)
     except TypeError as exc:
         raise InputError(f"{name} holds a value JSON cannot hold ({exc})") from None
     except ValueError:  # allow_nan=False
@@ -54,4 +55,4 @@ def params_arg(name: str, params: Mapping[str, Any] | None) -> Jsonb:
         if bad is None:  # deeper down
             raise InputError(f"{name} holds NaN or infinity, which JSON cannot hold") from None
         raise InputError(f"{name}.{bad} must be a finite number, got {params[bad]}") from None
-    return Jsonb(json.loads(text))
+    return Jsonb(values, dumps=lambda _values: text)  # written once, here, where a failure names the argument

@@ -71,8 +71,8 @@ def clean(value: object, field: str, limit: int, *, required: bool = False) -> s
         value = ""
     if not isinstance(value, str):
         raise InputError(f"{field} must be a string, not {type(value).__name__}")
-    checked_text(field, value[:MAX_RAW])  # a lone surrogate was a UnicodeEncodeError when hashed
-    text = scrub(_CONTROL.sub(" ", value[:MAX_RAW]))
+    raw = checked_text(field, value[:MAX_RAW])  # a lone surrogate was a UnicodeEncodeError when hashed
+    text = scrub(_CONTROL.sub(" ", raw))
     text = " ".join(text.replace("|", "/").split())
     text = _cut(text, limit)
     if required and not text:
