@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -41,6 +41,7 @@ REFLECT_K = 5
 
 TRIGGER_FIELDS = ("command", "file_path", "path", "pattern", "query", "url", "description", "prompt")
 MAX_TRIGGER_TEXT = 1000
+MAX_TOOL_NAME = 256  # what spark.advise records (spark.retrievals.tool_name)
 
 
 @dataclass(frozen=True)
@@ -123,19 +124,26 @@ class Advisor:
 
     def __init__(
         self,
-        conn: psycopg.Connection[Any],
+        conn: psycopg.Connection[Any] | Callable[[], psycopg.Connection[Any]],
         embedder: Embedder | None,
         tenant: str,
         *,
         session_id: str | None = None,
         options: AdvisorOptions | None = None,
     ) -> None:
-        self.conn = conn
+        """``conn``: a connection, or what returns the one to use at each call (SparkClient.advisor passes
+        its own, so the advisor outlives a closed client connection as the client does)."""
+        self._conn = conn
         self.embedder = embedder
         self.tenant = tenant
         self.session_id = session_id
         self.options = options or AdvisorOptions()
         self.last_intent: Intent | None = None
+
+    @property
+    def conn(self) -> psycopg.Connection[Any]:
+        """The connection this call uses."""
+        return self._conn if isinstance(self._conn, psycopg.Connection) else self._conn()
 
     def params(self, intent: Intent, trigger: str) -> dict[str, Any]:
         """The spark.retrieve params of one call."""
@@ -160,6 +168,8 @@ class Advisor:
             if not isinstance(value, str):
                 raise InputError(f"{name} must be a string, got {type(value).__name__}")
             checked_text(name, value)
+        if len(tool_name) > MAX_TOOL_NAME:
+            raise InputError(f"tool_name is {len(tool_name)} characters; the limit is {MAX_TOOL_NAME}")
         intent = extract_intent(tool_name, tool_input, task_context)
         self.last_intent = intent
         if intent.trivial or not intent.text.strip():
@@ -183,7 +193,8 @@ class Advisor:
             "reflect_params": params_arg("reflect_params", opts.reflect_params),
         }
         sql = queries.ADVISE_WITH_WARNINGS if opts.warnings and opts.warning_k > 0 else queries.ADVISE
-        with one_statement(self.conn), self.conn.cursor(row_factory=dict_row) as cur:
+        conn = self.conn
+        with one_statement(conn), conn.cursor(row_factory=dict_row) as cur:
             rows = cur.execute(sql, args).fetchall()
         advice = [self._advice(row) for row in rows]
         # warnings first; a warned trace is not repeated as advice (traces score 0 on actionability anyway)
@@ -261,8 +272,9 @@ class Advisor:
         self, memory_id: int, outcome: str, *, retrieval_id: int | None = None, source: str = "api"
     ) -> float:
         """Mark a surfaced memory followed / helpful / unhelpful / ignored; returns its new reliability."""
-        with refusals(), self.conn.transaction():
-            row = self.conn.execute(
+        conn = self.conn
+        with refusals(), conn.transaction():
+            row = conn.execute(
                 queries.RECORD_OUTCOME,
                 {
                     "tenant": self.tenant,

@@ -234,7 +234,8 @@ class SparkClient:
     def advisor(self, tenant: str, *, session_id: str | None = None, **options: Any) -> Advisor:
         """An Advisor on this client's connection and model, with the configured reflection settings."""
         opts = self.reflection_options(**options)
-        return Advisor(self.conn, self.query_model(), tenant, session_id=session_id, options=opts)
+        self.conn  # noqa: B018 (connects and checks the schema now, not at the first advice)
+        return Advisor(lambda: self.conn, self.query_model(), tenant, session_id=session_id, options=opts)
 
     def reflect(
         self, tenant: str, text: str, k: int | None = None, params: Mapping[str, Any] | None = None

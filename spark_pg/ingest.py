@@ -20,7 +20,7 @@ from tqdm import tqdm
 from spark_pg import queries
 from spark_pg.embedding import Embedder, ModelSpec
 from spark_pg.errors import InputError, ModelMismatch
-from spark_pg.intent import actionability
+from spark_pg.intent import ACTION_DOMAINS, actionability
 from spark_pg.records import SYSTEM_TENANT, MemoryIn
 
 
@@ -116,6 +116,23 @@ def _already_embedded(cur: psycopg.Cursor[Any], chunk: Sequence[MemoryIn], model
     return {i for i, r in enumerate(chunk) if stored.get((r.tenant, r.key)) == r.content_hash}
 
 
+def _field_problem(record: MemoryIn) -> str | None:
+    """What is wrong with a field that only a MemoryIn made in code can set (validate_row checks the rest),
+    as ``field ...``; or None."""
+    if record.created_at is not None and not isinstance(record.created_at, datetime):
+        # it was a TypeError after the commit (counting the dated-ahead)
+        return f"created_at must be a datetime, got {type(record.created_at).__name__}"
+    if record.action_domain is not None and record.action_domain not in ACTION_DOMAINS:
+        # any other name would hide the memory from every domain-filtered advice call
+        return f"action_domain must be one of {', '.join(ACTION_DOMAINS)}, got {record.action_domain!r}"
+    score = record.actionability
+    if score is not None and (
+        isinstance(score, bool) or not isinstance(score, int | float) or not 0 <= score <= 1
+    ):
+        return f"actionability must be a number from 0 to 1, got {score!r}"
+    return None
+
+
 def ingest(
     conn: psycopg.Connection[Any],
     records: Sequence[MemoryIn],
@@ -145,9 +162,9 @@ def ingest(
         return IngestResult(0, 0)
     first: dict[tuple[str, str], int] = {}
     for i, r in enumerate(records):
-        if r.created_at is not None and not isinstance(r.created_at, datetime):
-            # checked before the write: it was a TypeError after the commit (counting the dated-ahead)
-            raise InputError(f"records[{i}].created_at must be a datetime, got {type(r.created_at).__name__}")
+        problem = _field_problem(r)  # checked before the write: nothing is stored when one is wrong
+        if problem:
+            raise InputError(f"records[{i}].{problem}")
         if (j := first.setdefault((r.tenant, r.key), i)) != i:
             raise InputError(f"records[{i}] has the tenant and key of records[{j}] ({r.tenant!r}, {r.key!r})")
     model_id = ensure_model(conn, embedder) if embedder is not None else None

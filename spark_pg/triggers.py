@@ -382,9 +382,9 @@ def _rule(raw: Any, where: str, source: str, *, origin: str) -> TriggerRule:
     if (
         not isinstance(surface, list)
         or not 1 <= len(surface) <= 50
-        or not all(isinstance(k, str) and k.strip() for k in surface)
+        or not all(isinstance(k, str) and k.strip() and len(k) <= 512 for k in surface)
     ):
-        raise TriggerRuleError(source, where, "surface must list 1 to 50 memory keys")
+        raise TriggerRuleError(source, where, "surface must list 1 to 50 memory keys of 1 to 512 characters")
     priority = raw.get("priority", "normal")
     if priority not in PRIORITIES:
         raise TriggerRuleError(source, where, f"priority {priority!r} is not one of {', '.join(PRIORITIES)}")

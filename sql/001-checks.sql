@@ -26,8 +26,9 @@ LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
 SET search_path = pg_catalog, @vector_schema@, pg_temp
 AS $fn$
 BEGIN
-    IF k IS NULL THEN
-        RAISE EXCEPTION 'k must not be NULL' USING ERRCODE = 'null_value_not_allowed';
+    IF k IS NULL OR max_k IS NULL THEN
+        RAISE EXCEPTION '% must not be NULL', CASE WHEN k IS NULL THEN 'k' ELSE 'max_k' END
+            USING ERRCODE = 'null_value_not_allowed';
     END IF;
     -- a bound keeps one call from sorting a whole tenant: callers page instead
     IF k < 1 OR k > max_k THEN
@@ -37,7 +38,8 @@ BEGIN
 END
 $fn$;
 COMMENT ON FUNCTION spark._check_k(integer, integer) IS
-    'Internal: raise 22004 for a NULL k, 22023 unless 1 <= k <= max_k; else return k.';
+    'Internal: raise 22004 for a NULL k or max_k, 22023 unless 1 <= k <= max_k; else return k. '
+    'k: the caller''s k; max_k: its upper bound (1000 by default).';
 
 CREATE OR REPLACE FUNCTION spark._check_session(session_id text)
 RETURNS text

@@ -60,8 +60,15 @@ BEGIN
                                                    WHEN pooling IS NULL THEN 'pooling' ELSE 'max_tokens' END
             USING ERRCODE = 'null_value_not_allowed';
     END IF;
-    IF name = '' THEN
-        RAISE EXCEPTION 'name must be a non-empty model name' USING ERRCODE = 'invalid_parameter_value';
+    IF name = '' OR length(name) > 200 THEN
+        RAISE EXCEPTION 'name must be a model name of 1 to 200 characters, got % characters', length(name)
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF length(query_prefix) > 1000 OR length(document_prefix) > 1000 THEN
+        RAISE EXCEPTION '% is % characters; the limit is 1000',
+            CASE WHEN length(query_prefix) > 1000 THEN 'query_prefix' ELSE 'document_prefix' END,
+            greatest(length(query_prefix), length(document_prefix))
+            USING ERRCODE = 'invalid_parameter_value';
     END IF;
     IF dim < 1 OR dim > 2000 THEN
         RAISE EXCEPTION 'dim must be between 1 and 2000 (HNSW limit), got %', dim
@@ -103,9 +110,9 @@ END
 $fn$;
 COMMENT ON FUNCTION spark.register_model(text, integer, text, integer, text, text) IS
     'Register an embedding model (idempotent by name) and make sure its HNSW index exists. '
-    'name: model name; dim: vector dimension (1-2000); pooling: mean|cls; max_tokens: truncation length; '
-    'query_prefix/document_prefix: text prepended before embedding. The first model registered becomes '
-    'active. Returns the model id. Errors: 22004 NULL name, dim, pooling or max_tokens; 22023 bad values; '
+    'name: model name (1-200 characters); dim: vector dimension (1-2000); pooling: mean|cls; max_tokens: '
+    'truncation length; query_prefix/document_prefix: text prepended before embedding (up to 1000 characters; '
+    'NULL as empty). The first model registered becomes active. Returns the model id. Errors: 22004 NULL name, dim, pooling or max_tokens; 22023 bad values; '
     '22000 if the name is registered with another dim, pooling, max_tokens or prefix.';
 
 CREATE OR REPLACE FUNCTION spark.activate_model(name text)

@@ -144,4 +144,5 @@ COMMENT ON FUNCTION spark._keyword_plan(text[], text, integer) IS
     'single-lexeme tsquery per English lexeme; lexdf: aligned with lexq, NULL for a matched lexeme (its rarity '
     'is counted on the matches), the counted document frequency for a skipped one; lexkeys: the keys of '
     'memories_tenant_lexemes_idx (spark._tenant_lexemes format) of the matched lexemes x tenants; skipped: the '
-    'lexemes left out of the match because their counts together exceed budget.';
+    'lexemes left out of the match because their counts together exceed budget. A NULL query_text plans '
+    'nothing (four empty lists); its callers pass checked arguments.';

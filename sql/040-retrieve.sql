@@ -90,7 +90,12 @@ END
 $fn$;
 COMMENT ON FUNCTION spark._why(integer, text, jsonb, text, double precision, jsonb, double precision, text,
                                 double precision, double precision, text, timestamptz, text, text) IS
-    'Internal: the why object of one spark.retrieve / spark.explain row.';
+    'Internal: the why object of one spark.retrieve / spark.explain row. rank: its rank (NULL for a row not '
+    'returned); status: surfaced or why it was dropped; pool_ranks: its rank in each pool; fusion: rrf or '
+    'weighted; score: the fused score; terms: the score''s terms (spark._terms); min_sim, min_fuse, ratio: '
+    'the similarity gate, fusion-score gate and adaptive ratio in force; passed_by: what let it past the '
+    'similarity gate (NULL: nothing); priority: its priority label; created_at: for its ISO week; '
+    'query_source: where the query vector came from; mode: the precision mode.';
 
 CREATE OR REPLACE FUNCTION spark._terms(
     p jsonb, sim double precision, kw double precision, rec double precision, outc double precision,
@@ -480,7 +485,14 @@ COMMENT ON FUNCTION spark._candidates(text[], vector, timestamptz, tsquery, json
     double precision[], text) IS
     'Internal: every candidate of spark.retrieve (pools merged with UNION ALL, signals, fusion, gates), '
     'survivors of the gates first, best first. A static statement, so its plan can be cached; the semantic '
-    'pool (which needs the model''s partial HNSW index) is computed by the caller and passed as sem_ids.';
+    'pool (which needs the model''s partial HNSW index) is computed by the caller and passed as sem_ids. '
+    'tenants: the caller''s tenant, then the pack''s when it joins; qvec: the query vector (NULL: lexical); '
+    'as_of: the time the call is answered at; tsq: the question as an OR tsquery; p: the merged params '
+    '(spark._retrieve_params plus _k and _pack_factor); own: the caller''s tenant; cutoff: where recent '
+    'memories start (as_of - recent_days); query_text: the question; min_sim, min_fuse, ratio: the gates '
+    'after the precision mode; lexq, lexkeys, lexdf: spark._keyword_plan''s lexemes, index keys and skipped '
+    'frequencies; sem_ids, sem_dist: the semantic pool (ids and cosine distances, aligned); model_id: the '
+    'active model; trigger_text: what trigger rules match (spark._trigger_text).';
 
 CREATE OR REPLACE FUNCTION spark._retrieve_core(
     tenant text, query_text text, query_embedding vector, k integer, params jsonb, full_report boolean)
@@ -830,7 +842,9 @@ BEGIN
 END
 $fn$;
 COMMENT ON FUNCTION spark._retrieve_core(text, text, vector, integer, jsonb, boolean) IS
-    'Internal: the body of spark.retrieve (full_report false: surfaced rows only) and spark.explain (true).';
+    'Internal: the body of spark.retrieve (full_report false: surfaced rows only) and spark.explain (true: '
+    'every candidate, with the status that dropped it). tenant, query_text, query_embedding, k, params: as '
+    'spark.retrieve, and checked the same way (errors: those of spark.retrieve).';
 
 DROP FUNCTION IF EXISTS spark.explain(text, text, vector, integer, jsonb);
 CREATE OR REPLACE FUNCTION spark.explain(

@@ -164,9 +164,11 @@ BEGIN
             RAISE EXCEPTION 'rule %: context_pattern %', name, problem USING ERRCODE = 'invalid_regular_expression';
         END IF;
     END IF;
-    IF surface IS NULL OR cardinality(surface) NOT BETWEEN 1 AND 50
-       OR EXISTS (SELECT 1 FROM unnest(surface) s WHERE s IS NULL OR s = '') THEN
-        RAISE EXCEPTION 'rule %: surface must list 1 to 50 memory keys', name USING ERRCODE = 'invalid_parameter_value';
+    -- a one-dimensional list of keys a memory can have (spark.memories.key: 1 to 512 characters)
+    IF surface IS NULL OR cardinality(surface) NOT BETWEEN 1 AND 50 OR array_ndims(surface) <> 1
+       OR EXISTS (SELECT 1 FROM unnest(surface) s WHERE s IS NULL OR s = '' OR length(s) > 512) THEN
+        RAISE EXCEPTION 'rule %: surface must list 1 to 50 memory keys of 1 to 512 characters', name
+            USING ERRCODE = 'invalid_parameter_value';
     END IF;
     IF priority IS NULL OR priority NOT IN ('critical', 'high', 'normal', 'background') THEN
         RAISE EXCEPTION 'rule %: priority must be critical, high, normal or background, got %', name,

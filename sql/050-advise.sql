@@ -24,6 +24,12 @@ DECLARE
 BEGIN
     PERFORM spark._check_session(session_id);
     PERFORM spark._check_writer(tenant);
+    IF length(tool_name) > 256 OR length(intent_family) > 256 THEN
+        RAISE EXCEPTION '% is % characters; the limit is 256',
+            CASE WHEN length(tool_name) > 256 THEN 'tool_name' ELSE 'intent_family' END,
+            CASE WHEN length(tool_name) > 256 THEN length(tool_name) ELSE length(intent_family) END
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
     -- spark.retrieve checks every other argument; an error anywhere undoes the whole call, log included
     ttext := spark._trigger_text(advise.params, advise.query_text);
     INSERT INTO spark.retrievals AS l (tenant, session_id, tool_name, intent_family, query_text, trigger_text,
@@ -69,9 +75,11 @@ COMMENT ON FUNCTION spark.advise(text, text, vector, integer, jsonb, text, text,
     'spark.retrieve plus the log an advisor needs, in one round trip: the call goes to spark.retrievals, what '
     'it surfaced (with its signals; pack memories too) to spark.retrieval_items, and what shadow trigger rules '
     'would have surfaced to spark.trigger_shadow_hits. Same tenant, query_text, query_embedding, k, params as '
-    'spark.retrieve (k defaults to 5); session_id, tool_name, intent_family: recorded with the call. Returns '
+    'spark.retrieve (k defaults to 5); session_id, tool_name, intent_family: recorded with the call (NULL '
+    'for none; tool_name and intent_family up to 256 characters). Returns '
     'the surfaced rows with retrieval_id (for record_outcome), source and priority_label added. Errors: those '
-    'of spark.retrieve, and 22023 for an empty or over-long session_id or for the pack''s tenant _system '
+    'of spark.retrieve, and 22023 for an empty or over-long session_id, an over-long tool_name or '
+    'intent_family, or for the pack''s tenant _system '
     '(only spark-pg seed writes it); on error nothing is written.';
 
 CREATE OR REPLACE FUNCTION spark.record_outcome(

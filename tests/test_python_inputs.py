@@ -145,3 +145,55 @@ def test_a_url_that_is_not_one_is_a_database_error(model_settings: Settings) -> 
 
     with pytest.raises(DatabaseError, match='cannot connect to the database: missing "="'):
         SparkClient(model_settings, url="localhost:5432").init()  # was psycopg.ProgrammingError
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "message"),
+    [
+        # any other name hid the memory from every domain-filtered advice call, without a word
+        ("action_domain", "securty", r"records\[0\]\.action_domain must be one of code, system, .*'securty'"),
+        ("actionability", 5.0, r"records\[0\]\.actionability must be a number from 0 to 1, got 5\.0"),
+        ("actionability", float("nan"), r"actionability must be a number from 0 to 1, got nan"),
+        ("actionability", True, r"actionability must be a number from 0 to 1, got True"),
+    ],
+)
+def test_ingest_refuses_a_domain_or_actionability_given_in_code_before_writing(
+    client: SparkClient, tenant: str, field: str, value: Any, message: str
+) -> None:
+    conn = client.conn
+    conn.commit()
+    bad = replace(
+        MemoryIn(tenant=tenant, key="m8", text="Rotate the signing keys monthly."), **{field: value}
+    )
+    with pytest.raises(InputError, match=message):
+        ingest(conn, [bad], None)
+    assert conn.execute("SELECT count(*) FROM spark.memories WHERE key = 'm8'").fetchone() == (0,)
+    good = replace(bad, action_domain="security", actionability=0.9)
+    ingest(conn, [good], None)
+    stored = conn.execute(
+        "SELECT action_domain, actionability FROM spark.memories WHERE tenant = %s AND key = 'm8'", (tenant,)
+    ).fetchone()
+    assert stored == ("security", pytest.approx(0.9))
+
+
+def test_advise_refuses_a_tool_name_longer_than_the_log_keeps(client: SparkClient, tenant: str) -> None:
+    advisor = Advisor(client.conn, None, tenant)
+    with pytest.raises(InputError, match="tool_name is 257 characters; the limit is 256"):
+        advisor.advise("T" * 257, {"command": "docker build ."})
+    assert advisor.advise("T" * 256, {"command": "docker build ."}) is not None  # the limit itself is fine
+
+
+def test_an_advisor_from_the_client_outlives_a_closed_client_connection(
+    client: SparkClient, tenant: str
+) -> None:
+    client.conn.commit()
+    advisor = client.advisor(tenant)
+    call = ("Bash", {"command": "docker build -t api ."})
+    before = advisor.advise(*call)
+    assert [a.key for a in before] == ["pin"]
+    client.close()  # was: every later call raised "the connection is closed"
+    after = advisor.advise(*call)
+    assert [a.key for a in after] == [a.key for a in before]
+    assert (
+        client._conn is not None and not client._conn.closed
+    )  # the client's new connection, as its own calls

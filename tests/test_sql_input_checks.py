@@ -436,3 +436,87 @@ def test_revalue_apply_on_a_tenant_without_memories(conn: Conn) -> None:
         errors.InvalidParameterValue,
         re.escape(f"decisions[0]: id {row[0]} is not a memory of tenant 'nobody-here'"),
     )
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        # the name's unique index could not hold it: 54000 "index row size exceeds" named nothing
+        (("m" * 6400, ""), "name must be a model name of 1 to 200 characters, got 6400 characters"),
+        (("m" * 201, ""), "name must be a model name of 1 to 200 characters, got 201 characters"),
+        (("m", "q" * 1001), "query_prefix is 1001 characters; the limit is 1000"),
+    ],
+)
+def test_register_model_refuses_an_over_long_name_or_prefix_with_22023(
+    conn: Conn, args: tuple[str, str], message: str
+) -> None:
+    refused(
+        conn,
+        "SELECT spark.register_model(%s, 8, 'mean', 128, query_prefix => %s)",
+        args,
+        errors.InvalidParameterValue,
+        message,
+    )
+
+
+def test_register_model_takes_a_name_and_prefixes_at_their_limits(conn: Conn) -> None:
+    name = "m" * 200
+    conn.execute("SELECT spark.register_model(%s, 8, 'mean', 128, %s, %s)", (name, "q" * 1000, "d" * 1000))
+    row = conn.execute(
+        "SELECT length(query_prefix), length(document_prefix) FROM spark.embedding_models WHERE name = %s",
+        (name,),
+    ).fetchone()
+    assert row == (1000, 1000)
+
+
+@pytest.mark.parametrize(
+    ("tool", "family", "message"),
+    [
+        ("t" * 257, None, "tool_name is 257 characters; the limit is 256"),
+        (None, "f" * 300, "intent_family is 300 characters; the limit is 256"),
+    ],
+)
+def test_advise_refuses_an_over_long_tool_name_or_family_and_logs_nothing(
+    conn: Conn, tool: str | None, family: str | None, message: str
+) -> None:
+    before = conn.execute("SELECT count(*) FROM spark.retrievals").fetchone()
+    refused(
+        conn,
+        "SELECT * FROM spark.advise('t', 'deploy', tool_name => %s, intent_family => %s)",
+        (tool, family),
+        errors.InvalidParameterValue,
+        message,
+    )
+    assert conn.execute("SELECT count(*) FROM spark.retrievals").fetchone() == before
+
+
+def test_advise_records_a_tool_name_and_family_at_the_limit(conn: Conn) -> None:
+    conn.execute(
+        "SELECT * FROM spark.advise('t', 'deploy', tool_name => %s, intent_family => %s)",
+        ("t" * 256, "f" * 256),
+    ).fetchall()
+    row = conn.execute(
+        "SELECT length(tool_name), length(intent_family) FROM spark.retrievals WHERE tenant = 't'"
+    ).fetchone()
+    assert row == (256, 256)
+
+
+@pytest.mark.parametrize(
+    "surface",
+    [
+        "{{a,b},{c,d}}",  # two dimensions: unnest flattened it, so it was stored and never matched as given
+        "{" + "k" * 513 + "}",  # longer than any memory key (spark.memories.key: 1 to 512 characters)
+    ],
+)
+def test_put_trigger_rule_refuses_a_surface_no_memory_key_list_can_be(conn: Conn, surface: str) -> None:
+    refused(
+        conn,
+        "SELECT spark.put_trigger_rule('t', 'r1', 'deploy', %s::text[])",
+        (surface,),
+        errors.InvalidParameterValue,
+        "surface must list 1 to 50 memory keys of 1 to 512 characters",
+    )
+
+
+def test_check_k_refuses_a_null_bound(conn: Conn) -> None:
+    refused(conn, "SELECT spark._check_k(5, NULL)", (), errors.NullValueNotAllowed, "max_k must not be NULL")

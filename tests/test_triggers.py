@@ -54,6 +54,7 @@ def rule(**fields: Any) -> dict[str, Any]:
         (rule(pattern="deploy("), "not a valid regular expression"),
         (rule(context_pattern="[z-a]"), "context_pattern"),
         (rule(surface=[]), "surface"),
+        (rule(surface=["k" * 513]), "surface must list 1 to 50 memory keys of 1 to 512 characters"),
         (rule(priority="urgent"), "priority 'urgent'"),
         (rule(interrupt="yes"), "interrupt must be true or false"),
         (rule(confidence=1.5), "confidence"),
