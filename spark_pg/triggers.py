@@ -32,6 +32,7 @@ from psycopg.types.json import Jsonb
 from spark_pg import queries
 from spark_pg.errors import InputError
 from spark_pg.records import PRIORITIES, json_problem
+from spark_pg.refusals import one_line
 from spark_pg.rowfiles import StrictYamlLoader, yaml_error_line, yaml_error_message
 
 RULE_KEYS = frozenset(
@@ -484,7 +485,7 @@ def sync_rules(conn: psycopg.Connection[Any], tenant: str, rules: Sequence[Trigg
         try:
             cur.execute(queries.CHECK_WRITER, {"tenant": tenant})
         except (psycopg.errors.InvalidParameterValue, psycopg.errors.NullValueNotAllowed) as exc:
-            raise TriggerRuleError("database", f"tenant {tenant!r}", str(exc).strip()) from None
+            raise TriggerRuleError("database", f"tenant {tenant!r}", one_line(exc)) from None
         for rule in rules:
             try:
                 cur.execute(
@@ -504,7 +505,7 @@ def sync_rules(conn: psycopg.Connection[Any], tenant: str, rules: Sequence[Trigg
                     },
                 )
             except (psycopg.errors.InvalidRegularExpression, psycopg.errors.InvalidParameterValue) as exc:
-                raise TriggerRuleError("database", f"rule {rule.name!r}", str(exc).strip()) from None
+                raise TriggerRuleError("database", f"rule {rule.name!r}", one_line(exc)) from None
         static = [r.name for r in rules if r.origin == "static"]
         cur.execute(queries.DROP_OTHER_STATIC_RULES, {"tenant": tenant, "names": static})
         removed = cur.rowcount
