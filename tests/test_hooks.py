@@ -28,7 +28,7 @@ from spark_pg.errors import InputError
 from spark_pg.hooks import client, wire
 from spark_pg.hooks.outcomes import Pending, advice_tokens, judge
 from spark_pg.hooks.protocol import POST, PRE, call_failed, parse_event, pre_output
-from spark_pg.hooks.server import HookServer, HookServerError, SocketClaim, open_pool
+from spark_pg.hooks.server import HookServer, HookServerError, SocketClaim, client_closed, open_pool
 from spark_pg.hooks.service import HookService
 from spark_pg.ingest import ingest
 from spark_pg.records import MemoryIn
@@ -323,6 +323,24 @@ def test_outcome_rules_on_tokens_negation_and_attribution() -> None:
     assert judge([item], "pytest tests/", failed=False, current=11, resurfaced=[1]) == []
 
 
+@pytest.mark.parametrize(
+    ("advice", "tokens"),
+    [
+        # a typographic apostrophe negates too: "--force" was a token, so forcing was credited "followed"
+        ("Before git push to a shared branch, don\u2019t use --force: it rewrites history.", []),
+        ("Don't use --force on main.", []),
+        # a flag named like a negation or a warning word is the recommendation, not its negation
+        ("Merge release branches with --no-ff.", ["--no-ff"]),
+        ("Use pg_dump --no-owner for portable dumps.", ["pg_dump", "--no-owner"]),
+        ("Run mypy with --warn-unused-ignores.", ["--warn-unused-ignores"]),
+        ("Run valgrind with --leak-check=full.", ["--leak-check"]),
+        ("Leaking secrets is bad: use --no-log.", ["--no-log"]),  # the warning is its own clause
+    ],
+)
+def test_negations_and_warnings_are_words_not_parts_of_flags(advice: str, tokens: list[str]) -> None:
+    assert [t.text for t in advice_tokens(advice)] == tokens
+
+
 def test_protocol_failure_detection_and_answers() -> None:
     assert call_failed({"hook_event_name": "PostToolUseFailure", "error": "boom"})
     assert not call_failed({"hook_event_name": "PostToolUseFailure", "error": "stop", "is_interrupt": True})
@@ -433,6 +451,28 @@ def test_a_server_answers_several_agents_at_once(sock: str) -> None:
     assert wire.ask(sock, {"v": 99, "op": "ping"}, 5)["ok"] is False
 
 
+def test_a_large_non_latin_event_and_a_deeply_nested_request(sock: str, tmp_path: Path) -> None:
+    """Was: ASCII escapes made 1.5 million emoji (6 MB) a 18 MB request, over the server's limit: a broken
+    pipe; and nesting past Python's recursion limit put a traceback in the server's log and no answer."""
+    content = "\U0001f600" * 1_500_000
+    sent = json.loads(event(PRE, "sess-big", "Write", {"file_path": "/srv/app/notes.md", "content": ""}))
+    sent["tool_input"]["content"] = content
+    raw = json.dumps(sent, ensure_ascii=False)  # what an agent sends: UTF-8
+    assert len(raw.encode()) < wire.MAX_MESSAGE < len(json.dumps(content))
+    request = {"v": wire.VERSION, "op": "hook", "tenant": T, "interrupts": False}
+    request["event"] = parse_event(PRE, json.loads(raw)).to_wire()
+    assert wire.ask(sock, request, 30)["ok"] is True
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as raw_sock:
+        raw_sock.settimeout(10)
+        raw_sock.connect(sock)
+        raw_sock.sendall(b"[" * 100_000 + b"\n")
+        answer = wire.decode(wire.read_line(raw_sock))
+    assert answer == {"ok": False, "error": "not JSON this server reads: nested too deeply"}
+    # a request over the server's limit is refused before connecting, with its size
+    with pytest.raises(wire.WireError, match=r"the request is \d+ bytes; the hook server reads at most"):
+        wire.ask(tmp_path / "none.sock", {"pad": "x" * wire.MAX_LINE}, 1)
+
+
 def failed_event(session: str, tool_input: dict[str, Any]) -> str:
     """A PostToolUseFailure event, as Claude Code sends it for a call that failed."""
     failure = {
@@ -505,6 +545,16 @@ def test_the_client_sends_its_remaining_budget_as_deadline_ms(monkeypatch: pytes
     assert 200 < second["deadline_ms"] <= 300 and wait2 <= 0.3
 
 
+def test_a_client_that_closed_its_end_is_told_from_one_that_only_finished_sending() -> None:
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    with ours, theirs:
+        theirs.sendall(b"{}\n")
+        theirs.shutdown(socket.SHUT_WR)  # what wire.ask does after sending: it still waits for the answer
+        assert client_closed(ours) is False
+        theirs.close()  # its budget ran out, or it was killed
+        assert client_closed(ours) is True
+
+
 def test_advice_the_client_no_longer_waits_for_is_rolled_back_not_logged(
     hdb: str, embedder: Embedder, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -539,6 +589,11 @@ def test_advice_the_client_no_longer_waits_for_is_rolled_back_not_logged(
         on_time = service.respond(request("sess-on-time", deadline_ms=10_000))
         assert on_time["ok"] and on_time["output"] and "expired" not in on_time
         assert len(retrievals(hdb, "sess-on-time")) == 1
+        # a server held up (stopped, swapped out) reads the request after the client gave up and closed:
+        # within deadline_ms as counted from the read, yet nobody waits for the answer
+        gone = service.respond(request("sess-gone", deadline_ms=10_000), client_left=lambda: True)
+        assert (gone["output"], gone["expired"]) == (None, True)
+        assert retrievals(hdb, "sess-gone") == []
         waits.clear()
         spent = service.respond(request("sess-spent", deadline_ms=0))  # nothing left: no connection at all
         assert (spent["output"], spent["expired"], waits) == (None, True, [])
@@ -591,6 +646,23 @@ def test_the_lock_file_is_neither_truncated_nor_followed(tmp_path: Path) -> None
     finally:
         claim.release()
     SocketClaim(tmp_path / "b.sock").release()
+
+
+def test_a_server_whose_socket_was_removed_is_named_with_its_pid(tmp_path: Path) -> None:
+    """Was: "another spark-pg serve holds ..." with no pid, and nothing said that no hook reached it."""
+    claim = SocketClaim(tmp_path / "a.sock")  # a server that holds the lock; its socket file is gone
+    try:
+        me = os.getpid()
+        with pytest.raises(HookServerError, match=rf"\(pid {me}\) holds .*socket is gone.*\(kill {me}\)"):
+            SocketClaim(tmp_path / "a.sock")
+    finally:
+        claim.release()
+
+
+def test_a_socket_folder_that_cannot_be_made_is_a_one_line_refusal(tmp_path: Path) -> None:
+    (tmp_path / "notes.txt").write_text("a file, not a folder\n")
+    with pytest.raises(HookServerError, match=r"cannot create the socket's folder .*notes\.txt"):
+        SocketClaim(tmp_path / "notes.txt" / "x.sock")  # was a FileExistsError traceback, exit 1
 
 
 def test_the_hook_bench_starts_its_own_server_unless_given_a_socket(
@@ -702,13 +774,14 @@ def test_the_round_trip_budget_covers_a_server_that_accepts_and_never_answers(tm
         assert time.monotonic() - started < 1.0
 
 
-@pytest.mark.parametrize("seconds", ["nan", "inf", "-1", "0", "soon"])
+@pytest.mark.parametrize("seconds", ["nan", "inf", "-1", "0", "soon", "1e10", "3600.5"])
 def test_the_time_budget_must_be_a_positive_finite_number(seconds: str) -> None:
     # NaN or inf broke the watchdog's timer (a traceback in its thread, then no time limit at all); checked
     # at parse time, so a bad value is the usual one-line "bad arguments" and exit 0 (test_bad_input...)
     with pytest.raises(client._ArgumentError, match="--timeout"):
         client.build_parser().parse_args(["pre-tool-use", "--timeout", seconds])
     assert client.build_parser().parse_args(["pre-tool-use", "--timeout", "2.5"]).timeout == 2.5
+    assert client.build_parser().parse_args(["pre-tool-use", "--timeout", "3600"]).timeout == 3600
 
 
 def test_a_stopping_server_recognises_only_its_own_socket(tmp_path: Path) -> None:

@@ -28,6 +28,7 @@ TENANT_ENV = "SPARK_PG_TENANT"
 DEFAULT_TENANT = "default"  # the same as `spark-pg search`'s; see docs/hooks.md
 SOCKET_TIMEOUT = 1.0  # the server round trip, seconds
 DEFAULT_TIMEOUT = 10.0  # the whole hook, in-process fallback included
+MAX_TIMEOUT = 3600.0  # an agent's own hook timeout is seconds; 1e10 overflowed the watchdog's timer
 MAX_STDIN = wire.MAX_MESSAGE
 
 
@@ -72,13 +73,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _seconds(text: str) -> float:
-    """``--timeout``: a finite, positive number of seconds (NaN or inf would break the watchdog's timer)."""
+    """``--timeout``: a positive number of seconds up to MAX_TIMEOUT (NaN, inf or 1e10 would break the
+    watchdog's timer)."""
     try:
         value = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
-    if not (0 < value < float("inf")):  # False for NaN too
-        raise argparse.ArgumentTypeError(f"must be a positive, finite number of seconds, got {text!r}")
+    if not (0 < value <= MAX_TIMEOUT):  # False for NaN too
+        raise argparse.ArgumentTypeError(
+            f"must be a positive number of seconds up to {MAX_TIMEOUT:g}, got {text!r}"
+        )
     return value
 
 

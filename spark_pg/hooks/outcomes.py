@@ -68,16 +68,19 @@ LIMIT %(limit)s
 """
 
 _CLAUSE = re.compile(r"[.!?](?:\s|$)|[;\n]|:\s|,\s|\s[-\u2013\u2014]\s")  # dash, en or em dash
+# (?<![\w-]): a word, not part of a flag (--no-ff, --warn-unused-ignores, --leak-check recommend those flags);
+# the apostrophe straight or typographic (U+2019)
 _NEGATION = re.compile(
-    r"\b(?:never|not|no|avoid\w*|without|instead\s+of|rather\s+than|stop|don'?t|doesn'?t|won'?t|can'?t|"
-    r"cannot|shouldn'?t|mustn'?t|isn'?t|aren'?t|forbid\w*|prohibit\w*|over)\b",
+    r"(?<![\w-])(?:never|not|no|avoid\w*|without|instead\s+of|rather\s+than|stop|don['\u2019]?t|"
+    r"doesn['\u2019]?t|won['\u2019]?t|can['\u2019]?t|cannot|shouldn['\u2019]?t|mustn['\u2019]?t|isn['\u2019]?t|"
+    r"aren['\u2019]?t|forbid\w*|prohibit\w*|over)\b",
     re.IGNORECASE,
 )
 # a clause that warns about something names it anywhere ("DROP TABLE is dangerous"): none of it counts.
 # Not fail* or break*: they mostly describe the situation the advice is for ("when pytest fails, re-run
 # only the failed tests with --lf", "if the build breaks, ..."), and would drop the recommendation itself.
 _WARNING = re.compile(
-    r"\b(?:danger\w*|unsafe|risk\w*|bad|careful|beware|warn\w*|destructive|harmful|deprecated|"
+    r"(?<![\w-])(?:danger\w*|unsafe|risk\w*|bad|careful|beware|warn\w*|destructive|harmful|deprecated|"
     r"broken|error-prone|leak\w*|mistake\w*|wrong)\b",
     re.IGNORECASE,
 )

@@ -22,7 +22,9 @@ from __future__ import annotations
 
 import fcntl
 import os
+import select
 import signal
+import socket
 import socketserver
 import stat
 import sys
@@ -54,6 +56,14 @@ class HookServerError(SparkPgError):
     """The server cannot start: its socket is taken or unusable."""
 
 
+def client_closed(sock: socket.socket) -> bool:
+    """Whether the client has closed its end: after sending it only shuts down writing (POLLRDHUP); gone
+    (its budget ran out, or it was killed) the socket also hangs up (POLLHUP)."""
+    poller = select.poll()
+    poller.register(sock, select.POLLHUP)
+    return any(events & select.POLLHUP for _, events in poller.poll(0))
+
+
 class _Handler(socketserver.StreamRequestHandler):
     timeout = HANDLER_TIMEOUT_S
     server: HookServer
@@ -62,12 +72,14 @@ class _Handler(socketserver.StreamRequestHandler):
         started = time.perf_counter()
         received = time.monotonic()  # the request's deadline_ms counts from here
         try:
-            line = self.rfile.readline(wire.MAX_MESSAGE + 1)
+            line = self.rfile.readline(wire.MAX_LINE + 1)
         except OSError as exc:  # silent past HANDLER_TIMEOUT_S, or gone before it sent a whole request
             self.server.log(f"request not read: {type(exc).__name__}: {exc}")
             return
         try:
-            response = self.server.service.respond(wire.decode(line), received)
+            response = self.server.service.respond(
+                wire.decode(line), received, lambda: client_closed(self.connection)
+            )
         except wire.WireError as exc:
             response = {"ok": False, "error": str(exc)}
         self.server.count()
@@ -131,6 +143,22 @@ def _not_a_socket(path: Path) -> HookServerError:
     return HookServerError(f"{path} exists and is not a socket: pass another --socket (it is left alone)")
 
 
+def lock_holder(fd: int) -> int | None:
+    """The pid of the process holding a flock on the file open as ``fd``, from /proc/locks (Linux), or
+    None: the server that holds a socket is named even when its socket no longer answers."""
+    st = os.fstat(fd)
+    where = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"
+    try:
+        with open("/proc/locks", encoding="ascii", errors="replace") as locks:
+            for line in locks:
+                fields = line.split()
+                if len(fields) >= 6 and fields[1] == "FLOCK" and fields[5] == where and fields[4].isdigit():
+                    return int(fields[4])
+    except OSError:
+        pass
+    return None
+
+
 class SocketClaim:
     """The right to serve on a socket path: an exclusive lock, held until :meth:`release`."""
 
@@ -141,7 +169,12 @@ class SocketClaim:
             raise HookServerError(f"socket path {path} is longer than {limit} bytes: pass a shorter --socket")
         if os.path.lexists(path) and not is_socket(path):  # before creating the lock file beside it
             raise _not_a_socket(path)
-        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        try:
+            path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        except OSError as exc:  # a file on the way, no permission, a read-only or virtual file system
+            raise HookServerError(
+                f"cannot create the socket's folder {path.parent}: {exc.strerror}: pass another --socket"
+            ) from None
         self.path = path
         lock = path.parent / f".{path.name}.lock"
         try:  # neither truncates nor follows a symlink: the lock file may be someone else's file
@@ -151,9 +184,16 @@ class SocketClaim:
         try:
             fcntl.flock(self._lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
+            holder = lock_holder(self._lock)
             self._close()
             answer = wire.ping(path)
-            who = f" (pid {answer.get('pid')})" if answer else ""
+            pid = answer.get("pid") if answer else holder
+            who = f" (pid {pid})" if pid else ""
+            if answer is None and not is_socket(path):  # its socket was removed: no hook can reach it
+                raise HookServerError(
+                    f"another spark-pg serve{who} holds {path} but its socket is gone, so no hook reaches "
+                    f"it: stop it{f' (kill {pid})' if pid else ''} and start this one again"
+                ) from None
             raise HookServerError(f"another spark-pg serve{who} holds {path}") from None
         answer = wire.ping(path)
         if answer is not None:  # a server that does not lock (another version) still owns it

@@ -45,6 +45,9 @@ class ConnectionSource(Protocol):
     def __call__(self, timeout: float | None = None) -> AbstractContextManager[Conn]: ...
 
 
+Gone = Callable[[], bool] | None  # whether the client has closed its end of the connection
+
+
 class DeadlinePassed(Exception):
     """The client has stopped waiting: roll back and answer no advice."""
 
@@ -77,19 +80,25 @@ class HookService:
         self.params = dict(params or {})  # spark.retrieve params from the settings, as `spark-pg search`
         self.info = info
 
-    def respond(self, request: Mapping[str, Any], received: float | None = None) -> dict[str, Any]:
+    def respond(
+        self, request: Mapping[str, Any], received: float | None = None, client_left: Gone = None
+    ) -> dict[str, Any]:
         """The answer to one request (with ``ms``, the time spent here); errors become ``{"ok": false,
         "error": ...}``. ``received``: the ``time.monotonic()`` at which the request started to arrive (the
-        request's ``deadline_ms`` counts from it; default now)."""
+        request's ``deadline_ms`` counts from it; default now). ``client_left``: whether the client has
+        closed its end (a server held up past the client's budget reads a request nobody waits for)."""
         started = time.perf_counter()
         try:
-            answer = {"ok": True, **self.handle(request, time.monotonic() if received is None else received)}
+            at = time.monotonic() if received is None else received
+            answer = {"ok": True, **self.handle(request, at, client_left)}
         except Exception as exc:  # the client prints no advice and one stderr line
             answer = {"ok": False, "error": f"{type(exc).__name__}: {' '.join(str(exc).split())[:500]}"}
         answer["ms"] = round((time.perf_counter() - started) * 1000, 2)
         return answer
 
-    def handle(self, request: Mapping[str, Any], received: float | None = None) -> dict[str, Any]:
+    def handle(
+        self, request: Mapping[str, Any], received: float | None = None, client_left: Gone = None
+    ) -> dict[str, Any]:
         if request.get("v") != wire.VERSION:
             raise InputError(f"protocol version must be {wire.VERSION}, got {request.get('v')!r}")
         op = request.get("op")
@@ -110,17 +119,26 @@ class HookService:
             deadline = request_deadline(request, time.monotonic() if received is None else received)
             interrupts = request.get("interrupts") is True
             try:
-                return {"output": self.pre(tenant, event, interrupts=interrupts, deadline=deadline)}
+                output = self.pre(
+                    tenant, event, interrupts=interrupts, deadline=deadline, client_left=client_left
+                )
+                return {"output": output}
             except DeadlinePassed:
                 return {"output": None, "expired": True}
         verdicts = self.post(tenant, event)
         return {"output": None, "recorded": [v._asdict() for v in verdicts]}
 
     def pre(
-        self, tenant: str, event: HookEvent, *, interrupts: bool, deadline: float | None = None
+        self,
+        tenant: str,
+        event: HookEvent,
+        *,
+        interrupts: bool,
+        deadline: float | None = None,
+        client_left: Gone = None,
     ) -> dict[str, Any] | None:
         """The PreToolUse answer; DeadlinePassed (nothing committed) when ``deadline`` (a monotonic time)
-        passes before the advise call could be committed."""
+        passes, or the client leaves, before the advise call could be committed."""
         if extract_intent(event.tool_name, event.tool_input).trivial:
             return None  # no connection, no model for a read-only call (the advisor would skip it too)
         wait: float | None = None
@@ -139,7 +157,7 @@ class HookService:
                 options=AdvisorOptions(interrupts=interrupts, params=self.params),
             )
             advice = advisor.advise(event.tool_name, event.tool_input)
-            if deadline is not None and time.monotonic() >= deadline:
+            if (deadline is not None and time.monotonic() >= deadline) or (client_left and client_left()):
                 expired = True
                 raise psycopg.Rollback(tx)  # leaves the block quietly, the log rolled back
         if expired:

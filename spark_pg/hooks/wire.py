@@ -27,6 +27,7 @@ VERSION = 1
 SOCKET_ENV = "SPARK_PG_HOOK_SOCKET"
 SOCKET_NAME = "hooks.sock"
 MAX_MESSAGE = 16 * 1024 * 1024  # an event carries the tool input, which can be a whole file
+MAX_LINE = MAX_MESSAGE + 64 * 1024  # an event of MAX_MESSAGE bytes in its request (tenant, options)
 MAX_SOCKET_PATH = 107  # sun_path holds 108 bytes on Linux, terminator included
 
 
@@ -56,16 +57,24 @@ def default_socket_path() -> str:
 
 
 def encode(message: dict[str, Any]) -> bytes:
-    return json.dumps(message, separators=(",", ":"), default=str).encode() + b"\n"
+    """One line of JSON in UTF-8: ASCII escapes made a non-Latin event 2-3 times its size (an emoji, 4
+    bytes, became 12), and a 6 MB one over the limit. A lone surrogate (not UTF-8) is escaped."""
+    try:
+        text = json.dumps(message, separators=(",", ":"), default=str, ensure_ascii=False).encode()
+    except UnicodeEncodeError:
+        text = json.dumps(message, separators=(",", ":"), default=str).encode()
+    return text + b"\n"
 
 
 def decode(line: bytes) -> dict[str, Any]:
-    if len(line) > MAX_MESSAGE:
-        raise WireError(f"message over {MAX_MESSAGE} bytes")
+    if len(line) > MAX_LINE:
+        raise WireError(f"message over {MAX_LINE} bytes")
     try:
         value = json.loads(line)
     except ValueError as exc:
         raise WireError(f"not JSON: {exc}") from None
+    except RecursionError:
+        raise WireError("not JSON this server reads: nested too deeply") from None
     if not isinstance(value, dict):
         raise WireError(f"expected a JSON object, got {type(value).__name__}")
     return value
@@ -82,7 +91,7 @@ def _left(deadline: float | None) -> float | None:
 
 
 def read_line(sock: socket.socket, deadline: float | None = None) -> bytes:
-    """Bytes up to the first newline (or the end of the stream), at most MAX_MESSAGE; by ``deadline``
+    """Bytes up to the first newline (or the end of the stream), at most MAX_LINE; by ``deadline``
     (time.monotonic()) if given."""
     chunks: list[bytes] = []
     size = 0
@@ -98,8 +107,8 @@ def read_line(sock: socket.socket, deadline: float | None = None) -> bytes:
             break
         chunks.append(chunk)
         size += len(chunk)
-        if size > MAX_MESSAGE:
-            raise WireError(f"message over {MAX_MESSAGE} bytes")
+        if size > MAX_LINE:
+            raise WireError(f"message over {MAX_LINE} bytes")
     return b"".join(chunks)
 
 
@@ -112,6 +121,9 @@ def ask(path: str | os.PathLike[str], message: dict[str, Any], timeout: float) -
     path the socket API refuses, no permission); TimeoutError when the server does not answer in time,
     including one too busy to accept the connection until then."""
     deadline = time.monotonic() + max(timeout, 0.001)
+    data = encode(message)
+    if len(data) > MAX_LINE:  # the server would cut it off: say so rather than meet a broken pipe
+        raise WireError(f"the request is {len(data)} bytes; the hook server reads at most {MAX_LINE}")
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
         while True:
             sock.settimeout(_left(deadline))
@@ -128,7 +140,7 @@ def ask(path: str | os.PathLike[str], message: dict[str, Any], timeout: float) -
                 # no errno: the socket API refused the address itself ("AF_UNIX path too long")
                 raise ServerUnavailable(f"no hook server on {path}: {exc}") from None
         sock.settimeout(_left(deadline))
-        sock.sendall(encode(message))
+        sock.sendall(data)
         sock.shutdown(socket.SHUT_WR)
         return decode(read_line(sock, deadline))
 
