@@ -172,15 +172,19 @@ def load_embedder(settings: Settings, *, offline: bool = False) -> Embedder:
                     "(SPARK_PG_EMBEDDING_MODEL_DIR) to a folder that has them"
                 )
             kwargs["specific_model_path"] = str(folder)
-        elif offline:
-            kwargs["local_files_only"] = True
         try:
             from fastembed import TextEmbedding
         except ImportError:
             raise ModelNotAvailable("fastembed is not installed: `pip install fastembed`") from None
         try:
             network = not spec.offline_files and not offline  # a download could be tried
-            model = _from_cache(spec.fastembed_name, kwargs) if network else None
+            model = None if spec.offline_files else _from_cache(spec.fastembed_name, kwargs)
+            if offline and not spec.offline_files and model is None:
+                raise ModelNotAvailable(  # quietly: fastembed logged two ERROR lines for the cache miss
+                    f"cannot load {name}: it is not in {cache_dir} yet, and a hook without `spark-pg serve` "
+                    "never downloads a model: run `spark-pg serve` (it downloads on start) or fill "
+                    "embedding.cache_dir once"
+                )
             if network and model is None:
                 unreachable = _hub_unreachable(spec.fastembed_name)
                 if unreachable:  # say so now, not after fastembed's three tries and 36 s of back-off
@@ -201,11 +205,6 @@ def load_embedder(settings: Settings, *, offline: bool = False) -> Embedder:
                 hint = f"the files in {folder} may be damaged: run `spark-pg model setup --force`"
             if os.environ.get("HF_HUB_OFFLINE") == "1" and not spec.offline_files:
                 hint += " (HF_HUB_OFFLINE=1 is set)"
-            if offline and not spec.offline_files:
-                hint = (
-                    "a hook without `spark-pg serve` never downloads a model: run `spark-pg serve` (it "
-                    "downloads on start) or fill embedding.cache_dir once"
-                )
             raise ModelNotAvailable(f"cannot load {name}: {exc}. {hint}") from exc
         embedder = Embedder(spec, model)
         _CACHE[cache_key] = embedder

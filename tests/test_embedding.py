@@ -98,7 +98,9 @@ def test_a_network_model_with_the_hub_unreachable_fails_at_once(
     assert "all-MiniLM-L6-v2-int8" in str(info.value)
 
 
-def test_an_offline_load_never_downloads(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_an_offline_load_never_downloads(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+) -> None:
     # the hook's in-process fallback: a download would spend the tool call's whole budget
     monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
     import socket as socket_module
@@ -122,9 +124,10 @@ def test_an_offline_load_never_downloads(tmp_path: Path, monkeypatch: pytest.Mon
         },
         config_file=_empty_config(tmp_path),
     )
-    with pytest.raises(ModelNotAvailable, match="never downloads a model"):
+    with pytest.raises(ModelNotAvailable, match=r"not in .* yet, and a hook .* never downloads a model"):
         load_embedder(settings, offline=True)
     assert attempts == []
+    assert capfd.readouterr().err == ""  # was two fastembed ERROR lines before the hook's own warning
 
 
 def _empty_config(tmp_path: Path) -> Path:
