@@ -239,8 +239,13 @@ JOIN spark.memories m ON m.tenant = q.tenant AND m.id = q.memory_id
 WHERE q.attempts < %(max_attempts)s AND q.not_before <= now()
 ORDER BY q.enqueued_at, q.tenant, q.memory_id
 LIMIT %(n)s
-FOR UPDATE OF q SKIP LOCKED
+FOR UPDATE OF q SKIP LOCKED FOR KEY SHARE OF m SKIP LOCKED
 """
+
+# The claim locks the memory too (KEY SHARE: an edit, NO KEY UPDATE, is not held up): a DELETE of a claimed
+# memory then waits for the worker. Without it the two deadlocked (40P01): the DELETE locked the memory and
+# its cascade waited for the claimed queue row, while storing the vector (its foreign key) waited for the
+# memory. A memory a DELETE holds already is skipped; its queue row goes with it.
 
 # only where the memory still has the content that was embedded (the trigger dequeues what lands)
 STORE_CLAIMED = """
@@ -250,6 +255,28 @@ FROM unnest(%(tenants)s::text[], %(ids)s::bigint[], %(hashes)s::bytea[], %(vecto
      AS v(tenant, id, content_hash, embedding)
 JOIN spark.memories m ON m.tenant = v.tenant AND m.id = v.id AND m.content_hash = v.content_hash
 LEFT JOIN spark.embed_queue q ON q.tenant = v.tenant AND q.memory_id = v.id
+ON CONFLICT (tenant, memory_id, model_id) DO UPDATE SET
+    embedding = EXCLUDED.embedding, created_at = EXCLUDED.created_at, embedded_at = now(),
+    queued_at = EXCLUDED.queued_at
+"""
+
+# reembed's store: nothing is claimed, so the memories are locked here (SHARE, in key order). An edit or a
+# DELETE not committed yet is waited for, and then its row is read again: a changed content or a deleted
+# memory stores nothing. Read as committed before, the vector of the old text landed after the edit's
+# trigger had removed the memory's vectors, and was kept through the switch (which queues only what lacks
+# a vector of the new model); a deleted memory failed the batch on the foreign key (23503).
+STORE_UNCLAIMED = """
+WITH current AS (
+    SELECT m.tenant, m.id, m.created_at, v.embedding
+    FROM unnest(%(tenants)s::text[], %(ids)s::bigint[], %(hashes)s::bytea[], %(vectors)s::vector[])
+         AS v(tenant, id, content_hash, embedding)
+    JOIN spark.memories m ON m.tenant = v.tenant AND m.id = v.id AND m.content_hash = v.content_hash
+    ORDER BY m.tenant, m.id
+    FOR SHARE OF m)
+INSERT INTO spark.embeddings AS e (tenant, memory_id, model_id, created_at, embedding, queued_at)
+SELECT c.tenant, c.id, %(model_id)s, c.created_at, c.embedding, q.enqueued_at
+FROM current c
+LEFT JOIN spark.embed_queue q ON q.tenant = c.tenant AND q.memory_id = c.id
 ON CONFLICT (tenant, memory_id, model_id) DO UPDATE SET
     embedding = EXCLUDED.embedding, created_at = EXCLUDED.created_at, embedded_at = now(),
     queued_at = EXCLUDED.queued_at

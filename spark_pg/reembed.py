@@ -105,7 +105,7 @@ def build(
                 ).fetchall()
                 if not rows:
                     return stored
-                added, _, failed = embed_and_store(conn, embedder, model_id, rows)
+                added, _, failed = embed_and_store(conn, embedder, model_id, rows, claimed=False)
                 stored += added
                 if errors is not None:
                     errors.update(((str(rows[i][0]), int(rows[i][1])), e) for i, e in failed.items())

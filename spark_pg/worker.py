@@ -76,10 +76,16 @@ def backlog(conn: psycopg.Connection[Any], max_attempts: int | None = None) -> i
 
 
 def store_vectors(
-    conn: psycopg.Connection[Any], model_id: int, rows: Sequence[Any], vectors: Sequence[Any]
+    conn: psycopg.Connection[Any],
+    model_id: int,
+    rows: Sequence[Any],
+    vectors: Sequence[Any],
+    *,
+    claimed: bool = True,
 ) -> int:
     """Store one model's vectors of rows (tenant, memory_id, descriptor, content_hash) where the memory still
-    has that content; returns how many were stored."""
+    has that content; returns how many were stored. ``claimed``: the rows were claimed from the queue in
+    this transaction (the worker); else (reembed) the memories are locked as they are stored."""
     if not rows:
         return 0
     args = {
@@ -89,7 +95,7 @@ def store_vectors(
         "hashes": [r[3] for r in rows],
         "vectors": list(vectors),
     }
-    return conn.execute(queries.STORE_CLAIMED, args).rowcount
+    return conn.execute(queries.STORE_CLAIMED if claimed else queries.STORE_UNCLAIMED, args).rowcount
 
 
 def embed_each(embedder: Embedder, texts: list[str]) -> tuple[dict[int, Any], dict[int, str]]:
@@ -108,14 +114,20 @@ def embed_each(embedder: Embedder, texts: list[str]) -> tuple[dict[int, Any], di
 
 
 def embed_and_store(
-    conn: psycopg.Connection[Any], embedder: Embedder, model_id: int, rows: Sequence[Any]
+    conn: psycopg.Connection[Any],
+    embedder: Embedder,
+    model_id: int,
+    rows: Sequence[Any],
+    *,
+    claimed: bool = True,
 ) -> tuple[int, int, dict[int, str]]:
     """Embed the descriptors of ``rows`` (tenant, memory_id, descriptor, content_hash) with
     :func:`embed_each` and store the vectors made (:func:`store_vectors`): (stored, embedded, errors by
     position in ``rows``)."""
     vectors, errors = embed_each(embedder, [r[2] for r in rows])
     good = sorted(vectors)
-    stored = store_vectors(conn, model_id, [rows[i] for i in good], [vectors[i] for i in good])
+    picked = [rows[i] for i in good]
+    stored = store_vectors(conn, model_id, picked, [vectors[i] for i in good], claimed=claimed)
     return stored, len(good), errors
 
 

@@ -187,3 +187,43 @@ def first_ping(path: Path, server: subprocess.Popen[bytes], log: Path, seconds: 
         assert time.monotonic() < deadline, "the server did not start"
         time.sleep(0.1)
     return answer
+
+
+class Blocked:
+    """A statement run on its own connection in a thread, for a test of what waits for what: ``start`` returns
+    once the statement waits for a lock (or has finished), ``join`` its error, if any."""
+
+    def __init__(self, url: str, sql: str, args: Any = None) -> None:
+        import threading
+
+        self.url, self.sql, self.args = url, sql, args
+        self.error: BaseException | None = None
+        self.pid: int | None = None
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        try:
+            with connect(self.url, autocommit=True) as c:
+                self.pid = c.info.backend_pid
+                c.execute(self.sql, self.args)
+        except BaseException as exc:  # reported by join
+            self.error = exc
+
+    def start(self, seconds: float = 20) -> Blocked:
+        self._thread.start()
+        give_up = time.monotonic() + seconds
+        with connect(self.url, autocommit=True) as watch:
+            while self._thread.is_alive() and time.monotonic() < give_up:
+                if self.pid is not None:
+                    row = watch.execute(
+                        "SELECT wait_event_type FROM pg_stat_activity WHERE pid = %s", (self.pid,)
+                    ).fetchone()
+                    if row is not None and row[0] == "Lock":
+                        return self
+                time.sleep(0.02)
+        return self
+
+    def join(self, seconds: float = 30) -> BaseException | None:
+        self._thread.join(seconds)
+        assert not self._thread.is_alive(), f"still waiting: {self.sql}"
+        return self.error

@@ -328,3 +328,86 @@ def test_a_model_that_embeds_nothing_is_never_switched_to(rdb: str, cls_embedder
         kept = c.execute("SELECT count(*) FROM spark.embeddings").fetchone()
     assert not report.switched and report.failed == 60 and report.dropped_vectors == 0
     assert kept == (60,)  # the old vectors are all still there
+
+
+class Uncommitted:
+    """A write left open on its own connection while reembed embeds its first batch, and committed once the
+    batch's store waits for it (or after ``patience`` seconds, when nothing waits: the old code)."""
+
+    def __init__(self, url: str, sql: str, patience: float = 3.0) -> None:
+        self.url, self.sql, self.patience = url, sql, patience
+        self.store_pid: int | None = None
+        self.waited = False
+        self._thread: threading.Thread | None = None
+
+    def embedder(self, model: Embedder) -> Embedder:
+        outer = self
+
+        class DuringTheBatch(Embedder):
+            def embed_documents(self, texts: Sequence[str], batch_size: int = 16) -> list[Vector]:
+                if outer._thread is None:
+                    outer._begin()
+                return model.embed_documents(texts, batch_size)
+
+        return DuringTheBatch(model.spec, model._model)
+
+    def _begin(self) -> None:
+        holder = psycopg.connect(self.url)
+        holder.execute(self.sql)  # not committed yet: reembed read the row as it was
+
+        def commit_later() -> None:
+            give_up = time.monotonic() + self.patience
+            with connect(self.url, autocommit=True) as watch:
+                while time.monotonic() < give_up and not self.waited:
+                    row = watch.execute(
+                        "SELECT wait_event_type FROM pg_stat_activity WHERE pid = %s", (self.store_pid,)
+                    ).fetchone()
+                    self.waited = row is not None and row[0] == "Lock"
+                    time.sleep(0.02)
+            holder.commit()
+            holder.close()
+
+        self._thread = threading.Thread(target=commit_later, daemon=True)
+        self._thread.start()
+
+    def join(self) -> None:
+        assert self._thread is not None
+        self._thread.join(30)
+
+
+def test_an_edit_during_the_build_never_leaves_the_old_texts_vector(
+    rdb: str, embedder: Embedder, cls_embedder: Embedder
+) -> None:
+    """Was: the vector of a1's old text was stored after the edit's trigger had removed a1's vectors, and
+    the switch, which queues only what lacks a vector of the new model, kept it."""
+    edit = Uncommitted(
+        rdb, "UPDATE spark.memories SET text = 'Rotate refresh tokens on every use' WHERE key = 'a1'"
+    )
+    with connect(rdb, autocommit=True) as c:
+        edit.store_pid = c.info.backend_pid
+        first = reembed(c, edit.embedder(cls_embedder), canaries=5, k=5, min_overlap=0.0, switch=False)
+        edit.join()
+        # a1 waited for the edit and was skipped; the catch-up pass embedded its new text
+        assert edit.waited and first.embedded == 60
+        report = reembed(c, cls_embedder, canaries=5, k=5, min_overlap=0.0)
+        assert report.switched
+        run_worker(c, cls_embedder, once=True)  # whatever the switch queued
+        descriptor, stored = c.execute(
+            "SELECT m.descriptor, e.embedding FROM spark.memories m JOIN spark.embeddings e "
+            "ON e.tenant = m.tenant AND e.memory_id = m.id AND e.model_id = (spark.active_model()).id "
+            "WHERE m.key = 'a1'"
+        ).fetchone()  # type: ignore[misc]
+    assert "Rotate refresh tokens" in descriptor
+    fresh = cls_embedder.embed_documents([descriptor])[0]
+    assert float(fresh @ stored.to_numpy()) > 0.999  # the vector of the text it has now
+
+
+def test_a_memory_deleted_during_the_build_is_skipped(rdb: str, cls_embedder: Embedder) -> None:
+    """Was: the batch failed on the foreign key (23503) and the whole reembed with it."""
+    delete = Uncommitted(rdb, "DELETE FROM spark.memories WHERE key = 'a3'")
+    with connect(rdb, autocommit=True) as c:
+        delete.store_pid = c.info.backend_pid
+        report = reembed(c, delete.embedder(cls_embedder), canaries=5, k=5, min_overlap=0.0)
+        delete.join()
+        left = c.execute("SELECT count(*) FROM spark.memories WHERE key = 'a3'").fetchone()
+    assert delete.waited and report.switched and report.embedded == 59 and left == (0,)

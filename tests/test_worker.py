@@ -26,7 +26,7 @@ from spark_pg.errors import InputError, ModelMismatch
 from spark_pg.ingest import ensure_model, ingest
 from spark_pg.records import MemoryIn
 from spark_pg.worker import WorkerStats, backlog, embed_batch, run_reconnecting, run_worker
-from tests.conftest import temp_database
+from tests.conftest import Blocked, temp_database
 
 Conn = psycopg.Connection[Any]
 TEXTS = [
@@ -248,6 +248,31 @@ def test_the_store_guard_skips_a_memory_whose_content_changed_after_the_claim(
             },
         ).rowcount
     assert stored == 0
+
+
+def test_a_memory_deleted_while_the_worker_holds_it_waits_for_the_worker(
+    wdb: str, embedder: Embedder
+) -> None:
+    """Was a deadlock (40P01) that ended a serving worker: the DELETE locked the memory and its cascade
+    waited for the claimed queue row, while storing the vector waited for the memory."""
+    with connect(wdb) as c:
+        ingest(c, records("t", 3), None)
+    deletes: list[Blocked] = []
+
+    class Deleting(Embedder):  # the DELETE comes while the batch is being embedded
+        def embed_documents(self, texts: Sequence[str], batch_size: int = 16) -> list[Vector]:
+            if not deletes:
+                deletes.append(Blocked(wdb, "DELETE FROM spark.memories WHERE key = 'm1'").start())
+            return embedder.embed_documents(texts, batch_size)
+
+    stats = work(wdb, Deleting(embedder.spec, embedder._model), batch=5)
+    assert deletes and deletes[0].join() is None  # it waited, then deleted
+    assert stats.embedded == 3 and stats.failed == 0
+    with connect(wdb) as c:
+        keys = c.execute(
+            "SELECT m.key FROM spark.embeddings e JOIN spark.memories m ON m.id = e.memory_id ORDER BY 1"
+        ).fetchall()
+    assert keys == [("m0",), ("m2",)] and counts(wdb) == (0, 2)
 
 
 def test_two_workers_share_the_queue_without_embedding_anything_twice(wdb: str, embedder: Embedder) -> None:
