@@ -232,6 +232,14 @@ SELECT count(*) FROM spark.embed_queue
 WHERE %(max_attempts)s::integer IS NULL OR attempts < %(max_attempts)s::integer
 """
 
+# what a run can claim now, what waits out the backoff of a failure, what was given up (max_attempts)
+QUEUE_STATE = """
+SELECT count(*) FILTER (WHERE attempts < %(max_attempts)s AND not_before <= now()),
+       count(*) FILTER (WHERE attempts < %(max_attempts)s AND not_before > now()),
+       count(*) FILTER (WHERE attempts >= %(max_attempts)s)
+FROM spark.embed_queue
+"""
+
 CLAIM_QUEUE = """
 SELECT q.tenant, q.memory_id, m.descriptor, m.content_hash
 FROM spark.embed_queue q

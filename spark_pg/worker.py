@@ -53,6 +53,9 @@ class WorkerStats:
     reconnects: int = 0  # connections lost and opened again (run_reconnecting)
     seconds: float = 0.0
     errors: list[str] = field(default_factory=list)
+    # left in the queue after a one-off run: failed rows waiting out their backoff, and given up
+    backing_off: int = 0
+    given_up: int = 0
 
     def as_json(self) -> dict[str, Any]:
         rate = self.embedded / self.seconds if self.seconds > 0 else 0.0
@@ -65,6 +68,8 @@ class WorkerStats:
             "seconds": round(self.seconds, 2),
             "per_second": round(rate, 1),
             "errors": self.errors[-5:],
+            "backing_off": self.backing_off,
+            "given_up": self.given_up,
         }
 
 
@@ -73,6 +78,14 @@ def backlog(conn: psycopg.Connection[Any], max_attempts: int | None = None) -> i
     row = conn.execute(queries.QUEUE_BACKLOG, {"max_attempts": max_attempts}).fetchone()
     assert row is not None
     return int(row[0])
+
+
+def queue_state(conn: psycopg.Connection[Any], max_attempts: int) -> tuple[int, int, int]:
+    """Rows of spark.embed_queue: (claimable now, waiting out a failure's backoff, given up after
+    ``max_attempts``)."""
+    row = conn.execute(queries.QUEUE_STATE, {"max_attempts": max_attempts}).fetchone()
+    assert row is not None
+    return int(row[0]), int(row[1]), int(row[2])
 
 
 def store_vectors(
@@ -221,7 +234,7 @@ def run_worker(
     started = time.perf_counter()
     try:
         conn.execute(f"LISTEN {CHANNEL}")
-        total = backlog(conn, max_attempts)
+        total = queue_state(conn, max_attempts)[0]  # what this run can claim, not what waits or was given up
         with tqdm(total=total, desc="embed", unit="mem", disable=not progress or not once) as bar:
             while not stop.is_set():
                 drain(
@@ -235,6 +248,7 @@ def run_worker(
                     on_batch=bar.update,
                 )
                 if once:
+                    _, stats.backing_off, stats.given_up = queue_state(conn, max_attempts)
                     break
                 _wait(conn, poll_s, stop)
         conn.execute(f"UNLISTEN {CHANNEL}")

@@ -64,9 +64,16 @@ def cmd_worker(args: argparse.Namespace) -> int:
         )
         for error in summary["errors"]:
             print(f"spark-pg worker: not embedded: {error}", file=sys.stderr)
-    # a one-off run that left rows unembedded tells its caller (a script, CI) so; a serving worker that a
-    # signal stopped has done its job
-    return 1 if args.once and stats.failed else 0
+        if args.once and (stats.backing_off or stats.given_up):
+            print(
+                f"spark-pg worker: left in the queue: {stats.backing_off} after a failure, waiting out its "
+                f"backoff; {stats.given_up} given up after --max-attempts {args.max_attempts} (why: "
+                "spark.embed_queue.last_error)",
+                file=sys.stderr,
+            )
+    # a one-off run that left rows unembedded tells its caller (a script, CI) so, whether they failed now
+    # or earlier; a serving worker that a signal stopped has done its job
+    return 1 if args.once and (stats.failed or stats.backing_off or stats.given_up) else 0
 
 
 def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -76,7 +83,8 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     p.add_argument(
         "--once",
         action="store_true",
-        help="embed the current backlog, then exit (exit code 1 if a text could not be embedded)",
+        help="embed the current backlog, then exit (exit code 1 if a text could not be embedded, now or "
+        "earlier: rows left waiting out a backoff or given up)",
     )
     p.add_argument("--batch", type=int, default=32, help="memories per transaction (1-1000, default 32)")
     p.add_argument(

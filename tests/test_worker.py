@@ -4,6 +4,7 @@ retrieval's degrade mode while a backlog waits."""
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import signal
 import subprocess
@@ -352,6 +353,19 @@ def test_a_one_off_worker_run_exits_1_when_a_text_was_not_embedded(
     assert code == 1 and "failed: 3" in out
     assert err.count("not embedded: RuntimeError: model file truncated") == 3
     monkeypatch.setattr("spark_pg.embedding.load_embedder", lambda settings: embedder)
+    # within the backoff nothing is claimed: was "embedded 0 ... failed: 0", exit 0, with 3 rows unembedded
+    assert main(["worker", "--once", "--quiet", "--json"]) == 1
+    summary = json.loads(capsys.readouterr().out)
+    assert (summary["embedded"], summary["failed"], summary["backing_off"], summary["given_up"]) == (
+        0,
+        0,
+        3,
+        0,
+    )
+    assert main(["worker", "--once", "--quiet", "--max-attempts", "1"]) == 1
+    assert "0 after a failure, waiting out its backoff; 3 given up after --max-attempts 1" in (
+        capsys.readouterr().err
+    )
     past_backoff(wdb)
     assert main(["worker", "--once", "--quiet"]) == 0
     assert "embedded 3 memories" in capsys.readouterr().out
