@@ -13,6 +13,7 @@ def cmd_reembed(args: argparse.Namespace) -> int:
     from spark_pg.db import connect, database_url
     from spark_pg.embedding import MODELS, load_embedder
     from spark_pg.errors import InputError
+    from spark_pg.model_files import is_installed
     from spark_pg.reembed import reembed
     from spark_pg.schema import require_current
 
@@ -23,8 +24,14 @@ def cmd_reembed(args: argparse.Namespace) -> int:
             "--drop-old-vectors drops the old model's vectors after a switch: not with --no-switch"
         )
     settings = load_settings()
-    if args.model != settings.get_str("embedding.model"):  # the configured model folder is the old model's
-        settings = load_settings({"embedding.model": args.model, "embedding.model_dir": None})
+    if args.model != settings.get_str("embedding.model"):
+        # the configured model folder serves the target only when it holds the target's files (the
+        # offline model's, set while the configured model is a network one); else it is the old model's
+        folder = settings.opt_path("embedding.model_dir")
+        keep = MODELS[args.model].offline_files and folder is not None and is_installed(folder)
+        settings = load_settings(
+            {"embedding.model": args.model, **({} if keep else {"embedding.model_dir": None})}
+        )
     embedder = load_embedder(settings)
     with connect(database_url(settings), autocommit=True) as conn:
         require_current(conn)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Iterator, Sequence
+from pathlib import Path
 
 import psycopg
 import pytest
@@ -283,6 +284,18 @@ def test_cli_for_the_active_model_says_no_canaries_were_compared(
     assert main(["reembed", "--model", "all-MiniLM-L6-v2-int8", "--quiet"]) == 0
     out = capsys.readouterr().out
     assert "canaries: none compared" in out and "None" not in out
+
+
+def test_cli_to_the_offline_model_uses_the_configured_folder_that_holds_it(
+    cli_env: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Configured for the network model, with embedding.model_dir pointing at the offline model's files:
+    was exit 2, "not in <home>/models/... or set embedding.model_dir", though it was set."""
+    from spark_pg.cli import main
+
+    monkeypatch.setenv("SPARK_PG_HOME", str(tmp_path / "empty-home"))  # no model folder of its own
+    monkeypatch.setenv("SPARK_PG_EMBEDDING_MODEL", "BAAI/bge-small-en-v1.5")
+    assert main(["reembed", "--model", "all-MiniLM-L6-v2-int8", "--quiet"]) == 0, capsys.readouterr().err
 
 
 def test_a_memory_the_new_model_cannot_embed_does_not_stop_the_others(
