@@ -52,6 +52,7 @@ FIELDS = (
 )
 UNTAGGED_KINDS = frozenset({"episode"})  # dialog turns: their category says nothing of their content
 MAX_TEXT = 100_000  # characters; longer texts belong in a document store, not in a memory
+MAX_QUERY_TEXT = 10_000  # a question's characters (spark._check_query_text): a question, not a document
 MAX_TENANT = 128  # characters, as the database CHECKs
 MAX_FILE_BYTES = 1 << 30  # an ingest file is read whole; bigger ones are split (JSONL splits by lines)
 EARLIEST = datetime(1, 1, 2, tzinfo=UTC)  # created_at bounds (UTC)

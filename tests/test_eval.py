@@ -14,7 +14,9 @@ from typing import Any
 
 import pytest
 
+from spark_pg import scratch
 from spark_pg.config import Settings
+from spark_pg.db import connect
 from spark_pg.embedding import Embedder, model_dir_for
 from spark_pg.errors import InputError
 from spark_pg.eval import cli as eval_cli
@@ -209,6 +211,8 @@ def _rewrite(path: Path, line: int, change: dict[str, Any], drop: str | None = N
         ("queries.jsonl", 5, {}, "answer", "answer", "is required"),
         ("queries.jsonl", 6, {"category": True}, None, "category", "integer or a non-empty string"),
         ("queries.jsonl", 1, {"as_of": 20240101}, None, "as_of", "ISO 8601"),
+        # spark.retrieve takes 10,000 characters: was a refusal mid-run that dropped spark from the report
+        ("queries.jsonl", 2, {"text": "why " * 2_501}, None, "text", "10000"),
     ],
 )
 def test_a_malformed_row_names_file_line_and_field(
@@ -520,6 +524,7 @@ def test_the_cli_passes_params_and_refuses_bad_ones_with_exit_2(
         ('{"as_of": "2024-01-01"}', 2, "as_of"),
         ("[1]", 2, "JSON object"),
         ('{"min_fusion_score": 10}', 0, ""),
+        ('{"pool_semantic": 1e400}', 2, "--params.pool_semantic must be a finite number"),  # was 22P02
     ):
         out, err = io.StringIO(), io.StringIO()
         with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
@@ -540,3 +545,11 @@ def test_the_cli_passes_params_and_refuses_bad_ones_with_exit_2(
             result = json.loads(out.getvalue())
             assert result["params"] == {"min_fusion_score": 10}
             assert result["systems"]["spark"]["overall"]["hit@10"] == 0  # every answer dropped by the gate
+    # --fresh with a mistyped param is refused before the loaded database is dropped (was: dropped first)
+    name = scratch_name(load_dataset(folder), model_settings.get_str("embedding.model"))
+    assert scratch.exists(server_url, name)
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(err := io.StringIO()):
+        code = eval_cli.main(["--dataset", str(folder), "--fresh", "--params", '{"pool_semantc": 20}'])
+    assert code == 2 and "pool_semantc" in err.getvalue()
+    with connect(scratch.with_dbname(server_url, name)) as c:  # still loaded (was: dropped, made anew empty)
+        assert c.execute("SELECT count(*) > 0 FROM spark.memories").fetchone() == (True,)

@@ -12,11 +12,10 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-import psycopg
-
 from spark_pg.cli_args import positive_int, report_dir, writable_dir
 from spark_pg.config import load_settings
-from spark_pg.errors import InputError, SparkPgError
+from spark_pg.errors import InputError
+from spark_pg.sql_args import params_arg
 
 DEFAULT_K = 10
 
@@ -51,6 +50,7 @@ def _params(text: str | None) -> dict[str, object]:
         raise InputError("--params is too deeply nested or holds too large an integer") from None
     if not isinstance(extra, dict):
         raise InputError("--params must be a JSON object of spark.retrieve params")
+    params_arg("--params", extra)  # json reads 1e400 as inf, which JSON (so the database) cannot hold
     return extra
 
 
@@ -153,22 +153,11 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m spark_pg.eval.cli")
-    add_parser(parser.add_subparsers(dest="command", required=True, metavar="COMMAND"))
-    args = parser.parse_args(["eval", *(sys.argv[1:] if argv is None else argv)])
-    try:
-        code: int = args.func(args)
-        return code
-    except SparkPgError as exc:
-        print(f"spark-pg eval: error: {exc}", file=sys.stderr)
-        return 2
-    except psycopg.Error as exc:
-        state = getattr(exc, "sqlstate", None)
-        print(
-            f"spark-pg eval: database error{f' [{state}]' if state else ''}: {str(exc).strip()}",
-            file=sys.stderr,
-        )
-        return 1
+    """``python -m spark_pg.eval.cli ARGS``: exactly ``spark-pg eval ARGS`` (its messages, exit codes and
+    Ctrl-C handling are the main CLI's)."""
+    from spark_pg.cli import main as spark_pg_main
+
+    return spark_pg_main(["eval", *(sys.argv[1:] if argv is None else argv)])
 
 
 if __name__ == "__main__":

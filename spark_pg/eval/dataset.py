@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from spark_pg.errors import InputError
-from spark_pg.records import MAX_TENANT, MAX_TEXT, MemoryIn
+from spark_pg.records import MAX_QUERY_TEXT, MAX_TENANT, MAX_TEXT, MemoryIn
 from spark_pg.rowfiles import jsonl_rows, string_problem, text_problem
 
 MEMORIES_FILE = "memories.jsonl"
@@ -193,7 +193,7 @@ def _memory(row: _Row) -> Memory:
 def _query(row: _Row, memories: Mapping[str, Memory], memories_file: Path) -> Query:
     query_id = row.required_text("id", max_len=512)
     conversation = row.required_text("conversation_id", max_len=MAX_TENANT)
-    text = row.required_text("text")
+    text = row.required_text("text", max_len=MAX_QUERY_TEXT)  # what spark.retrieve takes
     category = row.data.get("category")
     if category is None:
         raise row.error("category", "is required")

@@ -32,6 +32,8 @@ from spark_pg.eval.dataset import Dataset, Query, load_dataset
 from spark_pg.eval.metrics import METRICS, mean_scores, recall_at, score_query
 from spark_pg.eval.systems import SYSTEMS, Ask, System, missing_function, run
 from spark_pg.ingest import ingest
+from spark_pg.refusals import one_line
+from spark_pg.scratch import with_dbname
 
 SCRATCH_PREFIX = "spark_eval_"
 # in the scratch database only: what was loaded, written once the load has committed
@@ -85,6 +87,11 @@ def prepare_scratch(
     """
     name = name or scratch_name(dataset, embedder.spec.name)
     started = time.perf_counter()
+    if fresh and params and scratch.exists(server_url, name):
+        # a mistyped param is refused before the loaded database is dropped (reloading LoCoMo takes minutes)
+        kept = with_dbname(server_url, name)
+        schema.install(kept)
+        check_params(kept, params)
     if fresh:
         scratch.drop(server_url, name)
     url = scratch.create(server_url, name, exist_ok=True)
@@ -201,7 +208,7 @@ def ask_all(
                     except psycopg.Error as exc:
                         state = f" [{exc.sqlstate}]" if exc.sqlstate else ""
                         r.status = "error"
-                        r.message = f"{r.system.name} failed on {query.id}{state}: {str(exc).strip()}"
+                        r.message = f"{r.system.name} failed on {query.id}{state}: {one_line(exc)}"
                         continue
                     r.ranked[query.id] = keys
                     r.latency_ms.append(elapsed)
