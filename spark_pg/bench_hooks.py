@@ -36,6 +36,7 @@ from spark_pg.errors import InputError
 from spark_pg.eval.scenarios import LABELS, Scenario, default_folder, load_scenarios
 from spark_pg.hooks import wire
 from spark_pg.hooks.protocol import PRE, parse_event
+from spark_pg.hooks.server import HookServerError, SocketClaim
 from spark_pg.records import read_file
 
 WARMUP = 5
@@ -114,7 +115,8 @@ class _Server:
         while wire.ping(self.path) is None:
             if self.proc.poll() is not None or time.monotonic() - started > SERVER_START_TIMEOUT_S:
                 self.stop()
-                raise RuntimeError(f"spark-pg serve did not start: {log.read_text(errors='replace')[-2000:]}")
+                said = log.read_text(errors="replace")[-2000:]
+                raise HookServerError(f"spark-pg serve did not start: {' '.join(said.split())}")
             time.sleep(0.1)
         self.ready_s = round(time.monotonic() - started, 2)
 
@@ -151,6 +153,10 @@ def run(
     """Measure ``calls`` pre-tool-use and as many post-tool-use hook processes, ``parallel`` at once."""
     if socket is not None and socket.exists() and not socket.is_socket():
         raise InputError(f"--socket {socket} exists and is not a socket: name a socket or a free path")
+    if socket is not None and wire.ping(socket) is None:
+        # a server is to be started there: what `spark-pg serve` would refuse is refused now, before the
+        # tenant is loaded (the lock is taken and released at once)
+        SocketClaim(socket).release()
     scenarios = load_scenarios(default_folder())
     tenant = f"bench-hooks-{uuid.uuid4().hex[:8]}"
     memories = _load_tenant(settings, tenant)

@@ -494,7 +494,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--memories", type=bench_memories_arg, help="corpus size (retrieve; default 100000)")
     p.add_argument(
-        "--tenants", type=bench_tenants_arg, help="tenants, Zipf-skewed sizes (retrieve: default 100)"
+        "--tenants",
+        type=bench_tenants_arg,
+        help="tenants, Zipf-skewed sizes (retrieve: default 100; scale: default max(100, size / 1000))",
     )
     p.add_argument("--queries", type=positive_int, help="calls measured (retrieve, scale, --hooks; 300)")
     p.add_argument("--k", type=bench_k_arg, help="results per call (retrieve, scale; default 8)")
@@ -507,7 +509,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--baseline",
         action=argparse.BooleanOptionalAction,
-        help="also the common Python-side hybrid on the same queries, interleaved (retrieve; ~10-15 s more)",
+        help="also the common Python-side hybrid on the same queries, interleaved (retrieve, scale; on by "
+        "default; ~10-15 s more a size)",
     )
     p.add_argument("--n", type=positive_int, help="memories to ingest (ingest; default 2000)")
     p.add_argument("--hooks", action="store_true", help="hook latency: `spark-pg hook` processes, server up")

@@ -702,6 +702,12 @@ def test_the_hook_bench_starts_its_own_server_unless_given_a_socket(
         wrong.touch()
         with pytest.raises(InputError, match="exists and is not a socket"):
             bench_hooks.run(Settings({}), 1, socket=wrong)
+    # what serve would refuse is refused up front too (was a RuntimeError traceback after loading the tenant)
+    too_long = tmp_path / ("x" * 120) / "s.sock"
+    with pytest.raises(HookServerError, match="longer than 107 bytes"):
+        bench_hooks.run(Settings({}), 1, socket=too_long)
+    with pytest.raises(HookServerError, match="cannot create the socket's folder"):
+        bench_hooks.run(Settings({}), 1, socket=tmp_path / "notes.txt" / "s.sock")
 
 
 def test_a_client_that_leaves_early_costs_the_server_one_log_line(
