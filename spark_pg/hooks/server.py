@@ -95,7 +95,9 @@ class _Handler(socketserver.StreamRequestHandler):
         if not response.get("ok"):
             self.server.log(f"request failed after {spent:.0f} ms: {response.get('error')}")
         elif response.get("expired"):
-            self.server.log(f"no advice after {spent:.0f} ms: the client's deadline passed or it left (rolled back)")
+            self.server.log(
+                f"no advice after {spent:.0f} ms: the client's deadline passed or it left (rolled back)"
+            )
 
 
 class HookServer(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
