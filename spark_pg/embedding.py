@@ -177,15 +177,16 @@ def load_embedder(settings: Settings, *, offline: bool = False) -> Embedder:
         except ImportError:
             raise ModelNotAvailable("fastembed is not installed: `pip install fastembed`") from None
         try:
-            network = not spec.offline_files and not offline  # a download could be tried
+            # a network model: from the cache, quietly (fastembed logs two ERROR lines for a miss), else
+            # downloaded, unless ``offline``
             model = None if spec.offline_files else _from_cache(spec.fastembed_name, kwargs)
-            if offline and not spec.offline_files and model is None:
-                raise ModelNotAvailable(  # quietly: fastembed logged two ERROR lines for the cache miss
-                    f"cannot load {name}: it is not in {cache_dir} yet, and a hook without `spark-pg serve` "
-                    "never downloads a model: run `spark-pg serve` (it downloads on start) or fill "
-                    "embedding.cache_dir once"
-                )
-            if network and model is None:
+            if model is None and not spec.offline_files:
+                if offline:
+                    raise ModelNotAvailable(
+                        f"cannot load {name}: it is not in {cache_dir} yet, and a hook without `spark-pg "
+                        "serve` never downloads a model: run `spark-pg serve` (it downloads on start) or "
+                        "fill embedding.cache_dir once"
+                    )
                 unreachable = _hub_unreachable(spec.fastembed_name)
                 if unreachable:  # say so now, not after fastembed's three tries and 36 s of back-off
                     raise ModelNotAvailable(

@@ -227,11 +227,6 @@ SET weights = EXCLUDED.weights, samples = EXCLUDED.samples, evaluation = EXCLUDE
 """
 
 # write-behind embedding (spark_pg/worker.py; the queue and its triggers: migration 0008)
-QUEUE_BACKLOG = """
-SELECT count(*) FROM spark.embed_queue
-WHERE %(max_attempts)s::integer IS NULL OR attempts < %(max_attempts)s::integer
-"""
-
 # what a run can claim now, what waits out the backoff of a failure, what was given up (max_attempts)
 QUEUE_STATE = """
 SELECT count(*) FILTER (WHERE attempts < %(max_attempts)s AND not_before <= now()),

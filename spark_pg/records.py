@@ -54,6 +54,7 @@ UNTAGGED_KINDS = frozenset({"episode"})  # dialog turns: their category says not
 MAX_TEXT = 100_000  # characters; longer texts belong in a document store, not in a memory
 MAX_QUERY_TEXT = 10_000  # a question's characters (spark._check_query_text): a question, not a document
 MAX_TENANT = 128  # characters, as the database CHECKs
+MAX_KEY = 512  # characters of a memory key, as the database CHECKs (spark.memories.key)
 MAX_FILE_BYTES = 1 << 30  # an ingest file is read whole; bigger ones are split (JSONL splits by lines)
 EARLIEST = datetime(1, 1, 2, tzinfo=UTC)  # created_at bounds (UTC)
 LATEST = datetime(9999, 12, 30, 23, 59, 59, 999999, tzinfo=UTC)
@@ -241,7 +242,7 @@ def validate_row(
         )
     text = _text(row, "text", where, max_len=MAX_TEXT, required=True)
     assert text is not None
-    key = _text(row, "key", where, max_len=512) or default_key(text)
+    key = _text(row, "key", where, max_len=MAX_KEY) or default_key(text)
     importance = row.get("importance", 0.5)
     if importance is None:
         importance = 0.5

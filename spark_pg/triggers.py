@@ -31,7 +31,7 @@ from psycopg.types.json import Jsonb
 
 from spark_pg import queries
 from spark_pg.errors import InputError
-from spark_pg.records import PRIORITIES, json_problem
+from spark_pg.records import MAX_KEY, PRIORITIES, json_problem
 from spark_pg.refusals import one_line
 from spark_pg.rowfiles import StrictYamlLoader, yaml_error_line, yaml_error_message
 
@@ -383,9 +383,11 @@ def _rule(raw: Any, where: str, source: str, *, origin: str) -> TriggerRule:
     if (
         not isinstance(surface, list)
         or not 1 <= len(surface) <= 50
-        or not all(isinstance(k, str) and k.strip() and len(k) <= 512 for k in surface)
+        or not all(isinstance(k, str) and k.strip() and len(k) <= MAX_KEY for k in surface)
     ):
-        raise TriggerRuleError(source, where, "surface must list 1 to 50 memory keys of 1 to 512 characters")
+        raise TriggerRuleError(
+            source, where, f"surface must list 1 to 50 memory keys of 1 to {MAX_KEY} characters"
+        )
     priority = raw.get("priority", "normal")
     if priority not in PRIORITIES:
         raise TriggerRuleError(source, where, f"priority {priority!r} is not one of {', '.join(PRIORITIES)}")

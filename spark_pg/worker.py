@@ -73,19 +73,18 @@ class WorkerStats:
         }
 
 
-def backlog(conn: psycopg.Connection[Any], max_attempts: int | None = None) -> int:
-    """Rows waiting in spark.embed_queue (those still to be tried, when ``max_attempts`` is given)."""
-    row = conn.execute(queries.QUEUE_BACKLOG, {"max_attempts": max_attempts}).fetchone()
-    assert row is not None
-    return int(row[0])
-
-
 def queue_state(conn: psycopg.Connection[Any], max_attempts: int) -> tuple[int, int, int]:
     """Rows of spark.embed_queue: (claimable now, waiting out a failure's backoff, given up after
     ``max_attempts``)."""
     row = conn.execute(queries.QUEUE_STATE, {"max_attempts": max_attempts}).fetchone()
     assert row is not None
     return int(row[0]), int(row[1]), int(row[2])
+
+
+def backlog(conn: psycopg.Connection[Any], max_attempts: int | None = None) -> int:
+    """Rows waiting in spark.embed_queue (those still to be tried, when ``max_attempts`` is given)."""
+    ready, backing_off, _ = queue_state(conn, 2**31 - 1 if max_attempts is None else max_attempts)
+    return ready + backing_off
 
 
 def store_vectors(

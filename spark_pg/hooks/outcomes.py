@@ -71,9 +71,8 @@ _CLAUSE = re.compile(r"[.!?](?:\s|$)|[;\n]|:\s|,\s|\s[-\u2013\u2014]\s")  # dash
 # (?<![\w-]): a word, not part of a flag (--no-ff, --warn-unused-ignores, --leak-check recommend those flags);
 # the apostrophe straight or typographic (U+2019)
 _NEGATION = re.compile(
-    r"(?<![\w-])(?:never|not|no|avoid\w*|without|instead\s+of|rather\s+than|stop|don['\u2019]?t|"
-    r"doesn['\u2019]?t|won['\u2019]?t|can['\u2019]?t|cannot|shouldn['\u2019]?t|mustn['\u2019]?t|isn['\u2019]?t|"
-    r"aren['\u2019]?t|forbid\w*|prohibit\w*|over)\b",
+    r"(?<![\w-])(?:never|not|no|avoid\w*|without|instead\s+of|rather\s+than|stop|"
+    r"(?:don|doesn|won|can|shouldn|mustn|isn|aren)['\u2019]?t|cannot|forbid\w*|prohibit\w*|over)\b",
     re.IGNORECASE,
 )
 # a clause that warns about something names it anywhere ("DROP TABLE is dangerous"): none of it counts.
