@@ -379,6 +379,12 @@ ORDER BY 1
 
 # traces and learnings (spark_pg/traces): the stored row of a key, locked; its metadata replaced (a repeat
 # bumps its counters this way: nothing is embedded again, the content hash is unchanged)
+# a trace's or learning's key, held to the end of the transaction: the row may not exist yet (FOR UPDATE
+# then locks nothing), and two agents adding the same one at once must count two occurrences, not race
+# (a hash collision only makes two unrelated adds wait for each other)
+LOCK_MEMORY_KEY = """
+SELECT pg_advisory_xact_lock(hashtextextended('spark.memory:' || %(tenant)s || '/' || %(key)s, 0))
+"""
 MEMORY_FOR_UPDATE = """
 SELECT kind, content_hash, metadata FROM spark.memories WHERE tenant = %(tenant)s AND key = %(key)s FOR UPDATE
 """

@@ -14,7 +14,7 @@ import subprocess
 import time
 import uuid
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -190,14 +190,18 @@ def first_ping(path: Path, server: subprocess.Popen[bytes], log: Path, seconds: 
 
 
 class Blocked:
-    """A statement run on its own connection in a thread, for a test of what waits for what: ``start`` returns
-    once the statement waits for a lock (or has finished), ``join`` its error, if any."""
+    """A statement (or a call given an autocommit connection) run on its own connection in a thread, for a
+    test of what waits for what: ``start`` returns once it waits for a lock (or has finished), ``join``
+    its error, if any; a call's return value is ``result``."""
 
-    def __init__(self, url: str, sql: str, args: Any = None) -> None:
+    def __init__(
+        self, url: str, sql: str | Callable[[psycopg.Connection[Any]], Any], args: Any = None
+    ) -> None:
         import threading
 
         self.url, self.sql, self.args = url, sql, args
         self.error: BaseException | None = None
+        self.result: Any = None
         self.pid: int | None = None
         self._thread = threading.Thread(target=self._run, daemon=True)
 
@@ -205,7 +209,10 @@ class Blocked:
         try:
             with connect(self.url, autocommit=True) as c:
                 self.pid = c.info.backend_pid
-                c.execute(self.sql, self.args)
+                if callable(self.sql):
+                    self.result = self.sql(c)
+                else:
+                    c.execute(self.sql, self.args)
         except BaseException as exc:  # reported by join
             self.error = exc
 

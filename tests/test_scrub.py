@@ -227,6 +227,23 @@ SECRETS: list[tuple[str, str, list[str], str]] = [
     ),
 ]
 
+# secret names glued to a prefix: ENV_STYLE, camelCase, a long word glued on; quoted flag values
+SECRETS += [
+    (
+        "pgpassword",
+        "PGPASSWORD=Sup3rS3cret psql -h db.internal",
+        ["Sup3rS3cret"],
+        "PGPASSWORD=[REDACTED:password]",
+    ),
+    ("exported pgpassword", "export PGPASSWORD='hunter2'", ["hunter2"], "PGPASSWORD='[REDACTED:password]'"),
+    ("camelCase password", '{"dbPassword": "hunter2"}', ["hunter2"], '"dbPassword": "[REDACTED:password]"'),
+    ("camelCase token", "githubToken=abc123def456ghi", ["abc123def456ghi"], "githubToken=[REDACTED:secret]"),
+    ("acronym password", "DBPassword=abc123", ["abc123"], "DBPassword=[REDACTED:password]"),
+    ("glued password", "adminpassword=hunter2", ["hunter2"], "adminpassword=[REDACTED:password]"),
+    ("quoted flag", "mysql --password 'hunter2' -h db", ["hunter2"], "--password '[REDACTED:password]'"),
+    ("double-quoted flag", '--token "abc123def"', ["abc123def"], '--token "[REDACTED:secret]"'),
+]
+
 # each must come back byte for byte
 NEAR_MISSES: list[tuple[str, str]] = [
     ("git sha", "reverted 3f2a9c1e8b7d6f5a4c3b2a1908f7e6d5c4b3a291 and cherry-picked 9fceb02"),
@@ -234,6 +251,8 @@ NEAR_MISSES: list[tuple[str, str]] = [
     ("file paths", "edited src/auth/token_refresh.py and tests/test_password_reset.py"),
     ("versions", "bumped react@18.2.0, numpy==1.26.4 and python 3.12.1 to v2.31.0"),
     ("max_tokens", "set max_tokens=512 and num_tokens: 3"),
+    ("token limits", "max_token=512 and token_limit=4096"),
+    ("words ending in pass", "bypass=1 compass=north surpass: yes"),
     ("password field in prose", "the password: field must be validated before the token: expired check"),
     ("token words", "token refresh fails after rotation; refresh the secret manager cache"),
     ("url without credentials", "psql postgres://localhost:5432/shop or postgres://app@db.internal/shop"),

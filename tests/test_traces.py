@@ -14,10 +14,12 @@ import pytest
 
 from spark_pg import traces
 from spark_pg.cli import main
+from spark_pg.db import connect
 from spark_pg.embedding import Embedder
 from spark_pg.errors import InputError
 from spark_pg.traces import add_learning, add_trace, make_learning, make_trace
 from spark_pg.traces.descriptor import MAX_FILES, MAX_INTENT, MAX_ISSUE
+from tests.conftest import Blocked
 
 Conn = psycopg.Connection[Any]
 
@@ -118,6 +120,49 @@ def test_fields_are_bounded_and_the_separator_cannot_be_forged() -> None:
     assert "(+4 more)" in trace.descriptor and "~/proj/x.py" not in trace.files  # sorted after src/
     assert make_trace("a", "success", files="/home/alice/proj/x.py").files == ("~/proj/x.py",)
     assert len(trace.tags) == 12
+
+
+@pytest.mark.parametrize(
+    ("raw", "secret"),
+    [
+        ("deploy failed: DB_PASSWORD=\nhunter2", "hunter2"),  # name and value on two lines
+        ("config had password:\n  Hunter2xyz", "Hunter2xyz"),
+        ("token:\r\nABCDEF123456789", "ABCDEF123456789"),
+        ("password\u00a0=\u00a0hunter2", "hunter2"),  # no-break spaces
+        ("--password\nhunter2", "hunter2"),
+        ("pass\u00adword=hunter2", "hunter2"),  # a soft hyphen inside the name
+        (GH[:4] + "\u200b" + GH[4:], GH[4:]),  # a zero-width space inside the token
+        ("\uff21\uff2b\uff29\uff21" + AWS_ID[4:], AWS_ID[4:]),  # full-width AKIA
+    ],
+)
+def test_a_secret_the_squashing_would_join_is_scrubbed(raw: str, secret: str) -> None:
+    trace = make_trace(raw, "failure", issue=raw)
+    assert secret not in trace.descriptor and "[REDACTED" in trace.intent
+
+
+def test_invisible_and_control_characters_are_dropped_not_refused() -> None:
+    assert make_trace("a\x00b\x07c\u200bd\u202ee", "failure").intent == "a b cde"
+    with pytest.raises(InputError, match="intent"):
+        make_trace("lone \ud800 surrogate", "failure")
+
+
+def test_a_cut_backs_up_only_out_of_a_placeholder() -> None:
+    words = "and more words " * 20
+    trace = make_trace("Fix crash when the user types [ in the search box " + words, "failure")
+    assert trace.intent.startswith("Fix crash when the user types [ in the search box and more")
+    assert len(trace.intent) > 150
+    assert make_trace("[" + "word " * 60, "failure").intent.startswith("[word word")
+    # no space to cut at: the limit falls inside [EMAIL], and the cut backs up out of it
+    assert make_trace("x" * 195 + "/jane.doe@example.com", "failure").intent == "x" * 195
+
+
+def test_home_folders_and_the_count_of_more_files() -> None:
+    trace = make_trace(
+        "x", "failure", files=["c:/users/bob/proj/a.py", "/root/x/y.py", "C:\\Users\\Bob\\proj\\b.py"]
+    )
+    assert trace.files == ("~/proj/a.py", "~/proj/b.py", "~/x/y.py")
+    many = make_trace("x", "failure", files=["a.py"] * 3 + [f"f{i}.py" for i in range(2000)])
+    assert many.more_files == 2001 - MAX_FILES
 
 
 @pytest.mark.parametrize(
@@ -263,6 +308,36 @@ def test_a_learning_links_both_ways_and_its_repeats_unite_the_links(
     # the trace itself, added again, keeps its links
     add_trace(conn, embedder, tenant, "Add a Cobra subcommand", "failure", issue="errors were swallowed")
     assert stored(conn, tenant)[t1.key]["metadata"]["learning_keys"] == [first.key]
+
+
+def test_two_agents_adding_the_same_trace_or_learning_at_once_count_both(
+    db_url: str, embedder: Embedder, tenant: str
+) -> None:
+    """The second add waits for the first (the key is locked before the row exists), then counts a repeat
+    and unites the links; without the lock both were 'added' and one occurrence and one link were lost."""
+    intent, handle = "Retry the flaky upload", "Retry uploads with exponential backoff and jitter"
+    first = connect(db_url)
+    try:
+        first.autocommit = True
+        t1 = add_trace(first, embedder, tenant, "Upload the build artefacts", "failure")
+        t2 = add_trace(first, embedder, tenant, "Upload the release notes", "failure")
+        with first.transaction():
+            a = add_trace(first, embedder, tenant, intent, "failure")
+            b = Blocked(db_url, lambda c: add_trace(c, embedder, tenant, intent, "failure")).start()
+        assert b.join() is None
+        assert (a.status, b.result.status, b.result.occurrences) == ("added", "seen_again", 2)
+        with first.transaction():
+            add_learning(first, embedder, tenant, handle, from_trace=t1.key)
+            c = Blocked(db_url, lambda c: add_learning(c, embedder, tenant, handle, from_trace=t2.key))
+            c.start()
+        assert c.join() is None and c.result.status == "seen_again"
+        rows = stored(first, tenant)
+        assert rows[a.key]["metadata"]["occurrences"] == 2
+        assert rows[c.result.key]["metadata"]["trace_keys"] == [t1.key, t2.key]
+        assert rows[t2.key]["metadata"]["learning_keys"] == [c.result.key]
+    finally:
+        first.execute("DELETE FROM spark.memories WHERE tenant = %s", (tenant,))
+        first.close()
 
 
 def test_a_learning_from_an_unknown_trace_writes_nothing(conn: Conn, embedder: Embedder, tenant: str) -> None:

@@ -6,14 +6,18 @@ A trace's descriptor is what gets stored as its text and embedded::
     | Key issue: refresh token reused after rotation | Tags: auth, tokens
 
 (one line). Fields come in that order; an empty optional field (Files, Key issue, Tags) is left out, never
-written as "none", so that two traces are not made similar by their missing parts. Every field is scrubbed
-(:mod:`spark_pg.traces.scrub`) before anything else, then normalised:
+written as "none", so that two traces are not made similar by their missing parts. Every field is first
+normalised, then scrubbed (:mod:`spark_pg.traces.scrub`), then cut:
 
-* whitespace squashed to single spaces, control characters dropped, ``|`` (the separator) written as ``/``;
+* Unicode NFKC (full-width and other compatibility forms as plain letters), invisible format characters
+  dropped (zero-width spaces and joiners, soft hyphens, bidi overrides), control characters (NUL included)
+  and every kind of whitespace as single spaces, ``|`` (the separator) written as ``/``. Normalising
+  before scrubbing means a secret split from its name by a newline or hidden by a zero-width space is
+  seen whole by the scrubber, so the squashed text cannot bring it back together;
 * intent at most 200 characters, key issue 300 (cut at a word boundary, never inside a placeholder);
 * files: ``\\`` as ``/``, a leading ``./`` and a home folder (``/home/<user>/``, ``/Users/<user>/``,
-  ``C:/Users/<user>/``) as ``~/``, duplicates dropped, sorted, at most 10 of 200 characters each (then
-  ``(+N more)``);
+  ``C:/Users/<user>/`` in any case, ``/root/``) as ``~/``, duplicates dropped, sorted, at most 10 of 200
+  characters each (then ``(+N more)``);
 * tags: lower case, spaces as ``-``, a leading ``#`` dropped, duplicates dropped, sorted, at most 12 of 40
   characters each;
 * outcome: ``success`` or ``failure`` (any case).
@@ -27,6 +31,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+import unicodedata
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
@@ -47,8 +52,9 @@ MAX_TAGS = 12
 MAX_HANDLE = 500
 MAX_CATEGORY = 64
 
-_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
-_HOME = re.compile(r"^(?:/home/|/Users/|[A-Za-z]:/Users/)[^/]{1,100}/")
+_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")
+_HOME = re.compile(r"^(?:/home/[^/]{1,100}/|(?:[A-Za-z]:)?/(?i:users)/[^/]{1,100}/|/root/)")
+_PLACEHOLDER = re.compile(r"\[(?:REDACTED(?::[a-z_]{1,40})?|EMAIL|PHONE|IP)\]")
 
 
 def _cut(text: str, limit: int) -> str:
@@ -59,28 +65,43 @@ def _cut(text: str, limit: int) -> str:
     space = cut.rfind(" ")
     if space >= limit * 0.6:
         cut = cut[:space]
-    if cut.rfind("[") > cut.rfind("]"):  # an unclosed [REDACTED:...] / [EMAIL]
-        cut = cut[: cut.rfind("[")]
+    for m in _PLACEHOLDER.finditer(text, max(0, len(cut) - 60), len(cut) + 60):
+        if m.start() < len(cut) < m.end():  # the cut would fall inside [REDACTED:...] / [EMAIL]
+            cut = cut[: m.start()]
+            break
     return cut.rstrip(" ,;:/-")
 
 
+def _visible(text: str) -> str:
+    """``text`` without invisible format characters (Unicode category Cf: zero-width space and joiners,
+    soft hyphen, bidi overrides), which would otherwise split a secret the scrubber must see whole."""
+    if text.isascii():
+        return text
+    return "".join(c for c in text if unicodedata.category(c) != "Cf")
+
+
+def normalise(raw: str) -> str:
+    """NFKC, invisible characters dropped, control characters and any whitespace as single spaces, ``|``
+    as ``/`` (the descriptor's separator), at most MAX_RAW characters. What the scrubber is given."""
+    text = unicodedata.normalize("NFKC", raw) if not raw.isascii() else raw
+    text = _CONTROL.sub(" ", _visible(text))
+    return " ".join(text.replace("|", "/").split())[:MAX_RAW]
+
+
 def clean(value: object, field: str, limit: int, *, required: bool = False) -> str:
-    """One free-text field: scrubbed, whitespace squashed, ``|`` as ``/``, at most ``limit`` characters.
-    Empty is allowed unless ``required`` (InputError naming the field)."""
+    """One free-text field: normalised (:func:`normalise`), then scrubbed, then cut to at most ``limit``
+    characters. Empty is allowed unless ``required`` (InputError naming the field)."""
     if value is None:
         value = ""
     if not isinstance(value, str):
         raise InputError(f"{field} must be a string, not {type(value).__name__}")
-    raw = checked_text(field, value[:MAX_RAW])  # a lone surrogate was a UnicodeEncodeError when hashed
-    text = scrub(_CONTROL.sub(" ", raw))
-    text = " ".join(text.replace("|", "/").split())
-    text = _cut(text, limit)
+    # NUL is a control character like any other (dropped); a lone surrogate is refused: PostgreSQL
+    # cannot store it and it was a UnicodeEncodeError when hashed
+    raw = checked_text(field, value[:MAX_RAW].replace("\x00", " "))
+    text = _cut(scrub(normalise(raw)), limit)
     if required and not text:
         raise InputError(f"{field} must not be empty")
     return text
-
-
-_PLACEHOLDER = re.compile(r"\[(?:REDACTED(?::[a-z_]{1,40})?|EMAIL|PHONE|IP)\]")
 
 
 def _lower(text: str) -> str:
@@ -106,10 +127,17 @@ def _items(value: str | Iterable[str] | None, field: str) -> list[str]:
     return [piece for item in items for piece in item.split(",")]
 
 
+MAX_FILES_LOOKED_AT = 1000  # distinct paths normalised and scrubbed; the rest are only counted
+
+
 def clean_files(value: str | Iterable[str] | None) -> tuple[tuple[str, ...], int]:
-    """Normalised file paths, sorted and deduplicated; returns (the first MAX_FILES, how many more)."""
+    """Normalised file paths, sorted and deduplicated; returns (the first MAX_FILES, how many more).
+
+    Only the first MAX_FILES_LOOKED_AT distinct paths (as given) are normalised; the distinct ones after
+    them are added to the count of more."""
+    given = list(dict.fromkeys(item.strip() for item in _items(value, "files") if item.strip()))
     paths = set()
-    for raw in _items(value, "files")[:1000]:
+    for raw in given[:MAX_FILES_LOOKED_AT]:
         path = clean(raw.replace("\\", "/"), "files", MAX_FILE)
         while path.startswith("./"):
             path = path[2:]
@@ -117,7 +145,8 @@ def clean_files(value: str | Iterable[str] | None) -> tuple[tuple[str, ...], int
         if path:
             paths.add(path)
     ordered = sorted(paths)
-    return tuple(ordered[:MAX_FILES]), max(0, len(ordered) - MAX_FILES)
+    unseen = max(0, len(given) - MAX_FILES_LOOKED_AT)
+    return tuple(ordered[:MAX_FILES]), max(0, len(ordered) - MAX_FILES) + unseen
 
 
 def clean_tags(value: str | Iterable[str] | None) -> tuple[str, ...]:

@@ -138,11 +138,29 @@ def _reference(value: str) -> bool:
     return names and (len(parts) > 1 or cut > 0)
 
 
+def _secret_name(name: str, secret: str) -> bool:
+    """Whether ``name`` (ending in the secret word ``secret``) names a secret: the word stands alone or
+    after a separator (``DB_PASSWORD``, ``aws.token``), ends an ENV_STYLE name (``PGPASSWORD``), starts a
+    camelCase part (``dbPassword``, ``githubToken``), or is a long word glued on (``adminpassword``,
+    ``appsecret``); ``bypass`` and ``compass`` are words, not names of a pass."""
+    prefix = name[: len(name) - len(secret)]
+    if not prefix.strip("-") or prefix[-1] in "_.-":
+        return True
+    if name.isupper():
+        return True
+    if secret[0].isupper() and secret[1:].islower():
+        return True
+    return secret.islower() and len(secret) >= 6
+
+
 def _assignment(m: re.Match[str]) -> str | None:
     """``name = value``: a secret after = (or in quotes); after a bare colon only when it does not read like
-    prose: ``password: field`` and ``token: 512`` stay, ``PASSWORD: letmein`` and ``password: s3cret!`` go."""
+    prose: ``password: field`` and ``token: 512`` stay, ``PASSWORD: letmein`` and ``password: s3cret!`` go.
+    A short number after a name that is not a password's is a count or a limit (``max_token=512``)."""
     name, sep, quoted = m.group("name"), m.group("sep"), m.group("quoted")
-    leaf = re.split(r"[_.-]", name.lower().strip("-"))[-1]
+    if not _secret_name(name, m.group("secret")):
+        return None
+    leaf = m.group("secret").lower()
     kind = "password" if leaf in _PASSWORD_NAMES else "secret"
     if quoted:
         value = quoted[1:-1].strip()
@@ -157,6 +175,8 @@ def _assignment(m: re.Match[str]) -> str | None:
         return None
     if leaf == "pwd" and value[:1] in "/~.":
         return None  # PWD=/home/...: the working directory, not a password
+    if kind != "password" and value.isdigit() and len(value) < 5:
+        return None  # max_token=512, token_limit: 4096
     if ":" in sep and "=" not in sep and not name.isupper():
         # a bare colon in prose ("the password: field"); an ENV_STYLE name is always an assignment
         if value.isalpha() and (value.islower() or value[1:].islower()):
@@ -167,11 +187,13 @@ def _assignment(m: re.Match[str]) -> str | None:
 
 
 def _cli_flag(m: re.Match[str]) -> str | None:
-    value = m.group("value")
-    if value.startswith("[REDACTED") or _NOT_SECRET.match(value):
+    quoted = m.group("quoted")
+    value = quoted[1:-1].strip() if quoted else m.group("value")
+    if not value or value.startswith("[REDACTED") or _NOT_SECRET.match(value):
         return None
     kind = "password" if "pass" in m.group("flag").lower() else "secret"
-    return f"{m.group('flag')}{m.group('sp')}[REDACTED:{kind}]"
+    quote = quoted[0] if quoted else ""
+    return f"{m.group('flag')}{m.group('sp')}{quote}[REDACTED:{kind}]{quote}"
 
 
 def _email(m: re.Match[str]) -> str | None:
@@ -318,7 +340,7 @@ RULES: tuple[Rule, ...] = (
     Rule(
         "assignment",
         _b(
-            r"(?i)(?P<name>(?<![A-Za-z0-9_.-])[A-Za-z0-9_.-]{0,60}?(?<![A-Za-z0-9])(?:"
+            r"(?i)(?P<name>(?<![A-Za-z0-9_.-])[A-Za-z0-9_.-]{0,60}?(?P<secret>"
             + _SECRET_NAMES
             + r")(?![A-Za-z0-9]))(?P<sep>[\"']?[ \t]{0,5}(?::=|=>|[:=])[ \t]{0,5})(?:(?P<quoted>"
             + _QUOTED
@@ -327,17 +349,19 @@ RULES: tuple[Rule, ...] = (
             + r"))"
         ),
         _assignment,
-        'a secret-named key and its value: api_key=..., DB_PASSWORD=..., token: ..., "secret": "..." '
-        "(placeholder password for password-like names, else secret)",
+        "a secret-named key and its value: api_key=..., DB_PASSWORD=..., PGPASSWORD=..., dbPassword: ..., "
+        'token: ..., "secret": "..." (placeholder password for password-like names, else secret)',
     ),
     Rule(
         "cli_flag",
         _b(
             r"(?i)(?<![A-Za-z0-9_-])(?P<flag>--?(?:password|passwd|pass|token|api-key|apikey|secret"
-            r"|client-secret|access-token|auth-token))(?P<sp>[ \t]{1,5})(?P<value>[^\s\"'-][^\s\"']{0,399})"
+            r"|client-secret|access-token|auth-token))(?P<sp>[ \t]{1,5})(?:(?P<quoted>"
+            + _QUOTED
+            + r")|(?P<value>[^\s\"'-][^\s\"']{0,399}))"
         ),
         _cli_flag,
-        "a command-line flag and its value: --password hunter2, --token abc",
+        "a command-line flag and its value: --password hunter2, --token abc, --password 'hunter2'",
     ),
     Rule(
         "email",

@@ -105,7 +105,8 @@ def _merge(old: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, Any]:
 def _store(
     conn: psycopg.Connection[Any], embedder: Embedder | None, record: MemoryIn, batch_size: int
 ) -> Stored:
-    """Insert, bump or re-embed one record; the caller holds the transaction."""
+    """Insert, bump or re-embed one record; the caller holds the transaction and the key's lock
+    (LOCK_MEMORY_KEY)."""
     row = conn.execute(queries.MEMORY_FOR_UPDATE, {"tenant": record.tenant, "key": record.key}).fetchone()
     status = "added"
     if row is not None:
@@ -156,6 +157,7 @@ def add_trace(
     # exactly the descriptor is embedded (no tags), and never ordinary advice (reflection finds it)
     record = replace(record, action_domain="general", actionability=0.0)
     with conn.transaction():
+        conn.execute(queries.LOCK_MEMORY_KEY, {"tenant": tenant, "key": record.key})
         return _store(conn, embedder, record, batch_size)
 
 
@@ -185,6 +187,8 @@ def add_learning(
         "last_seen": _now(),
     }
     with conn.transaction():
+        # before anything is read: a concurrent add of the same learning waits, then sees this one
+        conn.execute(queries.LOCK_MEMORY_KEY, {"tenant": tenant, "key": learning.key})
         if category is None:  # linking a learning later must not reset the category it was given
             row = conn.execute(queries.MEMORY_CATEGORY, {"tenant": tenant, "key": learning.key}).fetchone()
             if row is not None:
