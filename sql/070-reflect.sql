@@ -157,7 +157,7 @@ BEGIN
     min_score := (p ->> 'min_score')::double precision;
     hl := (p ->> 'half_life_days')::double precision;
     rf := (p ->> 'recency_floor')::double precision;
-    pool := (p ->> 'pool')::integer;
+    pool := greatest((p ->> 'pool')::integer, k);  -- k = 80 with the default pool of 50 still gets 80
     linked_n := (p ->> 'linked_per_trace')::integer;
     scan_max := (p ->> 'exact_scan_max')::integer;
 
@@ -261,9 +261,10 @@ BEGIN
               AND lm.key = ANY(CASE WHEN t.mkind = 'trace' AND jsonb_typeof(t.mmeta -> 'learning_keys') = 'array'
                                     THEN ARRAY(SELECT jsonb_array_elements_text(t.mmeta -> 'learning_keys'))
                                     ELSE '{}'::text[] END)
+              -- a learning returned on its own merits is not one of the trace's linked_n (before the LIMIT)
+              AND lm.id NOT IN (SELECT t2.id FROM top t2)
             ORDER BY lm.created_at DESC, lm.id
             LIMIT linked_n) lk
-        WHERE lk.id NOT IN (SELECT t2.id FROM top t2)
         ORDER BY lk.id, t.rn, lk.pos),
     linked AS (
         SELECT ln.id, ln.parent_rn, ln.parent_key, ln.pos, mm.key AS mkey, mm.kind AS mkind, mm.text AS mtext,

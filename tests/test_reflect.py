@@ -162,6 +162,30 @@ def test_learnings_linked_to_a_trace_come_back_with_it(conn: Conn, embedder: Emb
     assert "rotate" not in names(none)
 
 
+def test_a_learning_matched_on_its_own_does_not_use_up_a_linked_place(conn: Conn) -> None:
+    """The trace's linked_per_trace (3) learnings are counted without the ones already returned."""
+    keys = [f"learning:lag{i}" for i in range(5)]
+    conn.execute(
+        """INSERT INTO spark.memories (tenant, key, kind, text, created_at, metadata)
+           SELECT 'links', k, 'learning',
+                  CASE WHEN i = 5 THEN 'Watch kafka consumer lag after a deploy' ELSE 'Note number ' || i END,
+                  now() - (10 - i) * interval '1 day', '{}'
+           FROM unnest(%s::text[]) WITH ORDINALITY AS u(k, i)""",
+        (keys,),
+    )
+    conn.execute(
+        """INSERT INTO spark.memories (tenant, key, kind, text, metadata, actionability)
+           VALUES ('links', 'trace:lag', 'trace', 'Intent: kafka consumer lag | Outcome: failure',
+                   jsonb_build_object('outcome', 'failure', 'learning_keys', %s::text[]), 0)""",
+        (keys,),
+    )
+    rows = reflect(conn, "kafka consumer lag", None, k=2, tenant="links", params={"min_score": 0})
+    matched = [r["key"] for r in rows if r["why"]["match"] != "linked"]
+    linked = [r["key"] for r in rows if r["why"]["match"] == "linked"]
+    assert sorted(matched) == ["learning:lag4", "trace:lag"]
+    assert linked == ["learning:lag3", "learning:lag2", "learning:lag1"]  # three, newest first
+
+
 def test_similar_learnings_come_back_on_their_own(conn: Conn, embedder: Embedder) -> None:
     rows = reflect(conn, "add a cobra subcommand", embedder.embed_query("add a cobra subcommand"))
     assert names(rows) == ["cobra"] and rows[0]["linked_to"] is None and rows[0]["kind"] == "learning"
@@ -276,6 +300,8 @@ def test_empty_tenant_k_zero_and_huge_k(conn: Conn, embedder: Embedder) -> None:
     )
     assert len(rows) == 100 and rows[-1]["rank"] == 100
     assert len(reflect(conn, "deploy service", None, k=7, tenant="many")) == 7
+    # k past the default pool (50) still gets k matches: the pool grows to k
+    assert len(reflect(conn, "deploy service", None, k=80, tenant="many", params={"min_score": 0})) == 80
     # with a query vector, rows the model has not embedded yet are still found by their words
     assert len(reflect(conn, "deploy service", vec, k=3, tenant="many")) == 3
 
