@@ -547,7 +547,7 @@ def test_a_failure_behind_a_full_pool_of_better_lexical_successes_is_found(conn:
         )
     add_outcome_trace(conn, tenant, "trace:bad", "Intent: deploy the billing job", "failure", None)
     query = "deploy the payments service"
-    every = reflect(conn, query, None, k=10, params={"pool": 5, "min_score": 0}, tenant=tenant)
+    every = reflect(conn, query, None, k=5, params={"pool": 5, "min_score": 0}, tenant=tenant)
     # the pool of 5: successes matching 3 words each, not the failure matching 1
     assert {r["outcome"] for r in every} == {"success"}
     rows = reflect(conn, query, None, params={"pool": 5, "outcome": "failure", "min_score": 0}, tenant=tenant)
