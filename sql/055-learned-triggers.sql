@@ -33,18 +33,45 @@ BEGIN
         GROUP BY mm.id, mm.key
         HAVING count(*) >= min_helpful
     LOOP
-        CONTINUE WHEN EXISTS (SELECT 1 FROM spark.trigger_rules t
-                              WHERE t.tenant = tenant AND m.key = ANY(t.surface));
-        -- the English stems most of those calls share (two at most: the pattern and its context pattern)
-        SELECT array_agg(x.lexeme ORDER BY x.n DESC, x.lexeme) INTO stems FROM (
-            SELECT l.lexeme, count(*) AS n
-            FROM unnest(m.texts) tt, unnest(to_tsvector('english', coalesce(tt, ''))) l
-            WHERE length(l.lexeme) >= 3 AND l.lexeme ~ '^[a-z0-9]+$'
-            GROUP BY l.lexeme
-            HAVING count(*) * 2 > cardinality(m.texts)
-            ORDER BY count(*) DESC, l.lexeme
-            LIMIT 2) x;
+        -- a memory some rule surfaces gets none, except its own learned shadow rule that has never been hit:
+        -- that one is proposed again below when the calls now give another pattern (rules learned before
+        -- the stem-prefix fix, \mretri, matched nothing and would have stood in the way for good)
+        CONTINUE WHEN EXISTS (
+            SELECT 1 FROM spark.trigger_rules t
+            WHERE t.tenant = tenant AND m.key = ANY(t.surface)
+              AND NOT (t.origin = 'learned' AND t.shadow AND t.name = 'learned-' || left(md5(m.key), 12)
+                       AND NOT EXISTS (SELECT 1 FROM spark.trigger_shadow_hits h
+                                       WHERE h.tenant = t.tenant AND h.rule_name = t.name)));
+        -- the English stems most of those calls share (two at most: the pattern and its context pattern),
+        -- each written as the prefix its stem shares with every word of the calls that stems to it: a rule
+        -- matches raw text, and a stem is not always a prefix of its words ("retry" -> retri, "policy" ->
+        -- polici), so \mretri would never match the calls it was learned from; \mretr does
+        SELECT array_agg(x.prefix ORDER BY x.n DESC, x.lexeme) INTO stems FROM (
+            SELECT g.lexeme, g.n, left(g.lexeme, (
+                       SELECT coalesce(max(i), 0) FROM generate_series(1, length(g.lexeme)) i
+                       WHERE left(g.lexeme, i) = left(g.lo, i) AND left(g.lexeme, i) = left(g.hi, i))) AS prefix
+            FROM (
+                -- the least and greatest word of a stem bound the prefix all its words share
+                SELECT w.lexeme, count(DISTINCT w.ord) AS n, min(w.word COLLATE "C") AS lo,
+                       max(w.word COLLATE "C") AS hi
+                FROM (SELECT t.ord, ww.word,
+                             (tsvector_to_array(to_tsvector('english', ww.word)))[1] AS lexeme
+                      FROM unnest(m.texts) WITH ORDINALITY AS t(tt, ord)
+                      CROSS JOIN LATERAL (
+                          SELECT r[1] AS word
+                          FROM regexp_matches(lower(coalesce(t.tt, '')), '[a-z0-9]+', 'g') AS r) ww) w
+                WHERE length(w.lexeme) >= 3 AND w.lexeme ~ '^[a-z0-9]+$'
+                GROUP BY w.lexeme
+                HAVING count(DISTINCT w.ord) * 2 > cardinality(m.texts)) g
+            ORDER BY g.n DESC, g.lexeme
+            LIMIT 2) x
+        WHERE length(x.prefix) >= 3;
         CONTINUE WHEN stems IS NULL;
+        CONTINUE WHEN EXISTS (  -- its unhit learned rule already says this
+            SELECT 1 FROM spark.trigger_rules t
+            WHERE t.tenant = tenant AND t.name = 'learned-' || left(md5(m.key), 12)
+              AND t.pattern = '\m' || stems[1]
+              AND t.context_pattern IS NOT DISTINCT FROM CASE WHEN cardinality(stems) > 1 THEN '\m' || stems[2] END);
         PERFORM spark.put_trigger_rule(
             tenant => tenant, name => 'learned-' || left(md5(m.key), 12),
             pattern => '\m' || stems[1], context_pattern => CASE WHEN cardinality(stems) > 1
@@ -60,8 +87,11 @@ $fn$;
 COMMENT ON FUNCTION spark.propose_triggers(text, integer) IS
     'Propose learned trigger rules (origin learned, shadow): for each of tenant''s memories that the advisor '
     'surfaced without a trigger and that was then marked helpful or followed at least min_helpful times, a '
-    'rule on the English stems most of those calls share (\m<stem>, and a second as context_pattern). A '
-    'memory some rule already surfaces gets none. Returns how many were proposed. Shadow rules are matched and '
+    'rule on the English stems most of those calls share (\m<prefix>, and a second as context_pattern; the '
+    'prefix is what the stem shares with the words of those calls, so "retry" gives \mretr, never \mretri). A '
+    'memory some rule already surfaces gets none, except that its own learned shadow rule, while it has no '
+    'shadow hit, is rewritten when the calls now give another pattern. Returns how many were proposed. '
+    'Shadow rules are matched and '
     'logged by spark.advise, never surfaced, until spark.promote_triggers. Errors: 22004 NULL tenant or '
     'min_helpful, 22023 an empty or over-long tenant or the pack''s tenant _system, min_helpful below 1.';
 

@@ -3,6 +3,7 @@ inside spark.retrieve (actionability, action domains)."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -561,6 +562,39 @@ def test_learned_triggers_are_proposed_in_shadow_and_promoted_on_precision(conn:
     assert any("trigger" in r["pools"] for r in surfaced_now)
     with pytest.raises(errors.InvalidParameterValue, match="min_precision"):
         conn.execute("SELECT * FROM spark.promote_triggers('acme', 3, 1.5)")
+
+
+def test_a_learned_rule_matches_the_calls_it_was_learned_from(conn: Conn) -> None:
+    """A stem is not always a prefix of its words (retry -> retri, policy -> polici): the rule is written as
+    the prefix they share, and a dead rule learned the old way is rewritten while it has no shadow hit."""
+    add_memories(conn, "acme", [("backoff", "Retry with exponential backoff and jitter.", "system", 0.8)])
+    texts = ["apply retry policy to http client", "retry policy for queue", "check the retry policy"]
+    for n, text in enumerate(texts):
+        helpful(conn, "acme", "backoff", log_call(conn, "acme", f"s{n}", text, "backoff", ["semantic"]))
+    assert conn.execute("SELECT spark.propose_triggers('acme')").fetchone() == (1,)
+    rule = conn.execute(
+        "SELECT name, pattern, context_pattern FROM spark.trigger_rules WHERE tenant = 'acme'"
+    ).fetchone()
+    assert rule is not None and rule[1:] == (r"\mpolic", r"\mretr")
+    for text in texts:
+        assert re.search(rule[1][2:], text) and re.search(rule[2][2:], text)
+    assert conn.execute("SELECT spark.propose_triggers('acme')").fetchone() == (0,)  # nothing new
+    # a rule learned before the fix, never hit: replaced on the next run
+    conn.execute("UPDATE spark.trigger_rules SET pattern = '\\mpolici' WHERE tenant = 'acme'")
+    assert conn.execute("SELECT spark.propose_triggers('acme')").fetchone() == (1,)
+    assert conn.execute("SELECT pattern FROM spark.trigger_rules WHERE tenant = 'acme'").fetchone() == (
+        r"\mpolic",
+    )
+    # once hit in shadow, it is measured as it is, not rewritten under its hits
+    conn.execute("UPDATE spark.trigger_rules SET pattern = '\\mpolici' WHERE tenant = 'acme'")
+    conn.execute(
+        """INSERT INTO spark.trigger_shadow_hits (tenant, retrieval_id, rule_name, memory_id)
+           SELECT 'acme', max(r.id), %s, max(m.id)
+           FROM spark.retrievals r, spark.memories m
+           WHERE r.tenant = 'acme' AND m.tenant = 'acme' AND m.key = 'backoff'""",
+        (rule[0],),
+    )
+    assert conn.execute("SELECT spark.propose_triggers('acme')").fetchone() == (0,)
 
 
 def test_unused_insights_decay_only_when_asked(conn: Conn) -> None:
