@@ -77,7 +77,9 @@ KEYS: tuple[Key, ...] = (
         int,
         512,
         "shared_buffers of the embedded server, applied (ALTER SYSTEM, restart) when spark-pg starts it. "
-        "The PostgreSQL default of 128 MB holds little of a 100,000-memory corpus and its HNSW index.",
+        "The PostgreSQL default of 128 MB holds little of a 100,000-memory corpus and its HNSW index. "
+        "More than the machine's memory is refused; a value the server cannot start with is undone (the "
+        "previous one put back, the server started again) and refused.",
         lo=16,
         hi=1_048_576,
     ),

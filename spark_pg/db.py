@@ -8,10 +8,13 @@ client killed with SIGKILL cannot leave it unusable or unstoppable.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import os
 import subprocess
 import warnings
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
@@ -24,6 +27,8 @@ from spark_pg.config import Settings
 from spark_pg.errors import DatabaseError
 
 SYSTEM_USER = "pgserver"  # the account the wheel creates to run initdb/postgres when we are root
+_POSTMASTER_NAMES = frozenset({"postgres", "postmaster"})
+_START_SLACK_S = 5.0  # the pid file's start time against the process's creation time
 
 
 def _pgserver() -> ModuleType:
@@ -62,8 +67,55 @@ class EmbeddedServer:
             handles.write_text(json.dumps(alive))
 
     def _postmaster(self) -> Any:
+        """The pid file's contents, or None when there is none or it is being written (a server starting)."""
         utils = _pgserver().postgres_server
-        return utils.PostmasterInfo.read_from_pgdata(self.pgdata)
+        try:
+            return utils.PostmasterInfo.read_from_pgdata(self.pgdata)
+        except (AssertionError, ValueError, IndexError, OSError):  # a partly written postmaster.pid
+            return None
+
+    @staticmethod
+    def _is_postmaster(info: Any) -> bool:
+        """Whether the pid file's process is that postmaster, not a process that got its PID after a crash
+        or a reboot: named postgres and created when the pid file says the server started. A process we
+        may not inspect counts as the postmaster (never treat a live server as gone)."""
+        proc = info.process
+        if proc is None:
+            return False
+        try:
+            if not proc.is_running() or proc.name() not in _POSTMASTER_NAMES:
+                return False
+            started: float = info.start_time.timestamp()
+            return bool(abs(proc.create_time() - started) <= _START_SLACK_S)
+        except psutil.AccessDenied:
+            return True
+        except psutil.Error:  # gone, or a zombie
+            return False
+
+    def _drop_stale_pid_file(self) -> None:
+        """Remove a postmaster.pid whose PID now belongs to another process: PostgreSQL would refuse to
+        start beside it ("lock file already exists") and the wheel would take that process for the server;
+        `db down` must never signal it."""
+        info = self._postmaster()
+        if info is not None and info.process is not None and not self._is_postmaster(info):
+            with contextlib.suppress(FileNotFoundError):
+                (self.pgdata / "postmaster.pid").unlink()
+
+    @contextlib.contextmanager
+    def _lifecycle_lock(self) -> Iterator[None]:
+        """One `db up` / `db down` at a time per home: a second waits, then finds the server as the first
+        left it (two starting at once read each other's half-written pid file)."""
+        try:
+            self.home.mkdir(parents=True, exist_ok=True)
+            handle = open(self.home / ".db-lifecycle.lock", "a")  # noqa: SIM115 (held for the block)
+        except OSError as exc:
+            raise DatabaseError(
+                f"cannot create the data directory {self.pgdata}: {exc.strerror or exc} "
+                "(set home in the config file or SPARK_PG_HOME to a folder you can write)"
+            ) from None
+        with handle:
+            fcntl.flock(handle, fcntl.LOCK_EX)
+            yield
 
     def status(self) -> ServerStatus:
         try:
@@ -75,7 +127,7 @@ class EmbeddedServer:
         if not initialised:
             return ServerStatus(False, self.pgdata)
         info = self._postmaster()
-        if info is None or not info.is_running() or info.status != "ready":
+        if info is None or info.status != "ready" or not self._is_postmaster(info):
             return ServerStatus(False, self.pgdata)
         return ServerStatus(True, self.pgdata, info.pid, info.get_uri())
 
@@ -84,6 +136,19 @@ class EmbeddedServer:
         current = self.status()
         if current.running and current.url:
             return current.url
+        with self._lifecycle_lock():
+            return self._start()
+
+    def _start(self) -> str:
+        current = self.status()  # again, under the lock: another process may have started it meanwhile
+        if current.running and current.url:
+            return current.url
+        if any(c.isspace() for c in str(self.pgdata)):
+            # the wheel hands postgres its socket folder unquoted: "-k /a b/pgdata" is two arguments
+            raise DatabaseError(
+                f"the embedded server cannot run in {self.pgdata}: its path has a space; set home in the "
+                "config file or SPARK_PG_HOME to a folder whose path has none"
+            )
         try:
             self.pgdata.parent.mkdir(parents=True, exist_ok=True)
             existing = self.pgdata.exists()
@@ -94,6 +159,7 @@ class EmbeddedServer:
             ) from None
         if existing:
             self._prune_dead_handles()
+            self._drop_stale_pid_file()
         pg = _pgserver()
         # the wheel caches one handle per data dir and per process, even after the server died: drop it
         pg.postgres_server.PostgresServer._instances.pop(self.pgdata, None)
@@ -106,32 +172,64 @@ class EmbeddedServer:
                 f"could not start the embedded server in {self.pgdata}: {exc}\n{tail}"
             ) from exc
         url: str = server.get_uri()
-        if self._configure(url):
-            self._pg_ctl("restart")
+        previous = self._configure(url)
+        if previous is not None:
+            info = self._postmaster()
+            socket_dir = info.socket_dir if info is not None and info.socket_dir else self.pgdata
+            try:
+                self._pg_ctl("restart", socket_dir)
+            except DatabaseError as exc:
+                self._restore_shared_buffers(previous, exc, socket_dir)
             url = self.status().url or url
         return url
 
-    def _configure(self, url: str) -> bool:
-        """Apply spark_pg's server settings (ALTER SYSTEM); True if a restart is needed."""
-        wanted = f"{self.shared_buffers_mb}MB"
+    def _configure(self, url: str) -> int | None:
+        """Apply spark_pg's server settings (ALTER SYSTEM). Returns the shared_buffers (MB) it replaced
+        when a restart is needed, else None. A value over the machine's memory is refused first."""
+        total_mb = psutil.virtual_memory().total // (1024 * 1024)
+        if self.shared_buffers_mb > total_mb:
+            raise DatabaseError(
+                f"database.shared_buffers_mb is {self.shared_buffers_mb}, more than this machine's "
+                f"{total_mb} MB of memory: lower it (the server runs on with its current setting)"
+            )
         with psycopg.connect(url, autocommit=True) as conn:
             row = conn.execute(
                 "SELECT setting::bigint * 8 / 1024 FROM pg_settings WHERE name = 'shared_buffers'"
             )
             current = row.fetchone()
-            if current is not None and int(current[0]) == self.shared_buffers_mb:
-                return False
-            conn.execute(f"ALTER SYSTEM SET shared_buffers = '{wanted}'")
-        return True
+            if current is None or int(current[0]) == self.shared_buffers_mb:
+                return None
+            conn.execute(f"ALTER SYSTEM SET shared_buffers = '{self.shared_buffers_mb}MB'")
+        return int(current[0])
 
-    def _pg_ctl(self, action: str) -> None:
+    def _restore_shared_buffers(self, previous_mb: int, failure: DatabaseError, socket_dir: Path) -> None:
+        """The server did not come back with the new shared_buffers: put the previous value back in
+        postgresql.auto.conf (what ALTER SYSTEM writes; the server is down, so it cannot be asked),
+        start it again, and refuse, so that one bad setting never leaves a server that cannot start."""
+        conf = self.pgdata / "postgresql.auto.conf"
+        lines = [
+            line
+            for line in conf.read_text().splitlines()
+            if not line.replace(" ", "").startswith("shared_buffers=")
+        ]
+        conf.write_text("\n".join([*lines, f"shared_buffers = '{previous_mb}MB'"]) + "\n")
+        self._pg_ctl("start", socket_dir)
+        log = self.pgdata / "log"
+        tail = [ln for ln in log.read_text(errors="replace").splitlines() if "FATAL" in ln][-1:]
+        raise DatabaseError(
+            f"the embedded server did not start with database.shared_buffers_mb = {self.shared_buffers_mb}"
+            f" ({tail[0].strip() if tail else failure}); it runs on with {previous_mb} MB: lower the setting"
+        ) from failure
+
+    def _pg_ctl(self, action: str, socket_dir: Path | None = None) -> None:
+        """Run pg_ctl ``action`` on the data directory; start and restart listen on ``socket_dir`` only."""
         pg = _pgserver()
         bin_path = pg.postgres_server.POSTGRES_VERSIONS[pg.postgres_server.TARGET_POSTGRES_VERSION]
         user = SYSTEM_USER if os.geteuid() == 0 else None
-        args: tuple[str, ...] = ("-w", "-D", str(self.pgdata), "-m", "fast", action)
-        if action == "restart":
-            info = self._postmaster()
-            socket_dir = info.socket_dir if info is not None else self.pgdata
+        args: tuple[str, ...] = ("-w", "-D", str(self.pgdata), action)
+        if action != "start":
+            args += ("-m", "fast")
+        if socket_dir is not None:
             args += ("-o", f'-h "" -k {socket_dir}', "-l", str(self.pgdata / "log"))
         try:
             pg.pgexec.pgexec("pg_ctl", args, bin_path=bin_path, user=user, timeout=60)
@@ -139,10 +237,14 @@ class EmbeddedServer:
             raise DatabaseError(f"pg_ctl {action} failed for the server in {self.pgdata}: {exc}") from exc
 
     def down(self) -> bool:
-        """Stop the server. Returns False if it was not running."""
+        """Stop the server. Returns False if it was not running (a pid file whose PID now belongs to
+        another process is not a running server: that process is never signalled)."""
         if not self.status().running:
             return False
-        self._pg_ctl("stop")
+        with self._lifecycle_lock():
+            if not self.status().running:
+                return False
+            self._pg_ctl("stop")
         return True
 
 

@@ -113,3 +113,83 @@ def test_a_home_that_cannot_hold_the_data_directory_is_named(tmp_path: Path) -> 
         DatabaseError, match=r"cannot create the data directory .*a-file/home/pgdata.*SPARK_PG_HOME"
     ):
         server.up()
+
+
+def test_a_pid_file_whose_pid_was_reused_is_not_a_server_and_its_process_is_never_signalled(
+    home: Path,
+) -> None:
+    """After a crash or a reboot the pid file may name a PID another process now has: that is no server,
+    `down` must not signal it, and `up` starts the real one."""
+    server = EmbeddedServer(home)
+    server.up()
+    saved = (server.pgdata / "postmaster.pid").read_text().splitlines()
+    assert server.down() is True
+    with subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"]) as other:
+        try:
+            stale = [str(other.pid), *saved[1:]]
+            (server.pgdata / "postmaster.pid").write_text("\n".join(stale) + "\n")
+            assert server.status().running is False
+            assert server.down() is False
+            assert other.poll() is None  # not signalled
+            with psycopg.connect(server.up()) as conn:  # the stale file is dropped, the server starts
+                assert conn.execute("SELECT 1").fetchone() == (1,)
+            assert server.status().pid != other.pid and other.poll() is None
+        finally:
+            other.kill()
+
+
+UP = """
+import sys
+from pathlib import Path
+from spark_pg.db import EmbeddedServer
+print(EmbeddedServer(Path(sys.argv[1])).up(), flush=True)
+"""
+
+
+def test_two_processes_starting_the_server_at_once_both_get_it(home: Path) -> None:
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", UP, str(home)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
+        for _ in range(2)
+    ]
+    outs = [p.communicate(timeout=120) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], [err[-800:] for _, err in outs]
+    urls = {out.strip() for out, _ in outs}
+    assert len(urls) == 1 and EmbeddedServer(home).status().running
+
+
+def test_shared_buffers_the_server_cannot_start_with_are_undone(
+    home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    server = EmbeddedServer(home, shared_buffers_mb=64)
+    server.up()
+    server.down()
+    too_big = EmbeddedServer(home, shared_buffers_mb=psutil.virtual_memory().total // 2**20 + 1)
+    with pytest.raises(DatabaseError, match="more than this machine's"):
+        too_big.up()
+    assert server.status().running  # started, and left with the setting it had
+    assert server.down() is True
+    # a value the server fails to start with: the restart is made to fail as postgres would (it stops the
+    # server, then cannot start it); the previous value is put back and the server runs again
+    bad = EmbeddedServer(home, shared_buffers_mb=96)
+    real = bad._pg_ctl
+
+    def failing(action: str, socket_dir: Path | None = None) -> None:
+        if action == "restart":
+            real("stop")
+            raise DatabaseError("pg_ctl restart failed")
+        real(action, socket_dir)
+
+    monkeypatch.setattr(bad, "_pg_ctl", failing)
+    with pytest.raises(
+        DatabaseError, match="did not start with database.shared_buffers_mb = 96.*runs on with 64"
+    ):
+        bad.up()
+    with psycopg.connect(server.up()) as conn:
+        assert conn.execute("SHOW shared_buffers").fetchone() == ("64MB",)
+
+
+def test_a_home_with_a_space_is_refused_with_the_reason(tmp_path: Path) -> None:
+    with pytest.raises(DatabaseError, match="its path has a space"):
+        EmbeddedServer(tmp_path / "my home").up()
