@@ -183,7 +183,7 @@ def test_shared_buffers_the_server_cannot_start_with_are_undone(
 
     monkeypatch.setattr(bad, "_pg_ctl", failing)
     with pytest.raises(
-        DatabaseError, match="did not start with database.shared_buffers_mb = 96.*runs on with 64"
+        DatabaseError, match=r"did not start with database.shared_buffers_mb = 96.*runs on with 64"
     ):
         bad.up()
     with psycopg.connect(server.up()) as conn:
