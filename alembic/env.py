@@ -32,6 +32,9 @@ def _run(connection) -> None:  # type: ignore[no-untyped-def]
         # the upgrade: give up after the timeout instead (the transaction rolls back, nothing is changed)
         timeout = int(context.config.attributes.get("lock_timeout_ms", LOCK_TIMEOUT_MS))
         connection.exec_driver_sql("SELECT set_config('lock_timeout', %s, true)", (f"{timeout}ms",))
+        # one init at a time: two at once raced to create the version table (23505) or to replace the same
+        # function (XX000 tuple concurrently updated); the second now waits, then finds nothing to do
+        connection.exec_driver_sql("SELECT pg_advisory_xact_lock(hashtext('spark_pg.schema'))")
         context.run_migrations()
         heads = set(context.get_context().get_current_heads())
         if heads and heads == set(context.script.get_heads()):

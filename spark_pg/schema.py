@@ -68,6 +68,7 @@ LOCK_TIMEOUT_MS: int = KEY_BY_NAME["database.migration_lock_timeout_ms"].default
 @contextmanager
 def _alembic(url: str, lock_timeout_ms: int = LOCK_TIMEOUT_MS) -> Iterator[tuple[Any, Any]]:
     from alembic.config import Config
+    from alembic.util import CommandError
     from sqlalchemy import create_engine
     from sqlalchemy.exc import DBAPIError
     from sqlalchemy.pool import NullPool
@@ -86,6 +87,8 @@ def _alembic(url: str, lock_timeout_ms: int = LOCK_TIMEOUT_MS) -> Iterator[tuple
             cfg.attributes["connection"] = connection
             cfg.attributes["lock_timeout_ms"] = lock_timeout_ms
             yield cfg, connection
+    except CommandError as exc:  # a revision this spark_pg does not have (a newer one migrated the database)
+        raise SchemaError(f"{exc}: {_unknown_revision_hint()}") from None
     except psycopg.errors.LockNotAvailable as exc:  # in the sql/ step, which runs on the driver's connection
         raise waited from exc
     except DBAPIError as exc:
@@ -140,16 +143,33 @@ def current_revision(url: str) -> str | None:
         return _installed_revision(conn)
 
 
-@functools.cache
-def head_revision() -> str:
+def _scripts() -> Any:
     from alembic.config import Config
     from alembic.script import ScriptDirectory
 
     cfg = Config()
     cfg.set_main_option("script_location", str(resource_dir("alembic")))
-    head = ScriptDirectory.from_config(cfg).get_current_head()
+    return ScriptDirectory.from_config(cfg)
+
+
+@functools.cache
+def head_revision() -> str:
+    head = _scripts().get_current_head()
     assert head is not None
-    return head
+    return str(head)
+
+
+@functools.cache
+def known_revisions() -> frozenset[str]:
+    """Every revision this spark_pg's migrations define."""
+    return frozenset(str(rev.revision) for rev in _scripts().walk_revisions())
+
+
+def _unknown_revision_hint() -> str:
+    return (
+        f"this spark_pg's migrations end at {head_revision()}, so a newer spark_pg migrated this database: "
+        "upgrade spark_pg (pip install -U spark_pg, or pull and `make`) rather than run init"
+    )
 
 
 def install(url: str, *, lock_timeout_ms: int = LOCK_TIMEOUT_MS) -> str:
@@ -161,6 +181,8 @@ def install(url: str, *, lock_timeout_ms: int = LOCK_TIMEOUT_MS) -> str:
 def require_current(conn: psycopg.Connection[Any]) -> None:
     """Raise SchemaError unless the schema is installed at the head revision."""
     version = _installed_revision(conn)
+    if version is not None and version not in known_revisions():
+        raise SchemaError(f"the database schema is at {version}, unknown here: {_unknown_revision_hint()}")
     if version != head_revision():
         raise SchemaError(
             f"the database schema is at {version or 'nothing'}, not {head_revision()}: run `spark-pg init`"

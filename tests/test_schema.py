@@ -182,3 +182,49 @@ def test_an_init_behind_another_init_gives_up_in_the_sql_step_too(installed_db: 
         schema.apply_sql(other)
         with pytest.raises(SchemaError, match="waited 300 ms for a lock"):
             schema.install(installed_db, lock_timeout_ms=300)
+
+
+def test_two_inits_at_once_take_turns(fresh_db: str) -> None:
+    """The second init (another process) waits for the first (an advisory lock), then finds nothing to do;
+    it used to fail on the version table (23505) or on a function the first was replacing (XX000)."""
+    import subprocess
+    import sys
+
+    from alembic import command
+
+    with schema._alembic(fresh_db) as (cfg, connection):
+        connection.begin()  # held open: alembic then runs inside it
+        command.upgrade(cfg, "head")  # the first init, not yet committed
+        second = subprocess.Popen(
+            [
+                sys.executable,
+                "-c",
+                "import sys; from spark_pg import schema; schema.install(sys.argv[1])",
+                fresh_db,
+            ],
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        deadline, waited = time.monotonic() + 30, False
+        with psycopg.connect(fresh_db, autocommit=True) as watch:
+            while not waited and second.poll() is None and time.monotonic() < deadline:
+                row = watch.execute(
+                    "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+                    "AND wait_event_type = 'Lock'"
+                ).fetchone()
+                waited = bool(row and row[0])
+                time.sleep(0.05)
+        connection.commit()
+    _, err = second.communicate(timeout=60)
+    assert waited and second.returncode == 0, (waited, second.returncode, err[-1500:])
+    assert schema.current_revision(fresh_db) == schema.head_revision()
+
+
+def test_a_database_a_newer_spark_pg_migrated_says_upgrade_spark_pg(installed_db: str) -> None:
+    with psycopg.connect(installed_db) as conn:
+        conn.execute("UPDATE public.spark_alembic_version SET version_num = '0099_future'")
+    with pytest.raises(SchemaError, match=r"0099_future.*upgrade spark_pg"):
+        schema.install(installed_db)
+    with psycopg.connect(installed_db) as conn, pytest.raises(SchemaError, match=r"unknown here.*upgrade"):
+        schema.require_current(conn)
+    assert schema.current_revision(installed_db) == "0099_future"  # nothing changed
