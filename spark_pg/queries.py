@@ -483,3 +483,10 @@ WHERE m.tenant <> spark.system_tenant()
 ORDER BY hashint8(m.id)
 LIMIT 200
 """
+
+# connection slots a client may still open: max_connections less the reserved ones and those in use
+FREE_CONNECTIONS = """
+SELECT current_setting('max_connections')::int - current_setting('superuser_reserved_connections')::int
+       - coalesce(current_setting('reserved_connections', true)::int, 0)
+       - (SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'client backend')
+"""

@@ -4,8 +4,9 @@ In a scratch database on the configured server (dropped at the end unless ``keep
 - **writers** store memories with deferred embedding in small batches; each batch also rewrites a few
   keys it wrote before (same key, new text), so upserts race with the workers embedding the old text, and
   upserts two keys of a small key space every writer shares, so writers race each other on the same rows
-  (the ingest's ordered row locks; a batch's commit and its record of the expected text happen under one
-  lock, so "last write wins" is checked against the real commit order);
+  (the ingest's ordered row locks). A batch runs in one transaction the writer opens (ingest's own blocks
+  are savepoints in it), and its commit and its record of the expected text happen under one lock, so
+  "last write wins" is checked against the real commit order;
 - **readers** call spark.retrieve with real query vectors across the tenants, all along;
 - **workers** (``spark-pg worker`` loops, LISTEN/NOTIFY) embed what the writers queue.
 Then the writers stop, the workers drain the queue, and the counts must reconcile: every key written is
@@ -15,7 +16,6 @@ active model for its current text, the queue is empty, and no call failed (deadl
 
 from __future__ import annotations
 
-import math
 import random
 import sys
 import threading
@@ -121,6 +121,9 @@ class _Soak:
                         rows.append(
                             (tenant, key, self.texts[rng.randrange(len(self.texts))] + f" ({key}, w{n})")
                         )
+                    # psycopg opens the transaction at the first statement; ingest's blocks are then
+                    # savepoints, and nothing is committed until the commit below
+                    conn.execute("SELECT 1")
                     ingest(conn, [MemoryIn(tenant=t, key=k, text=x) for t, k, x in rows], None)
                     with self.lock:  # commit order = the order the expected texts are recorded in
                         conn.commit()
@@ -157,6 +160,41 @@ class _Soak:
             self._fail(f"reader {n}", exc)
 
 
+MAX_SECONDS = 86_400.0  # a day
+MAX_THREADS = 64  # writers + readers + workers (each holds a connection)
+
+
+def check_soak_args(seconds: float, writers: int, readers: int, workers: int, batch: int) -> None:
+    """InputError unless the soak can run as asked: at least one writer (without one there is nothing to
+    reconcile), thread counts 0 or more and at most MAX_THREADS together, a positive duration of at
+    most a day, a batch of 1 to 1000."""
+    if not 0 < seconds <= MAX_SECONDS:
+        raise InputError(f"seconds must be more than 0 and at most {MAX_SECONDS:.0f} (a day), got {seconds}")
+    if min(writers, readers, workers) < 0:
+        raise InputError("writers, readers and workers must be 0 or more")
+    if writers < 1:
+        raise InputError("a soak needs at least one writer: without writes there is nothing to reconcile")
+    if writers + readers + workers > MAX_THREADS:
+        raise InputError(
+            f"writers + readers + workers must be at most {MAX_THREADS} (each holds a connection), "
+            f"got {writers + readers + workers}"
+        )
+    if not 1 <= batch <= 1000:
+        raise InputError(f"batch must be from 1 to 1000, got {batch}")
+
+
+def _check_connections(server_url: str, needed: int) -> None:
+    """InputError when the server has fewer free connection slots than the soak needs."""
+    with connect(server_url, autocommit=True) as conn:
+        row = conn.execute(queries.FREE_CONNECTIONS).fetchone()
+    free = int(row[0]) if row is not None else needed
+    if free < needed:
+        raise InputError(
+            f"the soak needs {needed} connections and the server has {free} free (max_connections less "
+            "the reserved and those in use): run fewer writers, readers or workers"
+        )
+
+
 def run_soak(
     server_url: str,
     embedder: Embedder,
@@ -170,12 +208,8 @@ def run_soak(
     keep: bool = False,
 ) -> SoakReport:
     """Run the soak in a fresh scratch database; see the module docstring."""
-    if not 0 < seconds < math.inf or min(writers, readers, workers) < 0 or writers + readers + workers == 0:
-        raise InputError(
-            "seconds must be a positive, finite number and the thread counts 0 or more (not all 0)"
-        )
-    if not 1 <= batch <= 1000:
-        raise InputError(f"batch must be from 1 to 1000, got {batch}")
+    check_soak_args(seconds, writers, readers, workers, batch)
+    _check_connections(server_url, writers + readers + workers + 3)  # + the drain, watch and scratch
     name = f"spark_soak_{int(time.time())}_{uuid.uuid4().hex[:6]}"  # two runs in one second: two databases
     url = scratch.create(server_url, name)
     if keep:  # named now: a run that fails or is interrupted keeps it too
@@ -238,6 +272,7 @@ def _reconcile(url: str, expected: dict[tuple[str, str], str], embedder: Embedde
     wrong_text = [k for k, x in expected.items() if k in stored and stored[k] != x]
     return {
         "keys_written": len(expected),
+        "keys_written_ok": len(expected) > 0,  # nothing written is nothing shown
         "memories": memories,
         "lost": len(lost),
         "lost_ok": not lost,
@@ -245,6 +280,8 @@ def _reconcile(url: str, expected: dict[tuple[str, str], str], embedder: Embedde
         "unexpected_ok": not (set(stored) - set(expected)),
         "duplicate_keys": duplicate_keys,
         "duplicate_keys_ok": duplicate_keys == 0,
+        "not_last_write": len(wrong_text),
+        "not_last_write_keys": [f"{t}/{k}" for t, k in wrong_text[:5]],
         "last_write_wins_ok": not wrong_text,
         "one_vector_each_ok": with_one_vector == memories and extra_vectors == 0,
         "vectors_checked": len(sample),

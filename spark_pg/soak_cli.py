@@ -10,8 +10,10 @@ def cmd_soak(args: argparse.Namespace) -> int:
     from spark_pg.config import load_settings
     from spark_pg.db import database_url
     from spark_pg.embedding import load_embedder
-    from spark_pg.soak import run_soak
+    from spark_pg.soak import check_soak_args, run_soak
 
+    # before the server is started or the model loaded: a refused option changes nothing
+    check_soak_args(args.seconds, args.writers, args.readers, args.workers, args.batch)
     settings = load_settings()
     report = run_soak(
         database_url(settings),

@@ -4,12 +4,17 @@ workers together, then every count must agree (the full run is `spark-pg soak`, 
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import pytest
 
 from spark_pg import schema, scratch
+from spark_pg.cli import main
+from spark_pg.db import connect
 from spark_pg.embedding import Embedder
 from spark_pg.errors import InputError
+from spark_pg.ingest import ingest
+from spark_pg.records import MemoryIn
 from spark_pg.soak import run_soak
 
 
@@ -26,9 +31,39 @@ def test_soak_arguments_are_checked(server_url: str, embedder: Embedder) -> None
         run_soak(server_url, embedder, seconds=0)
     with pytest.raises(InputError):
         run_soak(server_url, embedder, seconds=1, batch=0)
-    for seconds in (float("nan"), float("inf")):  # refused before a scratch database is made
-        with pytest.raises(InputError, match="finite"):
+    for seconds in (float("nan"), float("inf"), 1e9):  # refused before a scratch database is made
+        with pytest.raises(InputError, match="more than 0 and at most 86400"):
             run_soak(server_url, embedder, seconds=seconds)
+    with pytest.raises(InputError, match="at least one writer"):  # 0 writers "reconciled" nothing
+        run_soak(server_url, embedder, seconds=1, writers=0, readers=1)
+    with pytest.raises(InputError, match="at most 64"):
+        run_soak(server_url, embedder, seconds=1, writers=150)
+
+
+def test_a_refused_soak_starts_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Options are checked before the embedded server is started or the model loaded."""
+    (tmp_path / "config.yaml").write_text("{}\n")
+    monkeypatch.setenv("SPARK_PG_CONFIG", str(tmp_path / "config.yaml"))
+    monkeypatch.setenv("SPARK_PG_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("SPARK_PG_EMBEDDING_MODEL_DIR", str(tmp_path / "no-model"))
+    monkeypatch.delenv("SPARK_PG_DATABASE_URL", raising=False)
+    assert main(["soak", "--seconds", "-1"]) == 2
+    assert "seconds must be more than 0" in capsys.readouterr().err
+    assert not (tmp_path / "home" / "pgdata").exists()
+
+
+def test_a_writers_batch_is_committed_only_by_the_writer(db_url: str) -> None:
+    """What the soak's last-write-wins check rests on: ingest inside a transaction the caller opened
+    commits nothing (its blocks are savepoints), so the writer's own commit is the commit."""
+    with connect(db_url) as writer, connect(db_url, autocommit=True) as other:
+        writer.execute("SELECT 1")
+        ingest(writer, [MemoryIn(tenant="soak-commit", key="k", text="written, not committed")], None)
+        seen = "SELECT count(*) FROM spark.memories WHERE tenant = 'soak-commit'"
+        assert other.execute(seen).fetchone() == (0,)
+        writer.rollback()
+        assert other.execute(seen).fetchone() == (0,)
 
 
 def test_a_kept_database_is_named_even_when_the_run_fails(
