@@ -124,6 +124,8 @@ DECLARE
     imps real[];
     exps real[];
     whys text[];
+    ekeys text[];
+    md5s text[];
     states text[];
     bad text;
 BEGIN
@@ -145,7 +147,9 @@ BEGIN
     -- compares equal to the stored one (rounded to 40 places first: a tinier number is 0, not an underflow).
     SELECT coalesce(array_agg(e.v ORDER BY e.ord), '{}'),
            coalesce(array_agg(CASE WHEN jsonb_typeof(e.v -> 'id') = 'number'
-                                        AND e.v ->> 'id' ~ '^-?[0-9]{1,18}$'
+                                        AND e.v ->> 'id' ~ '^-?[0-9]{1,19}$'
+                                        AND (e.v ->> 'id')::numeric BETWEEN -9223372036854775808
+                                                                        AND 9223372036854775807
                                    THEN (e.v ->> 'id')::bigint END ORDER BY e.ord), '{}'),
            coalesce(array_agg(CASE WHEN jsonb_typeof(e.v -> 'importance') = 'number' THEN
                                    CASE WHEN (e.v ->> 'importance')::numeric BETWEEN 0 AND 1
@@ -156,8 +160,13 @@ BEGIN
                                         THEN round((e.v ->> 'expected')::numeric, 40)::real END END
                               ORDER BY e.ord), '{}'),
            coalesce(array_agg(CASE WHEN jsonb_typeof(e.v -> 'reason') = 'string' THEN e.v ->> 'reason' END
-                              ORDER BY e.ord), '{}')
-    INTO entries, ids, imps, exps, whys
+                              ORDER BY e.ord), '{}'),
+           coalesce(array_agg(CASE WHEN jsonb_typeof(e.v -> 'key') = 'string' THEN e.v ->> 'key' END
+                              ORDER BY e.ord), '{}'),
+           coalesce(array_agg(CASE WHEN jsonb_typeof(e.v -> 'text_md5') = 'string'
+                                        AND e.v ->> 'text_md5' ~ '^[0-9a-f]{32}$'
+                                   THEN e.v ->> 'text_md5' END ORDER BY e.ord), '{}')
+    INTO entries, ids, imps, exps, whys, ekeys, md5s
     FROM jsonb_array_elements(decisions) WITH ORDINALITY e(v, ord);
     -- the memories decided on stay as read until commit (locked in id order: concurrent batches cannot
     -- deadlock); every statement below reads them as last committed, after any writer that held them
@@ -181,43 +190,53 @@ BEGIN
                    WHEN d.exp IS NULL AND jsonb_typeof(d.entry -> 'expected') <> 'null'
                        THEN format('expected must be a number from 0 to 1 or null, got %s',
                                    left((d.entry -> 'expected')::text, 40))
+                   WHEN d.md5 IS NULL AND jsonb_typeof(d.entry -> 'text_md5') <> 'null'
+                       THEN format('text_md5 must be 32 lower-case hex digits or null, got %s',
+                                   left((d.entry -> 'text_md5')::text, 40))
                    WHEN jsonb_typeof(d.entry -> 'reason') NOT IN ('string', 'null')
                        THEN format('reason must be a string, got %s', jsonb_typeof(d.entry -> 'reason'))
                    WHEN length(d.why) > 1000
                        THEN format('reason is %s characters; the limit is 1000', length(d.why))
                    WHEN x.extra IS NOT NULL
-                       THEN format('unknown field %s (allowed: id, importance, expected, reason, key)',
+                       THEN format('unknown field %s (allowed: id, importance, expected, text_md5, reason, key)',
                                    quote_literal(x.extra))
-                   WHEN m.id IS NULL
+                   -- made on a sample (expected given): a memory deleted or re-keyed since is skipped below
+                   WHEN m.id IS NULL AND d.exp IS NULL
                        THEN format('id %s is not a memory of tenant %s', d.mid,
                                    quote_literal(revalue_apply.tenant))
-                   WHEN d.entry ? 'key' AND d.entry ->> 'key' IS DISTINCT FROM m.key
+                   WHEN m.id IS NOT NULL AND d.exp IS NULL
+                        AND d.entry ? 'key' AND d.entry ->> 'key' IS DISTINCT FROM m.key
                        THEN format('key %s does not match memory %s, whose key is %s',
                                    left((d.entry -> 'key')::text, 80), d.mid, quote_literal(m.key))
                    WHEN d.first_ord < d.ord
                        THEN format('id %s was already decided at decisions[%s]', d.mid, d.first_ord - 1)
                END AS problem
         FROM (SELECT u.*, min(u.ord) OVER (PARTITION BY u.mid) AS first_ord
-              FROM unnest(entries, ids, imps, exps, whys) WITH ORDINALITY u(entry, mid, imp, exp, why, ord)) d
+              FROM unnest(entries, ids, imps, exps, whys, md5s)
+                   WITH ORDINALITY u(entry, mid, imp, exp, why, md5, ord)) d
         LEFT JOIN spark.memories m ON m.tenant = revalue_apply.tenant AND m.id = d.mid
         LEFT JOIN LATERAL (SELECT min(k.k) AS extra FROM jsonb_object_keys(
                                CASE jsonb_typeof(d.entry) WHEN 'object' THEN d.entry ELSE '{}' END) k(k)
-                           WHERE k.k NOT IN ('id', 'importance', 'expected', 'reason', 'key')) x ON true) p
+                           WHERE k.k NOT IN ('id', 'importance', 'expected', 'text_md5', 'reason', 'key')) x
+                  ON true) p
     WHERE p.problem IS NOT NULL
     ORDER BY p.ord LIMIT 1;
     IF bad IS NOT NULL THEN
         RAISE EXCEPTION '%', bad USING ERRCODE = 'invalid_parameter_value';
     END IF;
-    -- what each decision does, against the importance as it is now (the rows are locked): a decision made
-    -- on an importance that has changed since (expected differs) is skipped, not applied over the change;
-    -- a decision equal to the importance is kept (logged, nothing written)
-    SELECT coalesce(array_agg(CASE WHEN d.exp <> m.importance THEN 'skipped: changed since sampled'
+    -- what each decision does, against the memory as it is now (the rows are locked): a decision made on a
+    -- sample (expected given) whose memory has since been deleted, or whose importance, key or text
+    -- (text_md5) has changed, is skipped, not applied over the change; a decision equal to the importance
+    -- is kept (logged, nothing written)
+    SELECT coalesce(array_agg(CASE WHEN m.id IS NULL THEN 'skipped: deleted since sampled'
+                                   WHEN d.exp <> m.importance OR d.ekey <> m.key OR d.md5 <> md5(m.text)
+                                       THEN 'skipped: changed since sampled'
                                    WHEN d.imp = m.importance THEN 'kept'
                                    WHEN d.imp > m.importance THEN 'raised'
                                    ELSE 'lowered' END ORDER BY d.ord), '{}')
     INTO states
-    FROM unnest(ids, imps, exps) WITH ORDINALITY d(mid, imp, exp, ord)
-    JOIN spark.memories m ON m.tenant = revalue_apply.tenant AND m.id = d.mid;
+    FROM unnest(ids, imps, exps, ekeys, md5s) WITH ORDINALITY d(mid, imp, exp, ekey, md5, ord)
+    LEFT JOIN spark.memories m ON m.tenant = revalue_apply.tenant AND m.id = d.mid;
     INSERT INTO spark.revaluations (tenant, memory_id, old_importance, new_importance, reason, decided_by)
     SELECT revalue_apply.tenant, m.id, m.importance, d.imp, d.why, revalue_apply.decided_by
     FROM unnest(ids, imps, whys, states) WITH ORDINALITY d(mid, imp, why, state, ord)
@@ -226,7 +245,8 @@ BEGIN
     ORDER BY d.ord;
     RETURN QUERY
     WITH cur AS MATERIALIZED (
-        SELECT d.ord, m.id, m.key, m.importance AS old, d.imp AS new, m.tier, d.state,
+        SELECT d.ord, d.mid AS id, coalesce(m.key, d.ekey) AS key, m.importance AS old, d.imp AS new, m.tier,
+               d.state,
                d.state IN ('raised', 'lowered') AS written,
                -- an archive spark.assign_tiers gave for low importance alone (sql/060) ends when importance
                -- reaches 0.3; a lowered importance archives at its next run, like any other rule's. Only a
@@ -235,8 +255,8 @@ BEGIN
                 AND m.metadata -> 'tier_by_rule' = 'true'::jsonb
                 AND m.metadata ->> 'tier_reason' = 'a year unused, importance under 0.3'
                 AND d.imp >= 0.3) AS lift
-        FROM unnest(ids, imps, states) WITH ORDINALITY d(mid, imp, state, ord)
-        JOIN spark.memories m ON m.tenant = revalue_apply.tenant AND m.id = d.mid),
+        FROM unnest(ids, imps, states, ekeys) WITH ORDINALITY d(mid, imp, state, ekey, ord)
+        LEFT JOIN spark.memories m ON m.tenant = revalue_apply.tenant AND m.id = d.mid),
     moved AS (
         UPDATE spark.memories m
         SET importance = c.new, updated_at = now(),
@@ -255,18 +275,22 @@ $fn$;
 COMMENT ON FUNCTION spark.revalue_apply(text, jsonb, text) IS
     'Apply a batch of importance decisions for tenant''s memories. decisions: a JSON array of {"id": memory '
     'id, "importance": 0..1, "expected": optional, the importance the decision was made on (as sampled), '
+    '"text_md5": optional, md5 of the text as sampled, '
     '"reason": optional text up to 1,000 characters, "key": optional, checked against the id}. decided_by: '
     'who decided (auto, interactive, file; default api). Every entry is checked before anything is written '
-    '(a bad one fails the whole batch); then, with the memories locked, an entry whose expected differs '
-    'from the current importance is skipped (neither written nor logged: the memory changed since it was '
-    'sampled and stays eligible for the next sample), one equal to the current importance is kept (logged, '
+    '(a bad one fails the whole batch); then, with the memories locked, an entry made on a sample '
+    '(expected given) is skipped, neither written nor logged, when its memory has been deleted since '
+    '(status skipped: deleted since sampled; its old importance and tier are NULL) or its importance, key '
+    'or text (text_md5) differ (skipped: changed since sampled; the memory stays eligible for the next '
+    'sample); one equal to the current importance is kept (logged, '
     'the memory untouched), the others raise or lower it. Every decision not skipped is logged to '
     'spark.revaluations (so the memory leaves spark.revalue_sample for its cooldown). Returns each decision '
     'in order: the current (old) importance, the decided (new) one, whether it was written, the tier and '
-    'the status (raised, lowered, kept, or skipped: changed since sampled). A memory archived by '
+    'the status (raised, lowered, kept, or skipped: ...). A memory archived by '
     'spark.assign_tiers for low importance alone returns to active when raised to 0.3 or more. Errors: '
     '22004 NULL tenant, decisions or decided_by; 22023 an empty or over-long tenant or the pack''s tenant '
     '_system, decisions not an '
     'array, an entry that is not an object, lacks id or importance, has an unknown field, an importance or '
-    'expected outside 0..1, a reason over 1,000 characters, an id that is not the tenant''s memory or '
-    'repeats, a key that does not match (the message names decisions[i], 0-based), a bad decided_by.';
+    'expected outside 0..1, a text_md5 that is not 32 hex digits, a reason over 1,000 characters, an id '
+    'that repeats, and without expected an id that is not the tenant''s memory or a key that does not match '
+    '(the message names decisions[i], 0-based), a bad decided_by.';

@@ -3,6 +3,7 @@ interactive deciders, the decisions file, and `spark-pg revalue` end to end, on 
 
 from __future__ import annotations
 
+import hashlib
 import json
 import sys
 import time
@@ -22,6 +23,7 @@ from spark_pg.cli import main
 from spark_pg.errors import InputError
 from spark_pg.revalue import (
     SKIPPED,
+    SKIPPED_DELETED,
     Decision,
     Sampled,
     apply,
@@ -315,6 +317,64 @@ def test_apply_skips_a_decision_made_on_an_importance_that_has_changed(conn: Con
     assert (row[4], row[6]) == (True, "lowered")
 
 
+def test_apply_skips_a_memory_deleted_edited_or_rekeyed_since_it_was_sampled(conn: Conn, tenant: str) -> None:
+    """A decision made on a sample (expected given) whose memory has since been deleted, whose text was
+    edited (text_md5) or whose key changed is skipped, and the rest of the batch applies; the deleted one
+    used to fail the whole batch (22023), the edited one was applied to text nobody reviewed."""
+    ids = {key: add(conn, tenant, key, 0.2) for key in ("gone", "edited", "rekeyed", "fine")}
+    sampled_md5 = hashlib.md5(b"memory edited").hexdigest()
+    conn.execute("DELETE FROM spark.memories WHERE id = %s", (ids["gone"],))
+    conn.execute(
+        "UPDATE spark.memories SET text = 'Always deploy on Fridays' WHERE id = %s", (ids["edited"],)
+    )
+    conn.execute("UPDATE spark.memories SET key = 'rekeyed-2' WHERE id = %s", (ids["rekeyed"],))
+    rows = revalue(
+        conn,
+        tenant,
+        [
+            {"id": ids["gone"], "key": "gone", "importance": 0.1, "expected": 0.2},
+            {"id": ids["edited"], "key": "edited", "importance": 0.1, "expected": 0.2,
+             "text_md5": sampled_md5},
+            {"id": ids["rekeyed"], "key": "rekeyed", "importance": 0.1, "expected": 0.2},
+            {"id": ids["fine"], "key": "fine", "importance": 0.5, "expected": 0.2,
+             "text_md5": hashlib.md5(b"memory fine").hexdigest()},
+        ],
+    )  # fmt: skip
+    assert [(r[0], r[1], r[2] is None, r[4], r[5], r[6]) for r in rows] == [
+        (ids["gone"], "gone", True, False, None, SKIPPED_DELETED),
+        (ids["edited"], "edited", False, False, "active", SKIPPED),
+        (ids["rekeyed"], "rekeyed-2", False, False, "active", SKIPPED),
+        (ids["fine"], "fine", False, True, "active", "raised"),
+    ]
+    assert importances(conn, tenant) == {"edited": 0.2, "rekeyed-2": 0.2, "fine": 0.5}
+    assert logged(conn, tenant) == 1
+    # without expected (a hand-written decision) an id that is not a memory is still an error
+    with pytest.raises(errors.InvalidParameterValue, match=r"decisions\[0\]: id .* is not a memory"):
+        revalue(conn, tenant, [{"id": ids["gone"], "importance": 0.1}])
+
+
+def test_apply_takes_any_bigint_id_and_checks_text_md5(conn: Conn, tenant: str) -> None:
+    for entry, message in (
+        ({"id": 9223372036854775807}, "id 9223372036854775807 is not a memory"),  # was "not an integer"
+        ({"id": 9223372036854775808}, "id must be an integer"),
+        ({"id": 1, "text_md5": "nope"}, "text_md5 must be 32 lower-case hex digits"),
+    ):
+        with pytest.raises(errors.InvalidParameterValue, match=message), conn.transaction():
+            revalue(conn, tenant, [entry | {"importance": 0.1}])
+
+
+def test_sample_refuses_day_counts_it_cannot_use(conn: Conn, tenant: str) -> None:
+    for name, days in (
+        ("min_age_days", 1e10),
+        ("min_age_days", float("nan")),
+        ("cooldown_days", float("inf")),
+    ):
+        with pytest.raises(InputError, match=f"{name} must be a number of days from 0 to 36500"):
+            sample(conn, tenant, 5, **{name: days})
+    with pytest.raises(InputError, match="n must be an integer"):
+        sample(conn, tenant, 2.5)  # type: ignore[arg-type]
+
+
 def test_apply_compares_exact_importances(conn: Conn, tenant: str) -> None:
     """Review items 1 and 2: the value a sample returned matches the stored real exactly, and a decision
     equal to it is kept (digits past the sixth place included)."""
@@ -595,7 +655,7 @@ def test_kept_is_the_stored_importance_exactly(tmp_path: Path) -> None:
     write_sample(path, "acme", [plain])
     [row] = [json.loads(line) for line in path.read_text().splitlines()]
     assert (row["importance"], row["expected"]) == (0.125, 0.125)
-    assert read_decisions(path) == [Decision(1, 0.125, None, "k", expected=0.125)]
+    assert read_decisions(path) == [Decision(1, 0.125, None, "k", expected=0.125, text_md5=plain.text_md5)]
     assert Decision(1, 0.125, expected=0.125).as_json()["expected"] == 0.125
     assert "expected" not in Decision(1, 0.125).as_json()  # a hand-written decision: no check
 
@@ -607,11 +667,11 @@ def test_decisions_file_round_trip_and_errors(tmp_path: Path) -> None:
         path = tmp_path / f"sample.{suffix}"
         write_sample(path, "acme", memories)
         assert read_decisions(path, "acme") == [
-            Decision(1, 0.3, None, "k", expected=0.3),
-            Decision(2, 0.3, None, "k2", expected=0.3),
+            Decision(1, 0.3, None, "k", expected=0.3, text_md5=memories[0].text_md5),
+            Decision(2, 0.3, None, "k2", expected=0.3, text_md5=memories[1].text_md5),
         ]
         write_sample(path, "acme", memories, [propose(memories[0])])
-        assert read_decisions(path)[0] == Decision(1, 0.5, 'foundational ("chose not to")', "k", 0.3)
+        assert read_decisions(path)[0] == Decision.on(memories[0], 0.5, 'foundational ("chose not to")')
     bad = {
         '{"id": 1, "importance": 0.5}\n{"id": 1, "importance": 0.2}\n': "line 2: id 1 was already decided",
         '{"id": true, "importance": 0.5}\n': "line 1: id must be an integer",
@@ -643,13 +703,14 @@ def test_an_export_with_line_separators_in_a_text_reads_back(tmp_path: Path, suf
     str.splitlines(), which breaks on them too, so reading the tool's own export failed ("not valid JSON")."""
     text = "first\u2028second\u2029third\x85fourth"
     path = tmp_path / f"sample.{suffix}"
-    write_sample(path, "acme", [memory(text)], [Decision(1, 0.7, "why\u2028not", "k", 0.3)])
-    assert read_decisions(path, "acme") == [Decision(1, 0.7, "why\u2028not", "k", 0.3)]
+    decided = Decision.on(memory(text), 0.7, "why\u2028not")
+    write_sample(path, "acme", [memory(text)], [decided])
+    assert read_decisions(path, "acme") == [decided]
     if suffix == "jsonl":
         assert "\u2028" in path.read_text(encoding="utf-8")  # raw, as the bug needs
         crlf = tmp_path / "crlf.jsonl"
         crlf.write_bytes(path.read_bytes().replace(b"\n", b"\r\n"))
-        assert read_decisions(crlf, "acme") == [Decision(1, 0.7, "why\u2028not", "k", 0.3)]
+        assert read_decisions(crlf, "acme") == [decided]
 
 
 @pytest.mark.parametrize(

@@ -5,8 +5,9 @@ architecture" is recorded high, "chose not to force it" at the floor, where retr
 v4 retriever, change 4). A sweep samples the tenant's low-importance memories (``spark.revalue_sample``), a
 decider proposes a new importance for each, with a reason, and ``spark.revalue_apply`` applies the batch in
 one transaction and logs every decision to ``spark.revaluations`` (a revalued memory leaves the samples for
-the cooldown). Each decision carries the importance it was made on (``expected``): one whose memory changed
-since the sample is skipped, not applied over the change. Three deciders:
+the cooldown). Each decision carries what it was made on (``expected``, the importance; ``text_md5``, the
+text; and the key): one whose memory was edited, re-keyed or re-scored since the sample is skipped, not
+applied over the change, and one whose memory was deleted is skipped too. Three deciders:
 
 * **auto** (the default): :func:`propose` re-scores a memory from the project's own signals: its outcomes
   (helpful / followed counts, reliability), the noise detectors and the actionability score of
@@ -35,6 +36,7 @@ from spark_pg.revalue.records import (
     DEFAULT_SAMPLE,
     MAX_REASON,
     SKIPPED,
+    SKIPPED_DELETED,
     Applied,
     Decision,
     Sampled,
@@ -52,6 +54,7 @@ __all__ = [
     "NOISE_CEILING",
     "PROMPT",
     "SKIPPED",
+    "SKIPPED_DELETED",
     "Applied",
     "Decision",
     "Sampled",

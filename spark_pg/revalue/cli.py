@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import asdict
 from pathlib import Path
@@ -20,6 +21,7 @@ from spark_pg.revalue.records import (
     DEFAULT_MAX_IMPORTANCE,
     DEFAULT_MIN_AGE_DAYS,
     DEFAULT_SAMPLE,
+    MAX_DAYS,
     Applied,
 )
 from spark_pg.revalue.store import apply, sample
@@ -45,16 +47,20 @@ def _bounded(cast: Callable[[str], N], low: N, high: N, what: str, unit: str = "
 
 _count = _bounded(int, 0, 2_147_483_647, "an integer")
 _fraction = _bounded(float, 0.0, 1.0, "a number")
-_days = _bounded(float, 0.0, 36_500.0, "a number", " days")
+_days = _bounded(float, 0.0, float(MAX_DAYS), "a number", " days")
 
 
 def counts(results: Sequence[Applied]) -> dict[str, int]:
     """How many decisions raised, lowered and kept the importance, and how many were skipped because the
-    memory's importance changed since it was sampled."""
+    memory changed (or was deleted) since it was sampled."""
     tally = {"raised": 0, "lowered": 0, "kept": 0, "skipped": 0}
     for r in results:
         tally["skipped" if r.skipped else r.status] += 1
     return tally
+
+
+def _importance(value: float | None, width: int) -> str:
+    return f"{value:{width}.2f}" if value is not None else f"{'-':>{width}}"
 
 
 def _print_results(
@@ -64,18 +70,16 @@ def _print_results(
         print(f"{'id':>10}  {'key':<28} {'old':>5}    {'new':<5} reason", file=out)
     for r in results:
         arrow = "!!" if r.skipped else "->" if r.changed else "=="
-        key = r.key if len(r.key) <= 28 else r.key[:27] + "…"
+        key = r.key or ""
+        key = key if len(key) <= 28 else key[:27] + "…"
         why = f"{r.status}, not applied" if r.skipped else reasons.get(r.id) or ""
-        print(
-            f"{r.id:>10}  {key:<28} {r.old_importance:5.2f} {arrow} {r.new_importance:<5.2f} {why}", file=out
-        )
+        old = _importance(r.old_importance, 5)
+        print(f"{r.id:>10}  {key:<28} {old} {arrow} {r.new_importance:<5.2f} {why}", file=out)
     verb = "dry run, nothing written: would apply" if dry_run else "applied"
     tally = counts(results)
-    skipped = (
-        f"; {tally['skipped']} skipped: changed since sampled (left for the next sweep)"
-        if tally["skipped"]
-        else ""
-    )
+    kinds = Counter(r.status for r in results if r.skipped)  # changed since sampled, deleted since sampled
+    each = ", ".join(f"{n} {status}" for status, n in sorted(kinds.items()))
+    skipped = f"; {each} (left for the next sweep)" if kinds else ""
     print(
         f"{verb} {len(results) - tally['skipped']} decisions for tenant {tenant}: {tally['raised']} raised, "
         f"{tally['lowered']} lowered, {tally['kept']} kept{skipped}",

@@ -80,7 +80,7 @@ def _decision(memory: Sampled, importance: float, reason: str) -> Decision:
     """The decision, rounded when new; the current importance kept exactly (rounded, 0.125 would become
     0.12: a change)."""
     value = memory.importance if importance == memory.importance else clamp(importance)
-    return Decision(memory.id, value, reason[:MAX_REASON], memory.key, expected=memory.importance)
+    return Decision.on(memory, value, reason[:MAX_REASON])
 
 
 def decide_auto(memories: Sequence[Sampled], *, progress: bool = False) -> list[Decision]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
@@ -35,9 +36,10 @@ def _rows(path: Path) -> list[tuple[int, Any]]:
 
 def read_decisions(path: Path, tenant: str | None = None) -> list[Decision]:
     """Decisions from a .jsonl or .yaml file: one object per line / item with ``id`` (integer) and
-    ``importance`` (0..1), optionally ``reason``, ``key`` and ``expected`` (the importance the decision was
+    ``importance`` (0..1), optionally ``reason``, ``key``, ``expected`` (the importance the decision was
     made on, 0..1: :func:`write_sample` writes the sampled one, and spark.revalue_apply skips the row if the
-    memory's importance has changed since; absent or null, no check); other fields (the ones
+    memory's importance or key has changed since, or the memory is gone; absent or null, no check) and
+    ``text_md5`` (the text as sampled: skipped if it has been edited); other fields (the ones
     :func:`write_sample` adds for the reader) are ignored, except a ``tenant`` that is not ``tenant``. The
     whole file is checked before anything is applied; the first bad row raises :class:`InputError` naming
     the line."""
@@ -48,7 +50,7 @@ def read_decisions(path: Path, tenant: str | None = None) -> list[Decision]:
         if not isinstance(row, dict):
             raise InputError(f"{where}: each decision must be an object, not {type(row).__name__}")
         ident, value, reason, key = row.get("id"), row.get("importance"), row.get("reason"), row.get("key")
-        expected = row.get("expected")
+        expected, text_md5 = row.get("expected"), row.get("text_md5")
         if isinstance(ident, bool) or not isinstance(ident, int):
             raise InputError(f"{where}: id must be an integer memory id, got {ident!r}")
         if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value <= 1:
@@ -65,13 +67,19 @@ def read_decisions(path: Path, tenant: str | None = None) -> list[Decision]:
             isinstance(expected, bool) or not isinstance(expected, int | float) or not 0 <= expected <= 1
         ):
             raise InputError(f"{where}: expected must be a number from 0 to 1 or null, got {expected!r}")
+        if text_md5 is not None and not (
+            isinstance(text_md5, str) and re.fullmatch(r"[0-9a-f]{32}", text_md5)
+        ):
+            raise InputError(f"{where}: text_md5 must be 32 lower-case hex digits or null, got {text_md5!r}")
         if tenant is not None and row.get("tenant") not in (None, tenant):
             raise InputError(f"{where}: tenant {row['tenant']!r} is not {tenant!r}")
         if ident in seen:
             raise InputError(f"{where}: id {ident} was already decided on line {seen[ident]}")
         seen[ident] = line
         decisions.append(
-            Decision(ident, float(value), reason, key, None if expected is None else float(expected))
+            Decision(
+                ident, float(value), reason, key, None if expected is None else float(expected), text_md5
+            )
         )
     return decisions
 
@@ -96,6 +104,7 @@ def sample_rows(
                 "importance": decided.importance if decided else m.importance,
                 "reason": decided.reason if decided else None,
                 "expected": m.importance,
+                "text_md5": m.text_md5,
                 "text": m.text,
                 "kind": m.kind,
                 "category": m.category,
@@ -118,8 +127,8 @@ def write_sample(
     path: Path, tenant: str, memories: Sequence[Sampled], decisions: Sequence[Decision] | None = None
 ) -> None:
     """Write the sample as .jsonl (one object a line) or .yaml for a decider elsewhere; edit ``importance``
-    and ``reason`` (leave ``expected`` as written), delete the rows left undecided, then ``spark-pg revalue
-    --from-file``."""
+    and ``reason`` (leave ``expected`` and ``text_md5`` as written), delete the rows left undecided, then
+    ``spark-pg revalue --from-file``."""
     rows = sample_rows(tenant, memories, decisions)
     suffix = path.suffix.lower()
     if suffix in (".jsonl", ".ndjson"):

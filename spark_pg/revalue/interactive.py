@@ -65,9 +65,7 @@ def decide_interactive(
                 return decisions
             word = answer.lower()
             if word in ("", "k", "keep"):  # the stored importance exactly, not rounded (a change)
-                decisions.append(
-                    Decision(memory.id, memory.importance, "kept on review", memory.key, memory.importance)
-                )
+                decisions.append(Decision.on(memory, memory.importance, "kept on review"))
             elif word in ("a", "accept"):
                 decisions.append(hint)
             elif word in ("s", "skip"):
@@ -88,7 +86,7 @@ def decide_interactive(
                 if problem:
                     print(f"  the reason {problem}: type it again", file=out)
                     continue
-                decisions.append(Decision(memory.id, clamp(value), reason, memory.key, memory.importance))
+                decisions.append(Decision.on(memory, clamp(value), reason))
             break
     return decisions
 

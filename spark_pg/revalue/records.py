@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -11,6 +12,7 @@ DEFAULT_MAX_IMPORTANCE = 0.3
 DEFAULT_MIN_AGE_DAYS = 7.0
 DEFAULT_COOLDOWN_DAYS = 90.0
 MAX_REASON = 1000  # characters, as spark.revaluations allows
+MAX_DAYS = 36_500  # a sample's min_age_days and cooldown_days (a century)
 
 
 def clamp(value: float) -> float:
@@ -48,6 +50,11 @@ class Sampled:
     def outcomes(self) -> int:
         return self.successes + self.unhelpful_count + self.ignored_count
 
+    @property
+    def text_md5(self) -> str:
+        """The text as sampled, as spark.revalue_apply checks it (md5 of its UTF-8, as PostgreSQL's md5)."""
+        return hashlib.md5(self.text.encode("utf-8")).hexdigest()
+
     def age_days(self, now: datetime | None = None) -> float:
         return ((now or datetime.now(UTC)) - self.created_at).total_seconds() / 86400
 
@@ -61,8 +68,15 @@ class Decision:
     reason: str | None = None
     key: str | None = None  # optional; spark.revalue_apply checks it against the id
     # the importance the decision was made on, as sampled; spark.revalue_apply skips the decision when the
-    # memory's importance is no longer this (None: no check, the decision applies over any change)
+    # memory's importance is no longer this, or the memory is gone (None: no check, the decision applies
+    # over any change, and an id that is not a memory is an error)
     expected: float | None = None
+    text_md5: str | None = None  # the text as sampled (Sampled.text_md5): skipped when it has been edited
+
+    @classmethod
+    def on(cls, memory: Sampled, importance: float, reason: str | None) -> Decision:
+        """A decision on a sampled memory, carrying what it was made on (importance, key, text)."""
+        return cls(memory.id, importance, reason, memory.key, memory.importance, memory.text_md5)
 
     def as_json(self) -> dict[str, Any]:
         data: dict[str, Any] = {"id": self.id, "importance": self.importance, "reason": self.reason}
@@ -70,25 +84,30 @@ class Decision:
             data["key"] = self.key
         if self.expected is not None:
             data["expected"] = self.expected
+        if self.text_md5 is not None:
+            data["text_md5"] = self.text_md5
         return data
 
 
-SKIPPED = "skipped: changed since sampled"  # spark.revalue_apply's status for a decision it did not apply
+# spark.revalue_apply's statuses for a decision it did not apply
+SKIPPED = "skipped: changed since sampled"
+SKIPPED_DELETED = "skipped: deleted since sampled"
 
 
 @dataclass(frozen=True)
 class Applied:
     """What spark.revalue_apply did with one decision: ``old_importance`` is the memory's importance when
     applied, ``new_importance`` the decision's; ``changed`` whether it was written; ``status`` one of raised,
-    lowered, kept (logged, nothing written) or :data:`SKIPPED` (the importance changed since the sample:
-    neither written nor logged)."""
+    lowered, kept (logged, nothing written), :data:`SKIPPED` (the importance, key or text changed since the
+    sample) or :data:`SKIPPED_DELETED` (the memory is gone: ``old_importance`` and ``tier`` are None, ``key``
+    the decision's); skipped decisions are neither written nor logged."""
 
     id: int
-    key: str
-    old_importance: float
+    key: str | None
+    old_importance: float | None
     new_importance: float
     changed: bool
-    tier: str
+    tier: str | None
     status: str
 
     @property

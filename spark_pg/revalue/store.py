@@ -10,6 +10,7 @@ from typing import Any
 import psycopg
 
 from spark_pg import queries
+from spark_pg.errors import InputError
 from spark_pg.refusals import refusals
 from spark_pg.retrieve import one_statement
 from spark_pg.revalue.records import (
@@ -17,6 +18,7 @@ from spark_pg.revalue.records import (
     DEFAULT_MAX_IMPORTANCE,
     DEFAULT_MIN_AGE_DAYS,
     DEFAULT_SAMPLE,
+    MAX_DAYS,
     Applied,
     Decision,
     Sampled,
@@ -34,7 +36,13 @@ def sample(
     seed: int | None = None,
 ) -> list[Sampled]:
     """spark.revalue_sample: up to ``n`` random memories of ``tenant`` at or below ``max_importance``,
-    created at least ``min_age_days`` ago and not revalued within ``cooldown_days``."""
+    created at least ``min_age_days`` ago and not revalued within ``cooldown_days`` (0 to 36,500 days each;
+    InputError otherwise, as for an ``n`` that is not an integer)."""
+    if isinstance(n, bool) or not isinstance(n, int):
+        raise InputError(f"n must be an integer, got {n!r}")
+    for name, days in (("min_age_days", min_age_days), ("cooldown_days", cooldown_days)):
+        if isinstance(days, bool) or not isinstance(days, int | float) or not 0 <= days <= MAX_DAYS:
+            raise InputError(f"{name} must be a number of days from 0 to {MAX_DAYS}, got {days!r}")
     with one_statement(conn):  # the caller's connection as it was, also on error
         rows = conn.execute(
             queries.REVALUE_SAMPLE,
