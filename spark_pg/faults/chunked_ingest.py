@@ -23,22 +23,35 @@ INGEST_CHILD = "import sys; from spark_pg.faults import ingest_child; sys.exit(i
 
 
 def ingest_child(argv: list[str]) -> int:
-    """``CONFIG FILE CHUNK``: load the model, connect, print ``ready`` and wait for a line on stdin; then
-    ingest FILE chunk by chunk, one transaction each (with embedding), printing ``committed INDEX INSERTED
-    UPDATED UNCHANGED`` after each commit. Run as a child process by scenario b."""
+    """``CONFIG FILE CHUNK [HOLD]``: load the model, connect, print ``ready`` and wait for a line on stdin;
+    then ingest FILE chunk by chunk, one transaction each (with embedding). In each chunk's transaction,
+    once the rows are written, it prints ``written INDEX ROWS`` (the chunk's rows it sees, uncommitted);
+    after the commit, ``committed INDEX INSERTED UPDATED UNCHANGED``. Chunk HOLD waits, written and not
+    committed, for another line on stdin before it commits: scenario b kills the server right then. Run
+    as a child process by scenario b."""
     from spark_pg.client import SparkClient
 
     config, path, chunk = Path(argv[0]), Path(argv[1]), int(argv[2])
+    hold = int(argv[3]) if len(argv) > 3 else -1
     try:
         settings = load_settings(config_file=config, environ={})
         records = read_file(path)
         with SparkClient(settings) as client:
             client.embedder  # noqa: B018 - load the model first
-            client.conn  # noqa: B018
+            conn = client.conn
             print("ready", flush=True)
             sys.stdin.readline()
             for index, start in enumerate(range(0, len(records), chunk)):
-                result = client.ingest_records(records[start : start + chunk])
+                part = records[start : start + chunk]
+                with conn.transaction():  # ingest's own blocks are savepoints in it
+                    result = client.ingest_records(part)
+                    row = conn.execute(
+                        "SELECT count(*) FROM spark.memories WHERE tenant = %s AND key = ANY(%s)",
+                        (part[0].tenant, [r.key for r in part]),
+                    ).fetchone()
+                    print(f"written {index} {row[0] if row else 0}", flush=True)
+                    if index == hold:
+                        sys.stdin.readline()
                 print(f"committed {index} {result.inserted} {result.updated} {result.unchanged}", flush=True)
     except (SparkPgError, psycopg.Error) as exc:
         print(f"ingest stopped: {type(exc).__name__}: {' '.join(str(exc).split())[:300]}", file=sys.stderr)
@@ -47,11 +60,23 @@ def ingest_child(argv: list[str]) -> int:
     return 0
 
 
-def spawn_ingest(lab: Lab, name: str, path: Path, chunk: int) -> subprocess.Popen[bytes]:
-    """Start :func:`ingest_child` on ``path`` (it waits for a line on its stdin before it ingests)."""
-    return lab.spawn(
-        name, ["-c", INGEST_CHILD, str(lab.config), str(path), str(chunk)], python=True, stdin=True
-    )
+def spawn_ingest(
+    lab: Lab, name: str, path: Path, chunk: int, hold: int | None = None
+) -> subprocess.Popen[bytes]:
+    """Start :func:`ingest_child` on ``path`` (it waits for a line on its stdin before it ingests, and
+    chunk ``hold``, written, for another before it commits)."""
+    args = ["-c", INGEST_CHILD, str(lab.config), str(path), str(chunk)]
+    return lab.spawn(name, [*args, str(hold)] if hold is not None else args, python=True, stdin=True)
+
+
+def written(lines: list[str]) -> dict[int, int]:
+    """Chunk -> rows it had written in its transaction, from the ``written`` lines."""
+    out: dict[int, int] = {}
+    for line in lines:
+        parts = line.split()
+        if len(parts) == 3 and parts[0] == "written":
+            out[int(parts[1])] = int(parts[2])
+    return out
 
 
 class ChildLines:

@@ -81,14 +81,19 @@ def scenario(name: str, title: str, say: Say) -> Iterator[Scenario]:
     result = Scenario(name, title)
     started = time.perf_counter()
     say(f"{name}. {title}")
+    verdict = None
     try:
         yield result
     except Exception as exc:
         result.error = f"{type(exc).__name__}: {' '.join(str(exc).split())[:600]}"
         say(f"{name}: stopped by {result.error}")
+    except BaseException:  # Ctrl-C: neither a pass nor a fail; the run stops
+        result.error, verdict = "interrupted", "INTERRUPTED"
+        raise
     finally:
         result.seconds = time.perf_counter() - started
-        say(f"{name}: {'PASS' if result.ok else 'FAIL'} ({result.seconds:.1f} s)")
+        verdict = verdict or ("PASS" if result.ok else "FAIL")
+        say(f"{name}: {verdict} ({result.seconds:.1f} s)")
 
 
 @dataclass
