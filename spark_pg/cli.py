@@ -79,13 +79,30 @@ def cmd_db(args: argparse.Namespace) -> int:
 
 
 def _redact(url: str) -> str:
+    """``url`` with its password shown as ***, in any form libpq takes: ``user:pw@host``, ``?password=``,
+    or ``key=value`` pairs."""
     from urllib.parse import urlsplit, urlunsplit
+
+    import psycopg
+    from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
     parts = urlsplit(url)
     if parts.password:
         netloc = parts.netloc.replace(f":{parts.password}@", ":***@")
-        return urlunsplit(parts._replace(netloc=netloc))
-    return url
+        url = urlunsplit(parts._replace(netloc=netloc))
+    try:
+        params = conninfo_to_dict(url)
+    except psycopg.ProgrammingError:  # not a conninfo libpq can parse: shown as given (minus a user:pw@)
+        return url
+    if "password" not in params:
+        return url
+    if "://" in url:  # a URL: its query string, rebuilt without the password's value
+        split = urlsplit(url)
+        query = "&".join(
+            "password=***" if pair.split("=", 1)[0] == "password" else pair for pair in split.query.split("&")
+        )
+        return urlunsplit(split._replace(query=query))
+    return make_conninfo("", **(params | {"password": "***"}))
 
 
 def cmd_init(args: argparse.Namespace) -> int:

@@ -396,6 +396,15 @@ class Settings:
         return dict(self._values)
 
 
+def _is_file(path: Path) -> bool:
+    """``path.is_file()``, with a path that cannot be looked at (a name too long, a folder we may not
+    search) refused as a ConfigError naming it instead of a traceback."""
+    try:
+        return path.is_file()
+    except OSError as exc:
+        raise ConfigError("(file)", f"cannot look at {path}: {exc.strerror or exc}") from None
+
+
 def load_settings(
     overrides: Mapping[str, Any] | None = None,
     *,
@@ -408,11 +417,11 @@ def load_settings(
         config_file = Path(config_file)  # a str was an AttributeError
     explicit = config_file or (Path(env[CONFIG_ENV]).expanduser() if env.get(CONFIG_ENV) else None)
     path = explicit or default_config_path()
-    if explicit is not None and not explicit.is_file():
+    if explicit is not None and not _is_file(explicit):
         origin = "the config_file argument" if config_file else CONFIG_ENV
         raise ConfigError("(file)", f"{origin} points at {explicit}, which does not exist or is not a file")
     layers: list[tuple[str, dict[str, Any]]] = []
-    if path.is_file():
+    if _is_file(path):
         layers.append((str(path), _read_file(path)))
     layers.append(("environment", {k.name: env[k.env] for k in KEYS if k.env in env}))
     if overrides:

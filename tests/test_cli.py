@@ -328,3 +328,26 @@ def test_bench_commands_that_write_no_report_do_not_touch_the_report_folder(
             build_parser().parse_args(argv).report is None
         )  # the default is checked by the commands that write
     assert (tmp_path / "reports").is_file()
+
+
+@pytest.mark.parametrize(
+    ("url", "shown"),
+    [
+        ("postgresql://app:s3cret@db/x", "postgresql://app:***@db/x"),
+        (
+            "postgresql://app@db/x?sslmode=require&password=s3cret",
+            "postgresql://app@db/x?sslmode=require&password=***",
+        ),
+        ("host=/run dbname=x password=s3cret", "password=***"),
+        ("postgresql://db/x", "postgresql://db/x"),
+    ],
+)
+def test_db_commands_never_print_a_password(
+    url: str, shown: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """db up/down/status with database.url set say so, with the URL; key=value and ?password= forms
+    printed the password in clear."""
+    monkeypatch.setenv("SPARK_PG_DATABASE_URL", url)
+    main(["db", "status"])
+    err = capsys.readouterr().err
+    assert "s3cret" not in err and shown in err

@@ -571,3 +571,11 @@ def test_non_utf8_config_file(tmp_path: Path) -> None:
     with pytest.raises(ConfigError) as info:
         load_settings(environ={}, config_file=path)
     assert info.value.key == "(file)"
+
+
+def test_a_config_path_that_cannot_be_looked_at_is_a_config_error(tmp_path: Path) -> None:
+    """ENAMETOOLONG (or EACCES on a folder we may not search) was an OSError traceback."""
+    too_long = tmp_path / ("a" * 300)
+    with pytest.raises(ConfigError, match=r"cannot look at .*File name too long") as info:
+        load_settings(environ={CONFIG_ENV: str(too_long)})
+    assert info.value.key == "(file)"
