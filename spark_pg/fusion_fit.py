@@ -188,7 +188,9 @@ def fit_tenant(
     min_gain: float = 0.02,
     dry_run: bool = False,
 ) -> FitResult:
-    """Fit one tenant's weights from its log and store them (with the evaluation) unless ``dry_run``."""
+    """Fit one tenant's weights from its log and store them (with the evaluation) unless ``dry_run``. A
+    tenant with no labelled item and no stored weights stores nothing (a row for every tenant name ever
+    asked about would say nothing); stored weights are replaced by the defaults' verdict."""
     problem = text_problem(tenant, MAX_TENANT)  # as every other tenant; nothing is written for a bad one
     if problem:
         raise InputError(f"tenant {problem}")

@@ -221,6 +221,8 @@ PUT_FUSION_WEIGHTS = """
 INSERT INTO spark.fusion_weights AS f (tenant, weights, samples, evaluation, in_use, fitted_at)
 SELECT %(tenant)s, %(weights)s::jsonb, %(samples)s, %(evaluation)s::jsonb, %(in_use)s, now()
 WHERE spark._retrieve_params(%(weights)s::jsonb) IS NOT NULL
+  -- no labelled item: a first row would say nothing; an existing one is replaced (its weights leave use)
+  AND (%(samples)s > 0 OR EXISTS (SELECT 1 FROM spark.fusion_weights w WHERE w.tenant = %(tenant)s))
 ON CONFLICT (tenant) DO UPDATE
 SET weights = EXCLUDED.weights, samples = EXCLUDED.samples, evaluation = EXCLUDED.evaluation,
     in_use = EXCLUDED.in_use, fitted_at = EXCLUDED.fitted_at

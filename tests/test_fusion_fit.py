@@ -194,8 +194,16 @@ def test_fitted_weights_are_stored_and_used_only_when_in_use(conn: Conn, tenant:
 def test_an_empty_log_keeps_the_defaults(conn: Conn, tenant: str) -> None:
     result = fit_tenant(conn, tenant)
     assert (result.samples, result.in_use) == (0, False)
-    row = conn.execute("SELECT in_use FROM spark.fusion_weights WHERE tenant = %s", (tenant,)).fetchone()
-    assert row == (False,)
+    stored = "SELECT in_use FROM spark.fusion_weights WHERE tenant = %s"
+    assert conn.execute(stored, (tenant,)).fetchone() is None  # nothing learned, nothing stored
+    # weights in use before the log emptied are taken out of use, not left standing
+    conn.execute(
+        "INSERT INTO spark.fusion_weights (tenant, weights, samples, evaluation, in_use) "
+        "VALUES (%s, '{}', 50, '{}', true)",
+        (tenant,),
+    )
+    fit_tenant(conn, tenant)
+    assert conn.execute(stored, (tenant,)).fetchone() == (False,)
 
 
 def test_bad_input_is_refused_and_nothing_is_written(conn: Conn, tenant: str) -> None:
