@@ -428,6 +428,54 @@ def test_apply_waits_for_a_concurrent_writer_then_skips_what_it_changed(rv_db: s
             cleanup.execute("DELETE FROM spark.memories WHERE tenant = %s", (tenant,))
 
 
+def test_assign_tiers_judges_a_row_a_revaluation_changed_meanwhile_as_committed(
+    rv_db: str, tenant: str
+) -> None:
+    """assign_tiers racing revalue_apply: it waited for the row, then archived it 'for importance under
+    0.3' from its older snapshot although the committed importance was 0.6."""
+    with psycopg.connect(rv_db) as setup:
+        old = add(setup, tenant, "old", 0.2, age=timedelta(days=800))
+    try:
+        with (
+            psycopg.connect(rv_db) as sweep,
+            ThreadPoolExecutor(1) as pool,
+            psycopg.connect(rv_db) as reviewer,
+            psycopg.connect(rv_db, autocommit=True) as watch,
+        ):
+            revalue(reviewer, tenant, [{"id": old, "importance": 0.6, "expected": 0.2}])  # not committed
+            tiers = "SELECT key, old_tier, new_tier FROM spark.assign_tiers(%s)"
+            running = pool.submit(lambda: sweep.execute(tiers, (tenant,)).fetchall())
+            blocked = "SELECT cardinality(pg_blocking_pids(%s)) > 0"
+            deadline = time.monotonic() + 20
+            while watch.execute(blocked, (sweep.info.backend_pid,)).fetchone() != (True,):
+                assert time.monotonic() < deadline and not running.done(), "assign_tiers did not wait"
+                time.sleep(0.02)
+            reviewer.commit()
+            assert running.result(timeout=20) == []  # nothing moved: importance 0.6 is no archive
+            sweep.commit()
+        with psycopg.connect(rv_db) as check:
+            row = check.execute(
+                "SELECT importance, tier FROM spark.memories WHERE id = %s", (old,)
+            ).fetchone()
+            assert row == (pytest.approx(0.6), "active")
+    finally:
+        with psycopg.connect(rv_db) as cleanup:
+            cleanup.execute("DELETE FROM spark.memories WHERE tenant = %s", (tenant,))
+
+
+def test_a_rule_archive_whose_rule_changed_is_not_lifted_by_a_raise(conn: Conn, tenant: str) -> None:
+    """Archived for the year rule, then failing the reliability rule: the reason follows the rule that
+    holds, so a revaluation's raise (which lifts only a year-rule archive) leaves it archived."""
+    mid = add(conn, tenant, "stale", 0.2, age=timedelta(days=800))
+    assert [r[2] for r in conn.execute("SELECT * FROM spark.assign_tiers(%s)", (tenant,))] == ["archive"]
+    conn.execute("UPDATE spark.memories SET unhelpful_count = 4, reliability = 0.167 WHERE id = %s", (mid,))
+    assert conn.execute("SELECT * FROM spark.assign_tiers(%s)", (tenant,)).fetchall() == []  # no move
+    reason = conn.execute("SELECT metadata ->> 'tier_reason' FROM spark.memories WHERE id = %s", (mid,))
+    assert reason.fetchone() == ("reliability under 0.3 after 4+ outcomes",)
+    [row] = revalue(conn, tenant, [{"id": mid, "importance": 0.4}])
+    assert (row[5], row[6]) == ("archive", "raised")
+
+
 PIN_BY_RULE = {"tier_by_rule": True, "tier_reason": "validated 15+ times with reliability 0.9+"}
 
 
