@@ -928,6 +928,26 @@ def test_cli_sample_zero_says_it_asked_for_none(
     assert code == 0 and out.strip() == "nothing to revalue: --sample 0 asks for no memory"
 
 
+def test_cli_an_empty_sample_still_writes_its_export_and_answers_in_one_shape(
+    cli: str, tenant: str, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """An old export at the path must not stay to be applied again; a bad suffix is refused either way."""
+    stale = tmp_path / "sweep.jsonl"
+    stale.write_text('{"id": 1, "importance": 0.9}\n')
+    code, out, _ = run(
+        capsys, "revalue", "--tenant", tenant, "--sample", "0", "--export", str(stale), "--json"
+    )
+    assert code == 0 and json.loads(out) == {"tenant": tenant, "exported": 0}
+    assert read_decisions(stale) == []
+    code, _, err = run(capsys, "revalue", "--tenant", tenant, "--sample", "0", "--export", "x.txt")
+    assert code == 2 and "unknown file type" in err
+    code, out, _ = run(capsys, "revalue", "--tenant", tenant, "--sample", "0", "--json")
+    assert json.loads(out) == {
+        "tenant": tenant, "dry_run": False, "decided_by": "auto",
+        "raised": 0, "lowered": 0, "kept": 0, "skipped": 0, "decisions": [],
+    }  # fmt: skip
+
+
 def test_cli_interactive(
     cli: str,
     tenant: str,

@@ -14,7 +14,7 @@ from typing import TextIO, TypeVar
 from spark_pg.cli_args import int8_arg
 from spark_pg.errors import InputError
 from spark_pg.revalue.decide import decide_auto
-from spark_pg.revalue.files import read_decisions, write_sample
+from spark_pg.revalue.files import EXPORT_SUFFIXES, read_decisions, write_sample
 from spark_pg.revalue.interactive import asker, decide_interactive
 from spark_pg.revalue.records import (
     DEFAULT_COOLDOWN_DAYS,
@@ -114,6 +114,8 @@ def cmd_revalue(args: argparse.Namespace) -> int:
         )
     if args.export and args.dry_run:
         raise InputError("--export applies nothing already: --dry-run is for applying runs")
+    if args.export and Path(args.export).suffix.lower() not in EXPORT_SUFFIXES:  # before any sampling
+        raise InputError(f"{args.export}: unknown file type: use .jsonl, .yaml or .yml")
     for name, default in defaults.items():
         if getattr(args, name) is None:
             setattr(args, name, default)
@@ -136,17 +138,27 @@ def cmd_revalue(args: argparse.Namespace) -> int:
                 seed=args.seed,
             )
             conn.rollback()  # no transaction stays open while a reviewer thinks
-            if not memories and args.sample == 0:
-                message = "nothing to revalue: --sample 0 asks for no memory"
-                print(json.dumps({"tenant": args.tenant, "decisions": []}) if args.json else message)
-                return 0
             if not memories:
                 message = (
-                    f"nothing to revalue: tenant {args.tenant} has no memory at importance "
+                    "nothing to revalue: --sample 0 asks for no memory"
+                    if args.sample == 0
+                    else f"nothing to revalue: tenant {args.tenant} has no memory at importance "
                     f"{args.max_importance} or under, {args.min_age_days:g}+ days old and not revalued in "
                     f"the last {args.cooldown_days:g} days"
                 )
-                print(json.dumps({"tenant": args.tenant, "decisions": []}) if args.json else message)
+                if args.export:  # written empty: an older export at that path must not be applied again
+                    write_sample(Path(args.export), args.tenant, [])
+                    payload: dict[str, object] = {"tenant": args.tenant, "exported": 0}
+                else:
+                    decided_by = "interactive" if mode == "interactive" else "auto"
+                    payload = {
+                        "tenant": args.tenant,
+                        "dry_run": args.dry_run,
+                        "decided_by": decided_by,
+                        **counts([]),
+                        "decisions": [],
+                    }
+                print(json.dumps(payload) if args.json else message)
                 return 0
             if args.export:
                 chosen = decide_auto(memories, progress=not args.quiet) if mode == "auto" else None

@@ -123,6 +123,9 @@ def sample_rows(
     return rows
 
 
+EXPORT_SUFFIXES = (".jsonl", ".ndjson", ".yaml", ".yml")
+
+
 def write_sample(
     path: Path, tenant: str, memories: Sequence[Sampled], decisions: Sequence[Decision] | None = None
 ) -> None:
