@@ -101,6 +101,12 @@ class EmbeddedServer:
             with contextlib.suppress(FileNotFoundError):
                 (self.pgdata / "postmaster.pid").unlink()
 
+    def _unwritable(self, exc: OSError) -> DatabaseError:
+        return DatabaseError(
+            f"cannot create the data directory {self.pgdata}: {exc.strerror or exc} "
+            "(set home in the config file or SPARK_PG_HOME to a folder you can write)"
+        )
+
     @contextlib.contextmanager
     def _lifecycle_lock(self) -> Iterator[None]:
         """One `db up` / `db down` at a time per home: a second waits, then finds the server as the first
@@ -109,10 +115,7 @@ class EmbeddedServer:
             self.home.mkdir(parents=True, exist_ok=True)
             handle = open(self.home / ".db-lifecycle.lock", "a")  # noqa: SIM115 (held for the block)
         except OSError as exc:
-            raise DatabaseError(
-                f"cannot create the data directory {self.pgdata}: {exc.strerror or exc} "
-                "(set home in the config file or SPARK_PG_HOME to a folder you can write)"
-            ) from None
+            raise self._unwritable(exc) from None
         with handle:
             fcntl.flock(handle, fcntl.LOCK_EX)
             yield
@@ -153,10 +156,7 @@ class EmbeddedServer:
             self.pgdata.parent.mkdir(parents=True, exist_ok=True)
             existing = self.pgdata.exists()
         except OSError as exc:
-            raise DatabaseError(
-                f"cannot create the data directory {self.pgdata}: {exc.strerror or exc} "
-                "(set home in the config file or SPARK_PG_HOME to a folder you can write)"
-            ) from None
+            raise self._unwritable(exc) from None
         if existing:
             self._prune_dead_handles()
             self._drop_stale_pid_file()

@@ -379,14 +379,14 @@ UNION SELECT tenant FROM spark.tenant_vector_indexes
 ORDER BY 1
 """
 
+# a lock on a name (a string naming what it guards), held to the end of the transaction; a hash collision
+# only makes two unrelated holders wait for each other. Traces and learnings lock their key with it (the
+# row may not exist yet, so FOR UPDATE would lock nothing, and two agents adding the same one at once must
+# count two occurrences); the hooks lock a session's outcome inference
+ADVISORY_XACT_LOCK = "SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))"
+
 # traces and learnings (spark_pg/traces): the stored row of a key, locked; its metadata replaced (a repeat
 # bumps its counters this way: nothing is embedded again, the content hash is unchanged)
-# a trace's or learning's key, held to the end of the transaction: the row may not exist yet (FOR UPDATE
-# then locks nothing), and two agents adding the same one at once must count two occurrences, not race
-# (a hash collision only makes two unrelated adds wait for each other)
-LOCK_MEMORY_KEY = """
-SELECT pg_advisory_xact_lock(hashtextextended('spark.memory:' || %(tenant)s || '/' || %(key)s, 0))
-"""
 MEMORY_FOR_UPDATE = """
 SELECT kind, content_hash, metadata FROM spark.memories WHERE tenant = %(tenant)s AND key = %(key)s FOR UPDATE
 """

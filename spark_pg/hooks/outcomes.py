@@ -37,7 +37,6 @@ WINDOW_MINUTES = 30
 MAX_PENDING = 200  # surfaced items looked at per event
 MAX_CALL_TEXT = 50_000  # characters of a call's input searched for tokens
 
-LOCK = "SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))"
 CURRENT_CALL = """
 SELECT max(r.id) FROM spark.retrievals r
 WHERE r.tenant = %(tenant)s AND r.session_id = %(session)s AND r.tool_name = %(tool)s
@@ -262,7 +261,7 @@ def record(conn: psycopg.Connection[Any], tenant: str, event: HookEvent) -> list
         "limit": MAX_PENDING,
     }
     with conn.transaction():
-        conn.execute(LOCK, (f"spark_pg.hooks\x1f{tenant}\x1f{event.session_id}",))
+        conn.execute(queries.ADVISORY_XACT_LOCK, (f"spark_pg.hooks\x1f{tenant}\x1f{event.session_id}",))
         row = conn.execute(CURRENT_CALL, args).fetchone()
         current = None if row is None or row[0] is None else int(row[0])
         again: Sequence[int] = []

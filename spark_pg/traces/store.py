@@ -102,11 +102,17 @@ def _merge(old: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, Any]:
     return merged
 
 
+def _lock_key(conn: psycopg.Connection[Any], tenant: str, key: str) -> None:
+    """Hold the tenant's key until the transaction ends: a concurrent add of the same trace or learning
+    waits, then finds this one (the row may not exist yet, so FOR UPDATE alone would lock nothing)."""
+    conn.execute(queries.ADVISORY_XACT_LOCK, (f"spark.memory\x1f{tenant}\x1f{key}",))
+
+
 def _store(
     conn: psycopg.Connection[Any], embedder: Embedder | None, record: MemoryIn, batch_size: int
 ) -> Stored:
     """Insert, bump or re-embed one record; the caller holds the transaction and the key's lock
-    (LOCK_MEMORY_KEY)."""
+    (:func:`_lock_key`)."""
     row = conn.execute(queries.MEMORY_FOR_UPDATE, {"tenant": record.tenant, "key": record.key}).fetchone()
     status = "added"
     if row is not None:
@@ -157,7 +163,7 @@ def add_trace(
     # exactly the descriptor is embedded (no tags), and never ordinary advice (reflection finds it)
     record = replace(record, action_domain="general", actionability=0.0)
     with conn.transaction():
-        conn.execute(queries.LOCK_MEMORY_KEY, {"tenant": tenant, "key": record.key})
+        _lock_key(conn, tenant, record.key)
         return _store(conn, embedder, record, batch_size)
 
 
@@ -188,7 +194,7 @@ def add_learning(
     }
     with conn.transaction():
         # before anything is read: a concurrent add of the same learning waits, then sees this one
-        conn.execute(queries.LOCK_MEMORY_KEY, {"tenant": tenant, "key": learning.key})
+        _lock_key(conn, tenant, learning.key)
         if category is None:  # linking a learning later must not reset the category it was given
             row = conn.execute(queries.MEMORY_CATEGORY, {"tenant": tenant, "key": learning.key}).fetchone()
             if row is not None:
