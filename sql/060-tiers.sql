@@ -56,18 +56,22 @@ BEGIN
     -- lift reads; that refresh is not reported as a move.
     RETURN QUERY
     WITH moved AS (
+        -- the verdict once for the test and once for the write (a row left as it is: once)
         UPDATE spark.memories m
-        SET tier = split_part(spark._tier_verdict(m, at), ':', 1), updated_at = now(),
-            metadata = m.metadata || jsonb_build_object(
-                'tier_by_rule', split_part(spark._tier_verdict(m, at), ':', 1) <> 'active',
-                'tier_reason', nullif(split_part(spark._tier_verdict(m, at), ':', 2), ''))
+        SET (tier, metadata) = (
+                SELECT split_part(v.verdict, ':', 1),
+                       m.metadata || jsonb_build_object(
+                           'tier_by_rule', split_part(v.verdict, ':', 1) <> 'active',
+                           'tier_reason', nullif(split_part(v.verdict, ':', 2), ''))
+                FROM (SELECT spark._tier_verdict(m, at) AS verdict) v),
+            updated_at = now()
         FROM (SELECT m0.id, m0.tier FROM spark.memories m0 WHERE m0.tenant = assign_tiers.tenant) j
         WHERE m.tenant = assign_tiers.tenant AND m.id = j.id
-          AND (m.tier <> split_part(spark._tier_verdict(m, at), ':', 1)
-               OR (m.tier = 'archive' AND spark._tier_verdict(m, at) LIKE 'archive:%'
-                   AND m.metadata -> 'tier_by_rule' = 'true'::jsonb
-                   AND m.metadata ->> 'tier_reason'
-                       IS DISTINCT FROM split_part(spark._tier_verdict(m, at), ':', 2)))
+          AND (SELECT m.tier <> split_part(v.verdict, ':', 1)
+                      OR (m.tier = 'archive' AND v.verdict LIKE 'archive:%'
+                          AND m.metadata -> 'tier_by_rule' = 'true'::jsonb
+                          AND m.metadata ->> 'tier_reason' IS DISTINCT FROM split_part(v.verdict, ':', 2))
+               FROM (SELECT spark._tier_verdict(m, at) AS verdict) v)
         RETURNING m.key, j.tier AS old_tier, m.tier AS new_tier, m.metadata ->> 'tier_reason' AS why)
     SELECT mv.key, mv.old_tier, mv.new_tier, coalesce(mv.why, 'no archive or pin rule holds any more')
     FROM moved mv WHERE mv.old_tier <> mv.new_tier ORDER BY mv.key;
