@@ -640,8 +640,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             sys.stdout.flush()
         return code
     except KeyboardInterrupt:
+        from spark_pg.console import INTERRUPTED
+
         print("spark-pg: interrupted", file=sys.stderr)
-        return 130
+        return INTERRUPTED
     except BrokenPipeError:  # the reader went away (`spark-pg search --json | head`): stop quietly
         _silence_stdout()
         return 1

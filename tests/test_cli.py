@@ -269,6 +269,38 @@ def test_an_interrupt_or_a_closed_pipe_ends_the_command_without_a_traceback(
     assert run(capsys, "config") == (code, "", message)
 
 
+_CTRL_C_AT_IMPORT = """
+import sys
+
+MODULE = sys.argv[1]
+
+class CtrlC:
+    def find_spec(self, name, path=None, target=None):
+        if name == MODULE:
+            raise KeyboardInterrupt
+        return None
+
+sys.meta_path.insert(0, CtrlC())
+sys.argv[1:] = ["config"]
+from importlib.metadata import entry_points
+
+(script,) = [e for e in entry_points(group="console_scripts") if e.name == "spark-pg"]
+script.load()()
+"""
+
+
+@pytest.mark.parametrize("module", ["spark_pg.cli", "psycopg", "argparse"])
+def test_ctrl_c_while_the_cli_is_still_loading_is_one_line_not_a_traceback(module: str) -> None:
+    """The installed ``spark-pg`` script, interrupted while it imports ``module``: exit 130, one line."""
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, "-c", _CTRL_C_AT_IMPORT, module], capture_output=True, text=True, timeout=60
+    )
+    assert (done.returncode, done.stdout, done.stderr) == (130, "", "spark-pg: interrupted\n")
+
+
 @pytest.mark.parametrize("command", [("eval", "--scenarios"), ("bench", "retrieve")])
 def test_a_report_folder_that_cannot_be_written_is_refused_before_the_run(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], command: tuple[str, ...]
