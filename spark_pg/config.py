@@ -251,6 +251,8 @@ def _coerce(key: Key, raw: Any, origin: str) -> Any:
     if key.kind is bool:
         if isinstance(raw, bool):
             return raw
+        if isinstance(raw, int) and raw in (0, 1):  # YAML `0` / `1`, as the environment's "0" / "1"
+            return raw == 1
         if isinstance(raw, str) and raw.strip().lower() in (
             "true",
             "1",
@@ -271,7 +273,7 @@ def _coerce(key: Key, raw: Any, origin: str) -> Any:
             if key.kind is int:
                 if isinstance(raw, float) and not raw.is_integer():
                     raise ValueError
-                num = int(raw) if not isinstance(raw, str) else int(raw.strip())
+                num = int(raw) if not isinstance(raw, str) else _int_text(raw.strip())
             else:
                 num = float(raw)
         except (TypeError, ValueError, OverflowError):  # OverflowError: int(Decimal("Infinity"))
@@ -290,6 +292,17 @@ def _coerce(key: Key, raw: Any, origin: str) -> Any:
     if key.kind is Path:
         return Path(raw).expanduser()
     return raw
+
+
+def _int_text(text: str) -> int:
+    """An integer written in the environment; ``8.0`` counts, as it does in the YAML file."""
+    try:
+        return int(text)
+    except ValueError:
+        num = float(text)  # ValueError for what is no number at all
+        if not num.is_integer():  # 8.5, and inf / nan
+            raise ValueError(text) from None
+        return int(num)
 
 
 def _flatten(data: Mapping[str, Any], origin: str) -> dict[str, Any]:

@@ -232,6 +232,35 @@ def test_env_strings_are_coerced(tmp_path: Path, env_name: str, raw: str, name: 
     assert type(value) is type(expected)
 
 
+@pytest.mark.parametrize(
+    ("name", "spelling", "expected"),
+    [
+        ("retrieval.k", "8", 8),
+        ("retrieval.k", "8.0", 8),  # the environment refused what the file took
+        ("retrieval.k", "1e3", 1000),
+        ("retrieval.k", "1_0", 10),  # YAML 1.1 and Python both read it as 10
+        ("retrieval.cache_queries", "0", False),  # the file refused what the environment took
+        ("retrieval.cache_queries", "1", True),
+        ("retrieval.cache_queries", "off", False),
+        ("retrieval.cache_queries", "yes", True),
+    ],
+)
+def test_a_spelling_means_the_same_in_the_file_and_the_environment(
+    tmp_path: Path, name: str, spelling: str, expected: Any
+) -> None:
+    top, sub = name.split(".")
+    from_file = load(tmp_path, f"{top}:\n  {sub}: {spelling}\n").raw(name)
+    from_env = load(tmp_path, env={"SPARK_PG_" + name.replace(".", "_").upper(): spelling}).raw(name)
+    assert (from_file, from_env) == (expected, expected)
+    assert type(from_file) is type(from_env) is type(expected)
+
+
+@pytest.mark.parametrize("spelling", ["2", "-1", "0.0"])
+def test_a_number_other_than_0_or_1_is_no_boolean(tmp_path: Path, spelling: str) -> None:
+    err = raises_config(tmp_path, f"retrieval:\n  cache_queries: {spelling}\n")
+    assert err.key == "retrieval.cache_queries" and "is not a boolean" in str(err)
+
+
 def test_env_path_is_expanded(tmp_path: Path) -> None:
     settings = load(tmp_path, env={"SPARK_PG_HOME": "~/spark-home", "SPARK_PG_EMBEDDING_MODEL_DIR": "/m/x"})
     home = settings.opt_path("home")
@@ -363,7 +392,7 @@ def test_out_of_range_in_file_names_the_file(tmp_path: Path) -> None:
     [
         ("env", "abc", "'abc' is not an integer"),
         ("env", "2.5", "'2.5' is not an integer"),
-        ("env", "1e3", "'1e3' is not an integer"),
+        ("env", "8.5", "'8.5' is not an integer"),
         ("override", "abc", "'abc' is not an integer"),
         ("override", 2.5, "2.5 is not an integer"),
         ("override", [3], "[3] is not an integer"),
@@ -371,6 +400,7 @@ def test_out_of_range_in_file_names_the_file(tmp_path: Path) -> None:
         ("override", Decimal("Infinity"), "Decimal('Infinity') is not an integer"),  # was OverflowError
         ("file", "abc", "'abc' is not an integer"),
         ("file", "2.5", "2.5 is not an integer"),
+        ("file", "'2.5'", "'2.5' is not an integer"),
         ("file", "true", "True is not a number"),
     ],
 )
