@@ -99,6 +99,27 @@ COMMENT ON FUNCTION spark.revalue_sample(text, integer, real, interval, interval
     'n, max_importance, min_age or cooldown; 22023 empty or over-long tenant, negative n, max_importance '
     'outside 0..1, a min_age or cooldown that is negative or over 1000 years.';
 
+-- A decision's last_revalued_at as text: the time, or NULL when it is no ISO 8601 time with its offset
+-- (without one the session's TimeZone would decide what it means) or no time PostgreSQL can hold.
+CREATE OR REPLACE FUNCTION spark._revalued_at(value text)
+RETURNS timestamptz
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+BEGIN
+    IF value IS NULL OR value !~ '^\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}:\d{2}(\.\d{1,6})?(Z|[+-]\d{2}(:?\d{2})?)$' THEN
+        RETURN NULL;
+    END IF;
+    RETURN value::timestamptz;
+EXCEPTION WHEN datetime_field_overflow OR invalid_datetime_format THEN  -- 2026-13-45, 24:61:00
+    RETURN NULL;
+END
+$fn$;
+COMMENT ON FUNCTION spark._revalued_at(text) IS
+    'spark.revalue_apply''s reading of a decision''s last_revalued_at. value: an ISO 8601 time with its '
+    'offset (2026-11-23T10:00:00.123456+00:00, or Z). Returns it, or NULL for NULL or anything else; the '
+    'caller names the entry.';
+
 -- The result gained a status column, and CREATE OR REPLACE cannot change a result type: drop a version
 -- without it (a current one is replaced in place and keeps its grants).
 DO $do$
@@ -126,6 +147,8 @@ DECLARE
     whys text[];
     ekeys text[];
     md5s text[];
+    checks boolean[];
+    revs timestamptz[];
     states text[];
     bad text;
 BEGIN
@@ -165,8 +188,13 @@ BEGIN
                               ORDER BY e.ord), '{}'),
            coalesce(array_agg(CASE WHEN jsonb_typeof(e.v -> 'text_md5') = 'string'
                                         AND e.v ->> 'text_md5' ~ '^[0-9a-f]{32}$'
-                                   THEN e.v ->> 'text_md5' END ORDER BY e.ord), '{}')
-    INTO entries, ids, imps, exps, whys, ekeys, md5s
+                                   THEN e.v ->> 'text_md5' END ORDER BY e.ord), '{}'),
+           -- last_revalued_at given (null too: never revalued when sampled) is checked; absent is not
+           coalesce(array_agg(jsonb_typeof(e.v) = 'object' AND e.v ? 'last_revalued_at' ORDER BY e.ord), '{}'),
+           coalesce(array_agg(CASE WHEN jsonb_typeof(e.v -> 'last_revalued_at') = 'string'
+                                   THEN spark._revalued_at(e.v ->> 'last_revalued_at') END ORDER BY e.ord),
+                    '{}')
+    INTO entries, ids, imps, exps, whys, ekeys, md5s, checks, revs
     FROM jsonb_array_elements(decisions) WITH ORDINALITY e(v, ord);
     -- the memories decided on stay as read until commit (locked in id order: concurrent batches cannot
     -- deadlock); every statement below reads them as last committed, after any writer that held them
@@ -193,12 +221,16 @@ BEGIN
                    WHEN d.md5 IS NULL AND jsonb_typeof(d.entry -> 'text_md5') <> 'null'
                        THEN format('text_md5 must be 32 lower-case hex digits or null, got %s',
                                    left((d.entry -> 'text_md5')::text, 40))
+                   WHEN d.rev IS NULL AND jsonb_typeof(d.entry -> 'last_revalued_at') <> 'null'
+                       THEN format('last_revalued_at must be an ISO 8601 time with its offset or null, got %s',
+                                   left((d.entry -> 'last_revalued_at')::text, 40))
                    WHEN jsonb_typeof(d.entry -> 'reason') NOT IN ('string', 'null')
                        THEN format('reason must be a string, got %s', jsonb_typeof(d.entry -> 'reason'))
                    WHEN length(d.why) > 1000
                        THEN format('reason is %s characters; the limit is 1000', length(d.why))
                    WHEN x.extra IS NOT NULL
-                       THEN format('unknown field %s (allowed: id, importance, expected, text_md5, reason, key)',
+                       THEN format('unknown field %s (allowed: id, importance, expected, text_md5, '
+                                   'last_revalued_at, reason, key)',
                                    quote_literal(x.extra))
                    -- made on a sample (expected given): a memory deleted or re-keyed since is skipped below
                    WHEN m.id IS NULL AND d.exp IS NULL
@@ -212,12 +244,13 @@ BEGIN
                        THEN format('id %s was already decided at decisions[%s]', d.mid, d.first_ord - 1)
                END AS problem
         FROM (SELECT u.*, min(u.ord) OVER (PARTITION BY u.mid) AS first_ord
-              FROM unnest(entries, ids, imps, exps, whys, md5s)
-                   WITH ORDINALITY u(entry, mid, imp, exp, why, md5, ord)) d
+              FROM unnest(entries, ids, imps, exps, whys, md5s, revs)
+                   WITH ORDINALITY u(entry, mid, imp, exp, why, md5, rev, ord)) d
         LEFT JOIN spark.memories m ON m.tenant = revalue_apply.tenant AND m.id = d.mid
         LEFT JOIN LATERAL (SELECT min(k.k) AS extra FROM jsonb_object_keys(
                                CASE jsonb_typeof(d.entry) WHEN 'object' THEN d.entry ELSE '{}' END) k(k)
-                           WHERE k.k NOT IN ('id', 'importance', 'expected', 'text_md5', 'reason', 'key')) x
+                           WHERE k.k NOT IN ('id', 'importance', 'expected', 'text_md5', 'last_revalued_at',
+                                             'reason', 'key')) x
                   ON true) p
     WHERE p.problem IS NOT NULL
     ORDER BY p.ord LIMIT 1;
@@ -226,16 +259,23 @@ BEGIN
     END IF;
     -- what each decision does, against the memory as it is now (the rows are locked): a decision made on a
     -- sample (expected given) whose memory has since been deleted, or whose importance, key or text
-    -- (text_md5) has changed, is skipped, not applied over the change; a decision equal to the importance
-    -- is kept (logged, nothing written)
+    -- (text_md5) has changed, is skipped, not applied over the change; so is one whose memory has been
+    -- revalued since (last_revalued_at given and not its last revaluation: the same file applied again, a
+    -- second sweep over the same sample), even to keep it; a decision equal to the importance is kept
+    -- (logged, nothing written)
     SELECT coalesce(array_agg(CASE WHEN m.id IS NULL THEN 'skipped: deleted since sampled'
                                    WHEN d.exp <> m.importance OR d.ekey <> m.key OR d.md5 <> md5(m.text)
                                        THEN 'skipped: changed since sampled'
+                                   WHEN d.checked AND d.rev IS DISTINCT FROM
+                                        (SELECT max(v.decided_at) FROM spark.revaluations v
+                                         WHERE v.tenant = revalue_apply.tenant AND v.memory_id = d.mid)
+                                       THEN 'skipped: decided since sampled'
                                    WHEN d.imp = m.importance THEN 'kept'
                                    WHEN d.imp > m.importance THEN 'raised'
                                    ELSE 'lowered' END ORDER BY d.ord), '{}')
     INTO states
-    FROM unnest(ids, imps, exps, ekeys, md5s) WITH ORDINALITY d(mid, imp, exp, ekey, md5, ord)
+    FROM unnest(ids, imps, exps, ekeys, md5s, checks, revs)
+         WITH ORDINALITY d(mid, imp, exp, ekey, md5, checked, rev, ord)
     LEFT JOIN spark.memories m ON m.tenant = revalue_apply.tenant AND m.id = d.mid;
     INSERT INTO spark.revaluations (tenant, memory_id, old_importance, new_importance, reason, decided_by)
     SELECT revalue_apply.tenant, m.id, m.importance, d.imp, d.why, revalue_apply.decided_by
@@ -275,14 +315,16 @@ $fn$;
 COMMENT ON FUNCTION spark.revalue_apply(text, jsonb, text) IS
     'Apply a batch of importance decisions for tenant''s memories. decisions: a JSON array of {"id": memory '
     'id, "importance": 0..1, "expected": optional, the importance the decision was made on (as sampled), '
-    '"text_md5": optional, md5 of the text as sampled, '
+    '"text_md5": optional, md5 of the text as sampled, "last_revalued_at": optional, the memory''s last '
+    'revaluation as sampled (an ISO 8601 time with offset, or null for none), '
     '"reason": optional text up to 1,000 characters, "key": optional, checked against the id}. decided_by: '
     'who decided (auto, interactive, file; default api). Every entry is checked before anything is written '
     '(a bad one fails the whole batch); then, with the memories locked, an entry made on a sample '
     '(expected given) is skipped, neither written nor logged, when its memory has been deleted since '
     '(status skipped: deleted since sampled; its old importance and tier are NULL) or its importance, key '
     'or text (text_md5) differ (skipped: changed since sampled; the memory stays eligible for the next '
-    'sample); one equal to the current importance is kept (logged, '
+    'sample), or it has been revalued since last_revalued_at (skipped: decided since sampled: a decisions '
+    'file applied twice logs nothing the second time); one equal to the current importance is kept (logged, '
     'the memory untouched), the others raise or lower it. Every decision not skipped is logged to '
     'spark.revaluations (so the memory leaves spark.revalue_sample for its cooldown). Returns each decision '
     'in order: the current (old) importance, the decided (new) one, whether it was written, the tier and '
@@ -291,6 +333,7 @@ COMMENT ON FUNCTION spark.revalue_apply(text, jsonb, text) IS
     '22004 NULL tenant, decisions or decided_by; 22023 an empty or over-long tenant or the pack''s tenant '
     '_system, decisions not an '
     'array, an entry that is not an object, lacks id or importance, has an unknown field, an importance or '
-    'expected outside 0..1, a text_md5 that is not 32 hex digits, a reason over 1,000 characters, an id '
+    'expected outside 0..1, a text_md5 that is not 32 hex digits, a last_revalued_at that is not an ISO '
+    '8601 time with offset, a reason over 1,000 characters, an id '
     'that repeats, and without expected an id that is not the tenant''s memory or a key that does not match '
     '(the message names decisions[i], 0-based), a bad decided_by.';

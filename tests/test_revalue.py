@@ -23,6 +23,7 @@ from spark_pg.cli import main
 from spark_pg.errors import InputError
 from spark_pg.revalue import (
     SKIPPED,
+    SKIPPED_DECIDED,
     SKIPPED_DELETED,
     Decision,
     Sampled,
@@ -351,6 +352,35 @@ def test_apply_skips_a_memory_deleted_edited_or_rekeyed_since_it_was_sampled(con
     # without expected (a hand-written decision) an id that is not a memory is still an error
     with pytest.raises(errors.InvalidParameterValue, match=r"decisions\[0\]: id .* is not a memory"):
         revalue(conn, tenant, [{"id": ids["gone"], "importance": 0.1}])
+
+
+def test_apply_skips_a_memory_revalued_since_it_was_sampled(conn: Conn, tenant: str) -> None:
+    """last_revalued_at, as sampled: a decision on a memory revalued since is skipped, even one that keeps
+    it (a decisions file applied twice, two sweeps over one sample logged each kept decision twice);
+    absent, nothing is checked."""
+    ids = {key: add(conn, tenant, key, 0.2) for key in ("never", "before", "absent")}
+    revalue(conn, tenant, [{"id": ids["before"], "importance": 0.2}])
+    [(before,)] = conn.execute(  # an hour ago: this test's applies share one transaction, and its now()
+        """UPDATE spark.revaluations SET decided_at = decided_at - interval '1 hour' WHERE memory_id = %s
+           RETURNING decided_at""",
+        (ids["before"],),
+    ).fetchall()
+    first = [
+        {"id": ids["never"], "importance": 0.2, "expected": 0.2, "last_revalued_at": None},
+        {"id": ids["before"], "importance": 0.2, "expected": 0.2, "last_revalued_at": before.isoformat()},
+        {"id": ids["absent"], "importance": 0.2, "expected": 0.2},
+    ]
+    assert [r[6] for r in revalue(conn, tenant, first)] == ["kept", "kept", "kept"]
+    assert [r[6] for r in revalue(conn, tenant, first)] == [SKIPPED_DECIDED, SKIPPED_DECIDED, "kept"]
+    assert logged(conn, tenant) == 1 + 3 + 1
+    for value, message in (
+        ("2026-11-23 10:00:00", "last_revalued_at must be an ISO 8601 time with its offset"),  # no offset
+        ("2026-13-45T10:00:00Z", "last_revalued_at must be"),
+        ("yesterday", "last_revalued_at must be"),
+        (17, "last_revalued_at must be"),
+    ):
+        with pytest.raises(errors.InvalidParameterValue, match=message), conn.transaction():
+            revalue(conn, tenant, [{"id": ids["never"], "importance": 0.1, "last_revalued_at": value}])
 
 
 def test_apply_takes_any_bigint_id_and_checks_text_md5(conn: Conn, tenant: str) -> None:
@@ -703,21 +733,25 @@ def test_kept_is_the_stored_importance_exactly(tmp_path: Path) -> None:
     write_sample(path, "acme", [plain])
     [row] = [json.loads(line) for line in path.read_text().splitlines()]
     assert (row["importance"], row["expected"]) == (0.125, 0.125)
-    assert read_decisions(path) == [Decision(1, 0.125, None, "k", expected=0.125, text_md5=plain.text_md5)]
+    assert read_decisions(path) == [
+        Decision(1, 0.125, None, "k", expected=0.125, text_md5=plain.text_md5, check_revalued=True)
+    ]
     assert Decision(1, 0.125, expected=0.125).as_json()["expected"] == 0.125
     assert "expected" not in Decision(1, 0.125).as_json()  # a hand-written decision: no check
 
 
 def test_decisions_file_round_trip_and_errors(tmp_path: Path) -> None:
     memories = [memory("Chose not to force it."), memory("Looked at the logs.")]
-    memories[1] = replace(memories[1], id=2, key="k2")
+    revalued = datetime(2026, 8, 1, 9, 30, 0, 120, tzinfo=UTC)  # to the microsecond, as stored
+    memories[1] = replace(memories[1], id=2, key="k2", last_revalued_at=revalued)
     for suffix in ("jsonl", "yaml"):
         path = tmp_path / f"sample.{suffix}"
         write_sample(path, "acme", memories)
         assert read_decisions(path, "acme") == [
-            Decision(1, 0.3, None, "k", expected=0.3, text_md5=memories[0].text_md5),
-            Decision(2, 0.3, None, "k2", expected=0.3, text_md5=memories[1].text_md5),
+            Decision(1, 0.3, None, "k", 0.3, memories[0].text_md5, None, check_revalued=True),
+            Decision(2, 0.3, None, "k2", 0.3, memories[1].text_md5, revalued, check_revalued=True),
         ]
+        assert read_decisions(path)[1].as_json()["last_revalued_at"] == "2026-08-01T09:30:00.000120+00:00"
         write_sample(path, "acme", memories, [propose(memories[0])])
         assert read_decisions(path)[0] == Decision.on(memories[0], 0.5, 'foundational ("chose not to")')
     bad = {
@@ -729,6 +763,10 @@ def test_decisions_file_round_trip_and_errors(tmp_path: Path) -> None:
         '{"id": 1, "importance": 0.5, "reason": 7}\n': "reason must be a string",
         '{"id": 1, "importance": 0.5, "expected": "0.3"}\n': "expected must be a number from 0 to 1 or null",
         '{"id": 1, "importance": 0.5, "expected": 1.5}\n': "expected must be a number from 0 to 1 or null",
+        '{"id": 1, "importance": 0.5, "last_revalued_at": "2026-08-01 09:30"}\n': "last_revalued_at must be "
+        "an ISO 8601 time with its offset or null, got '2026-08-01 09:30'",
+        '{"id": 1, "importance": 0.5, "last_revalued_at": 17}\n': "last_revalued_at must be an ISO 8601 time",
+        '{"id": 1, "importance": 0.5, "last_revalued_at": "soon"}\n': "last_revalued_at must be an ISO 8601",
         "[1, 2]\n": "each decision must be an object",
         "{oops\n": "line 1: is not valid JSON",
     }
@@ -737,6 +775,9 @@ def test_decisions_file_round_trip_and_errors(tmp_path: Path) -> None:
         path.write_text(body)
         with pytest.raises(InputError, match=message):
             read_decisions(path, "acme")
+    unquoted = tmp_path / "unquoted.yaml"  # YAML makes a time of it, which reads the same
+    unquoted.write_text("- id: 1\n  importance: 0.5\n  last_revalued_at: 2026-08-01 09:30:00.000120+00:00\n")
+    assert read_decisions(unquoted)[0].last_revalued_at == revalued
     (tmp_path / "d.yaml").write_text("- id: 1\n  importance: 0.5\n- id: 2\n  importance: much\n")
     with pytest.raises(InputError, match=r"d\.yaml line 3: importance must be"):
         read_decisions(tmp_path / "d.yaml")
@@ -890,6 +931,12 @@ def test_cli_export_edit_and_apply_from_file(
     assert (result["decided_by"], result["raised"], result["kept"]) == ("file", 1, 1)
     with psycopg.connect(cli) as conn:
         assert importances(conn, tenant)[rows[0]["key"]] == 0.9 and logged(conn, tenant) == 2
+    # the same file applied again logs nothing: the kept decision was logged a second time before
+    code, out, _ = run(capsys, "revalue", "--tenant", tenant, "--from-file", str(exported))
+    assert code == 0 and "0 raised, 0 lowered, 0 kept" in out, out
+    assert "changed since sampled" in out and "decided since sampled" in out
+    with psycopg.connect(cli) as conn:
+        assert logged(conn, tenant) == 2
 
     auto = tmp_path / "auto.yaml"
     code, out, _ = run(capsys, "revalue", "--tenant", tenant, "--auto", "--export", str(auto), "--quiet")

@@ -6,8 +6,9 @@ v4 retriever, change 4). A sweep samples the tenant's low-importance memories (`
 decider proposes a new importance for each, with a reason, and ``spark.revalue_apply`` applies the batch in
 one transaction and logs every decision to ``spark.revaluations`` (a revalued memory leaves the samples for
 the cooldown). Each decision carries what it was made on (``expected``, the importance; ``text_md5``, the
-text; and the key): one whose memory was edited, re-keyed or re-scored since the sample is skipped, not
-applied over the change, and one whose memory was deleted is skipped too. Three deciders:
+text; the key; and ``last_revalued_at``): one whose memory was edited, re-keyed, re-scored or revalued since
+the sample is skipped, not applied over the change (a decisions file applied twice logs nothing the second
+time), and one whose memory was deleted is skipped too. Three deciders:
 
 * **auto** (the default): :func:`propose` re-scores a memory from the project's own signals: its outcomes
   (helpful / followed counts, reliability), the noise detectors and the actionability score of
@@ -36,6 +37,7 @@ from spark_pg.revalue.records import (
     DEFAULT_SAMPLE,
     MAX_REASON,
     SKIPPED,
+    SKIPPED_DECIDED,
     SKIPPED_DELETED,
     Applied,
     Decision,
@@ -54,6 +56,7 @@ __all__ = [
     "NOISE_CEILING",
     "PROMPT",
     "SKIPPED",
+    "SKIPPED_DECIDED",
     "SKIPPED_DELETED",
     "Applied",
     "Decision",

@@ -12,7 +12,7 @@ from typing import Any
 import yaml
 
 from spark_pg.errors import InputError
-from spark_pg.revalue.records import MAX_REASON, Decision, Sampled
+from spark_pg.revalue.records import MAX_REASON, Decision, Sampled, revalued_text
 from spark_pg.rowfiles import jsonl_rows, string_problem, yaml_rows
 
 
@@ -39,7 +39,9 @@ def read_decisions(path: Path, tenant: str | None = None) -> list[Decision]:
     ``importance`` (0..1), optionally ``reason``, ``key``, ``expected`` (the importance the decision was
     made on, 0..1: :func:`write_sample` writes the sampled one, and spark.revalue_apply skips the row if the
     memory's importance or key has changed since, or the memory is gone; absent or null, no check) and
-    ``text_md5`` (the text as sampled: skipped if it has been edited); other fields (the ones
+    ``text_md5`` (the text as sampled: skipped if it has been edited) and ``last_revalued_at`` (the memory's
+    last revaluation as sampled, null for none: skipped if it has been revalued since, so a file applied
+    twice logs nothing the second time; absent, no check); other fields (the ones
     :func:`write_sample` adds for the reader) are ignored, except a ``tenant`` that is not ``tenant``. The
     whole file is checked before anything is applied; the first bad row raises :class:`InputError` naming
     the line."""
@@ -71,6 +73,8 @@ def read_decisions(path: Path, tenant: str | None = None) -> list[Decision]:
             isinstance(text_md5, str) and re.fullmatch(r"[0-9a-f]{32}", text_md5)
         ):
             raise InputError(f"{where}: text_md5 must be 32 lower-case hex digits or null, got {text_md5!r}")
+        check_revalued = "last_revalued_at" in row
+        revalued = _revalued_at(row.get("last_revalued_at"), where)
         if tenant is not None and row.get("tenant") not in (None, tenant):
             raise InputError(f"{where}: tenant {row['tenant']!r} is not {tenant!r}")
         if ident in seen:
@@ -78,10 +82,35 @@ def read_decisions(path: Path, tenant: str | None = None) -> list[Decision]:
         seen[ident] = line
         decisions.append(
             Decision(
-                ident, float(value), reason, key, None if expected is None else float(expected), text_md5
+                ident,
+                float(value),
+                reason,
+                key,
+                None if expected is None else float(expected),
+                text_md5,
+                revalued,
+                check_revalued,
             )
         )
     return decisions
+
+
+def _revalued_at(value: Any, where: str) -> datetime | None:
+    """A row's ``last_revalued_at``: None, or an ISO 8601 time with its offset (a string, or the time YAML
+    makes of one left unquoted)."""
+    if value is None:
+        return None
+    at = value if isinstance(value, datetime) else None
+    if isinstance(value, str):
+        try:
+            at = datetime.fromisoformat(value)
+        except ValueError:
+            at = None
+    if at is None or at.tzinfo is None:
+        raise InputError(
+            f"{where}: last_revalued_at must be an ISO 8601 time with its offset or null, got {value!r}"
+        )
+    return at
 
 
 def sample_rows(
@@ -105,6 +134,7 @@ def sample_rows(
                 "reason": decided.reason if decided else None,
                 "expected": m.importance,
                 "text_md5": m.text_md5,
+                "last_revalued_at": revalued_text(m.last_revalued_at),
                 "text": m.text,
                 "kind": m.kind,
                 "category": m.category,
@@ -130,8 +160,8 @@ def write_sample(
     path: Path, tenant: str, memories: Sequence[Sampled], decisions: Sequence[Decision] | None = None
 ) -> None:
     """Write the sample as .jsonl (one object a line) or .yaml for a decider elsewhere; edit ``importance``
-    and ``reason`` (leave ``expected`` and ``text_md5`` as written), delete the rows left undecided, then
-    ``spark-pg revalue --from-file``."""
+    and ``reason`` (leave ``expected``, ``text_md5`` and ``last_revalued_at`` as written), delete the rows
+    left undecided, then ``spark-pg revalue --from-file``."""
     rows = sample_rows(tenant, memories, decisions)
     suffix = path.suffix.lower()
     if suffix in (".jsonl", ".ndjson"):

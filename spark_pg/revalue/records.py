@@ -72,11 +72,25 @@ class Decision:
     # over any change, and an id that is not a memory is an error)
     expected: float | None = None
     text_md5: str | None = None  # the text as sampled (Sampled.text_md5): skipped when it has been edited
+    # the memory's last revaluation as sampled (None: never), checked when check_revalued: a decision on a
+    # memory revalued since (this file applied before, another sweep) is skipped, even one to keep it
+    last_revalued_at: datetime | None = None
+    check_revalued: bool = False
 
     @classmethod
     def on(cls, memory: Sampled, importance: float, reason: str | None) -> Decision:
-        """A decision on a sampled memory, carrying what it was made on (importance, key, text)."""
-        return cls(memory.id, importance, reason, memory.key, memory.importance, memory.text_md5)
+        """A decision on a sampled memory, carrying what it was made on (importance, key, text, last
+        revaluation)."""
+        return cls(
+            memory.id,
+            importance,
+            reason,
+            memory.key,
+            memory.importance,
+            memory.text_md5,
+            memory.last_revalued_at,
+            check_revalued=True,
+        )
 
     def as_json(self) -> dict[str, Any]:
         data: dict[str, Any] = {"id": self.id, "importance": self.importance, "reason": self.reason}
@@ -86,12 +100,20 @@ class Decision:
             data["expected"] = self.expected
         if self.text_md5 is not None:
             data["text_md5"] = self.text_md5
+        if self.check_revalued:
+            data["last_revalued_at"] = revalued_text(self.last_revalued_at)
         return data
+
+
+def revalued_text(at: datetime | None) -> str | None:
+    """A last revaluation time as a decision carries it: ISO 8601 to the microsecond, with its offset."""
+    return None if at is None else at.isoformat(timespec="microseconds")
 
 
 # spark.revalue_apply's statuses for a decision it did not apply
 SKIPPED = "skipped: changed since sampled"
 SKIPPED_DELETED = "skipped: deleted since sampled"
+SKIPPED_DECIDED = "skipped: decided since sampled"
 
 
 @dataclass(frozen=True)
@@ -99,8 +121,9 @@ class Applied:
     """What spark.revalue_apply did with one decision: ``old_importance`` is the memory's importance when
     applied, ``new_importance`` the decision's; ``changed`` whether it was written; ``status`` one of raised,
     lowered, kept (logged, nothing written), :data:`SKIPPED` (the importance, key or text changed since the
-    sample) or :data:`SKIPPED_DELETED` (the memory is gone: ``old_importance`` and ``tier`` are None, ``key``
-    the decision's); skipped decisions are neither written nor logged."""
+    sample), :data:`SKIPPED_DECIDED` (revalued since the sample) or :data:`SKIPPED_DELETED` (the memory is
+    gone: ``old_importance`` and ``tier`` are None, ``key`` the decision's); skipped decisions are neither
+    written nor logged."""
 
     id: int
     key: str | None
