@@ -29,14 +29,24 @@ _KEEP_FLAGS = frozenset(
 _SEPARATORS = frozenset({"&&", "||", ";", "|", "&", ";;", "(", ")", "|&"})
 
 
-def _shell_tokens(command: str) -> list[str]:
-    """Shell words of the first lines of a command (heredoc bodies dropped); never raises."""
+_MAX_LINES = 3  # command lines read for the intent
+
+
+def _lines(command: str) -> list[str]:
+    """The command's lines up to any heredoc, without blank and comment lines."""
     head = command[:SCAN_LIMIT].split("<<", 1)[0]
-    lines = [ln for ln in head.splitlines() if ln.strip() and not ln.lstrip().startswith("#")][:3]
-    text = " ; ".join(lines)
+    return [ln for ln in head.splitlines() if ln.strip() and not ln.lstrip().startswith("#")]
+
+
+def _shell_tokens(command: str) -> list[str]:
+    """Shell words of the first lines of a command (heredoc bodies dropped); never raises. A ``#`` is a
+    word, not a comment: the lines are joined with ``;``, and a comment ending the first one would hide the
+    others."""
+    text = " ; ".join(_lines(command)[:_MAX_LINES])
     try:
         lexer = shlex.shlex(text, posix=True, punctuation_chars=True)
         lexer.whitespace_split = True
+        lexer.commenters = ""
         return list(lexer)[:200]
     except ValueError:
         return text.split()[:200]
@@ -83,11 +93,14 @@ def _strip_prefixes(words: list[str]) -> list[str]:
 
 
 def _main_segment(segments: list[list[str]]) -> list[str]:
-    """The segment that says what the command does: the first one that is not cd/export/echo setup."""
-    for segment in segments:
-        if segment[0] not in _CMD_SETUP:
+    """The segment that says what the command does: the first one that is neither cd/export/echo setup nor
+    read-only (``git status && git commit``, ``cat dump.sql | psql prod``: the commit, psql), else the first
+    that is not setup."""
+    acting = [s for s in segments if s[0] not in _CMD_SETUP]
+    for segment in acting:
+        if not _segment_read_only(segment):
             return segment
-    return segments[0] if segments else []
+    return acting[0] if acting else segments[0] if segments else []
 
 
 def _subcommand(segment: list[str]) -> str:
@@ -137,7 +150,7 @@ _GIT_READ_ONLY = frozenset({"status", "log", "diff", "show", "blame", "shortlog"
                             "rev-parse", "remote", "reflog"})  # fmt: skip
 _READ_ONLY_PROGRAMS = frozenset({"ls", "pwd", "tree", "which", "whoami", "cat", "head", "tail", "wc",
                                  "less", "more", "stat", "file", "du", "df", "date", "uname", "whereis",
-                                 "bat", "echo", "rg", "grep", "fd"})  # fmt: skip
+                                 "bat", "echo", "rg", "grep", "fd", "find"})  # fmt: skip
 _SECRET_WORDS = re.compile(r"\.env\b|secret|passw|credential|token|\.pem\b|id_rsa|\.key\b", re.I)
 
 
@@ -291,21 +304,48 @@ def _command_summary(command: str) -> tuple[str, str]:
     return _command_action(segment), target
 
 
+# options with which a listing program runs a command or writes (a prefix: "--pre=x", "-fprint0")
+_RUNS_OR_WRITES = MappingProxyType(
+    {
+        "find": ("-delete", "-exec", "-ok", "-fprint", "-fls"),
+        "rg": ("--pre",),
+        "fd": ("-x", "-X", "--exec"),
+        "bat": ("--pager",),
+        "less": ("+",),
+        "more": ("+",),
+        "date": ("-s", "--set"),
+        "tail": ("--pid",),
+    }
+)
+_GIT_RUNS = ("-c", "--config-env", "--exec-path", "--output", "--ext-diff", "--textconv")
+# shell syntax whose effect the words do not show: a heredoc fed to a program, command and process
+# substitution, a redirect of both streams
+_HIDDEN = re.compile(r"<<|`|\$\(|<\(|>\(|&>")
+
+
+def _segment_read_only(segment: list[str]) -> bool:
+    """True for one simple command that only lists or prints (git status, ls, grep without --pre, ...)."""
+    program = segment[0].lower()
+    if program == "git":
+        sub = _subcommand(segment)
+        if sub not in _GIT_READ_ONLY or any(w.startswith(_GIT_RUNS) for w in segment[1:]):
+            return False
+        # "git remote" lists; "git remote add/remove/set-url ..." changes the repository
+        rest = segment[segment.index(sub, 1) + 1 :] if sub in segment[1:] else []
+        return sub != "remote" or not [w for w in rest if not w.startswith("-")] or rest[0] in {"show"}
+    if program not in _READ_ONLY_PROGRAMS:
+        return False
+    risky = _RUNS_OR_WRITES.get(program, ())
+    return not any(w.startswith(risky) for w in segment[1:]) if risky else True
+
+
 def _is_read_only_command(command: str) -> bool:
-    """True for a command line made only of listing/printing programs (no redirects, no secret files)."""
+    """True for a command line made only of listing/printing programs (no redirects, no secret files),
+    read whole: one longer than :data:`SCAN_LIMIT` or than the lines read, or with syntax whose effect its
+    words do not show (a heredoc, `` `...` ``, ``$(...)``), is not."""
     if not command.strip() or re.search(r"(?<![<>&\d])>", command) or _SECRET_WORDS.search(command):
         return False
-    segments = _segments(command)
-    if not segments:
+    if len(command) >= SCAN_LIMIT or _HIDDEN.search(command) or len(_lines(command)) > _MAX_LINES:
         return False
-    for segment in segments:
-        program = segment[0].lower()
-        if program == "git":
-            if _subcommand(segment) not in _GIT_READ_ONLY:
-                return False
-        elif program == "find":
-            if any(w in {"-delete", "-exec", "-execdir", "-ok"} for w in segment):
-                return False
-        elif program not in _READ_ONLY_PROGRAMS and program != "cd":
-            return False
-    return True
+    segments = _segments(command)
+    return bool(segments) and all(s[0] == "cd" or _segment_read_only(s) for s in segments)
