@@ -26,20 +26,23 @@ from psycopg.rows import dict_row
 from spark_pg import queries
 from spark_pg.embedding import Embedder
 from spark_pg.errors import InputError
-from spark_pg.intent import ACTIONABILITY_GATE, Intent, extract_intent
+from spark_pg.intent import ACTIONABILITY_GATE, SCAN_LIMIT, Intent, extract_intent
+from spark_pg.intent.inputs import _find_field, command_text
 from spark_pg.records import PRIORITIES
 from spark_pg.refusals import refusals
 from spark_pg.retrieve import one_statement
 from spark_pg.rowfiles import checked_text
 from spark_pg.sql_args import INT8, int_arg, params_arg
 from spark_pg.traces.reflect import Reflection, query_text, reflect
+from spark_pg.traces.scrub import scrub
 
 # past-failure warnings and reflection (config: reflection.warning_min_score, reflection.top_k)
 WARNING_MIN_SCORE = 0.45
 WARNING_K = 2
 REFLECT_K = 5
 
-TRIGGER_FIELDS = ("command", "file_path", "path", "pattern", "query", "url", "description", "prompt")
+# what trigger rules see of a call besides its command (intent.command_text): fields also found nested
+TRIGGER_FIELDS = ("sql", "statement", "query", "file_path", "path", "pattern", "url", "description", "prompt")
 MAX_TRIGGER_TEXT = 1000
 MAX_TOOL_NAME = 256  # what spark.advise records (spark.retrievals.tool_name)
 
@@ -107,16 +110,24 @@ class AdvisorOptions:
 
 
 def trigger_text(tool_name: str, tool_input: Mapping[str, Any] | str | None, task_context: str = "") -> str:
-    """What trigger rules match: the tool, its command / path / query as given (rules look for things like
-    ``rm -rf`` verbatim), and the task context; never file bodies or diffs."""
+    """What trigger rules match: the tool, its command / SQL / path / query as given (rules look for things
+    like ``rm -rf`` verbatim; a command also nested or as argv), and the task context; never file bodies
+    or diffs. Whitespace is squashed, secrets scrubbed (spark_pg.traces.scrub: ``PGPASSWORD=[REDACTED:
+    password]``, so a rule on "password" still matches); the call's own text gets what the context (up to
+    300 characters) leaves of :data:`MAX_TRIGGER_TEXT`."""
     parts = [tool_name]
     if isinstance(tool_input, str):
-        parts.append(tool_input[:MAX_TRIGGER_TEXT])
+        parts.append(tool_input[:SCAN_LIMIT])
     elif isinstance(tool_input, Mapping):
-        parts.extend(str(tool_input[f])[:400] for f in TRIGGER_FIELDS if isinstance(tool_input.get(f), str))
-    if task_context:
-        parts.append(task_context[:400])
-    return " ".join(" ".join(parts).split())[:MAX_TRIGGER_TEXT]
+        found = [command_text(tool_input), *(_find_field(tool_input, (f,)) for f in TRIGGER_FIELDS)]
+        parts.extend(dict.fromkeys(f for f in found if f.strip()))  # a value given twice counts once
+    # scrubbed whole, then cut: the log keeps it (spark.retrievals.trigger_text), and a secret cut in two
+    # would no longer look like one
+    call = scrub(" ".join(" ".join(parts).split()))
+    context = scrub(" ".join(task_context[:SCAN_LIMIT].split()))[:300]
+    if not context:
+        return call[:MAX_TRIGGER_TEXT]
+    return f"{call[: MAX_TRIGGER_TEXT - len(context) - 1]} {context}"
 
 
 class Advisor:
@@ -174,11 +185,12 @@ class Advisor:
         self.last_intent = intent
         if intent.trivial or not intent.text.strip():
             return []
-        embedding = self.embedder.embed_query(intent.text) if self.embedder else None
+        query = scrub(intent.text)  # logged, and cached with its vector: no secret from a command line
+        embedding = self.embedder.embed_query(query) if self.embedder else None
         opts = self.options
         args = {
             "tenant": self.tenant,
-            "query": intent.text,
+            "query": query,
             "embedding": embedding,
             "k": opts.k,
             "params": params_arg(

@@ -152,6 +152,57 @@ def test_trigger_text_keeps_commands_verbatim_and_drops_bodies() -> None:
     assert len(trigger_text("Bash", "x" * 5000)) == 1000
 
 
+@pytest.mark.parametrize(
+    ("tool", "tool_input", "expected"),
+    [
+        ("mcp__postgres__query", {"sql": "DROP TABLE users"}, "mcp__postgres__query DROP TABLE users"),
+        ("Bash", {"cmd": "rm -rf /srv/data"}, "Bash rm -rf /srv/data"),
+        ("Bash", {"script": "rm -rf /srv/data"}, "Bash rm -rf /srv/data"),
+        ("run", {"args": {"command": "rm -rf /srv/data"}}, "run rm -rf /srv/data"),
+        ("shell", {"command": ["bash", "-lc", "rm -rf /srv/app"]}, "shell rm -rf /srv/app"),
+        ("shell", {"command": ["rm", "-rf", "/srv/my app"]}, "shell rm -rf '/srv/my app'"),
+        ("WebSearch", {"query": "drop table", "prompt": "drop table"}, "WebSearch drop table"),  # once
+    ],
+)
+def test_trigger_text_finds_the_command_wherever_the_tool_puts_it(
+    tool: str, tool_input: dict[str, Any], expected: str
+) -> None:
+    """Each of these gave the rules the tool name alone: a destructive command slipped past them."""
+    assert trigger_text(tool, tool_input) == expected
+
+
+def test_trigger_text_gives_a_long_command_the_room_the_context_leaves() -> None:
+    command = "cd /repo && " + "pip install -r requirements-dev.txt && " * 12 + "rm -rf /var/lib/billing/data"
+    assert 400 < len(command) < 700  # was cut at 400, before the rm
+    text = trigger_text("Bash", {"command": command}, "clean up " * 60)
+    assert "rm -rf /var/lib/billing/data" in text and len(text) <= 1000
+    assert text.endswith(("clean up " * 60)[:300].strip())
+
+
+def test_the_advise_log_keeps_no_secret_from_the_command_line(conn: Conn, embedder: Embedder) -> None:
+    """The trigger text and the query were logged (spark.retrievals) and cached (spark.query_embeddings)
+    verbatim: PGPASSWORD=..., a bearer token, an API key."""
+    advisor = Advisor(conn, embedder, T)
+    secrets = ("hunter2secret", "ghp_" + "a1B2c3D4e5" * 4, "sk-proj-" + "Zx9Yw8Vu7T" * 3)
+    for command in (
+        f"PGPASSWORD={secrets[0]} psql -h db.internal -U app -c 'drop table users'",
+        f'curl -H "Authorization: Bearer {secrets[1]}" https://api.github.com/user',
+        f"export OPENAI_API_KEY={secrets[2]} && python deploy.py",
+    ):
+        advisor.advise("Bash", {"command": command}, "deploy the release")
+    rows = conn.execute(
+        """SELECT r.trigger_text || ' ' || r.query_text || ' ' || coalesce(q.query_text, '')
+           FROM spark.retrievals r LEFT JOIN spark.query_embeddings q ON q.query_text = r.query_text
+           WHERE r.tenant = %s""",
+        (T,),
+    ).fetchall()
+    assert len(rows) >= 3
+    logged = " ".join(r[0] for r in rows)
+    assert not [s for s in secrets if s in logged], logged
+    assert "PGPASSWORD=[REDACTED" in logged  # the name stays, so a rule on "password" still matches
+    assert "drop table users" in logged
+
+
 def test_north_star_is_the_share_of_sessions_helped(conn: Conn, embedder: Embedder) -> None:
     call = ("Bash", {"command": "alembic revision -m 'add orders table'"}, "schema change")
     helped = Advisor(conn, embedder, T, session_id="ns-1")

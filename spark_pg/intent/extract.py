@@ -19,6 +19,7 @@ from spark_pg.intent.inputs import (
     _find_field,
     _first_string,
     _identifiers,
+    command_text,
 )
 from spark_pg.intent.limits import _MAX_TARGET, MAX_INTENT_TEXT
 from spark_pg.intent.shell import _command_summary, _is_read_only_command
@@ -141,7 +142,7 @@ def _parse_ls(data: Mapping[str, Any]) -> _Parsed:
 
 
 def _parse_shell(data: Mapping[str, Any]) -> _Parsed:
-    command = _field(data, "command", "cmd", "script", "input")
+    command = command_text(data) or _field(data, "input")
     action, target = _command_summary(command)
     description = _clean_text(_field(data, "description"))
     return _Parsed(action, target, description, command)

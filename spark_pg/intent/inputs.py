@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import re
+import shlex
 from collections import deque
 from collections.abc import Iterator, Mapping
 from itertools import islice
@@ -71,6 +72,38 @@ def _find_field(data: Mapping[str, Any], keys: tuple[str, ...]) -> str:
         if found:
             return found
     return ""
+
+
+COMMAND_KEYS = ("command", "cmd", "script")
+_SHELLS = frozenset({"bash", "sh", "zsh", "dash", "ksh", "fish"})
+
+
+def command_text(data: Mapping[str, Any]) -> str:
+    """A shell call's command line, also nested (``{"args": {"command": ...}}``) and given as argv
+    (``["bash", "-lc", "rm -rf x"]``: the script; ``["rm", "-rf", "x"]``: the words joined)."""
+    for node in _nodes(data):
+        if not isinstance(node, Mapping):
+            continue
+        for key in COMMAND_KEYS:
+            try:
+                value = node.get(key)
+            except (TypeError, AttributeError):
+                return ""
+            if isinstance(value, list | tuple) and value and all(isinstance(w, str) for w in value[:64]):
+                return _argv_text([str(w) for w in value[:64]])
+            text = _clip(value)
+            if text.strip():
+                return text
+    return ""
+
+
+def _argv_text(argv: list[str]) -> str:
+    """An argv as the command line it runs: a shell's ``-c`` script, else the words joined."""
+    if argv[0].rsplit("/", 1)[-1] in _SHELLS:
+        for i, word in enumerate(argv[1:-1], start=1):
+            if re.fullmatch(r"-[a-z]*c[a-z]*", word):
+                return argv[i + 1][:SCAN_LIMIT]
+    return shlex.join(argv)[:SCAN_LIMIT]
 
 
 def _first_string(data: Mapping[str, Any]) -> str:
