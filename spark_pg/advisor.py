@@ -241,11 +241,13 @@ class Advisor:
         label = str(row["priority_label"])
         priority = min(label, str(trig.get("priority") or label), key=PRIORITIES.index)
         opts = self.options
+        # the advice is critical (the memory's priority, or raised by a matching rule) and a matching
+        # interrupting rule is sure enough: the surest of them, not the surest rule of any kind
         blocking = bool(
             opts.interrupts
             and priority == "critical"
             and trig.get("interrupt")
-            and float(trig.get("confidence", 0)) >= opts.interrupt_min_confidence
+            and float(trig.get("interrupt_confidence", 0)) >= opts.interrupt_min_confidence
         )
         return Advice(
             memory_id=int(row["memory_id"]),

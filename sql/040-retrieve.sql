@@ -27,8 +27,11 @@ $fn$;
 COMMENT ON FUNCTION spark._trigger_text(jsonb, text) IS
     'Internal: the text trigger rules match: params.trigger_text, else query_text; at most 1,000 characters.';
 
+-- the interrupt flag became the confidence of the surest interrupting rule
+DROP FUNCTION IF EXISTS spark._why_advice(double precision, text, text, boolean, text, real);
 CREATE OR REPLACE FUNCTION spark._why_advice(
-    trig double precision, rules text, priority text, interrupt boolean, action_domain text, actionability real)
+    trig double precision, rules text, priority text, interrupt double precision, action_domain text,
+    actionability real)
 RETURNS jsonb
 LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
 SET search_path = pg_catalog, @vector_schema@, pg_temp
@@ -42,13 +45,16 @@ BEGIN
                           SELECT u.n, min(u.o) AS o FROM unnest(string_to_array(rules, ',')) WITH ORDINALITY u(n, o)
                           GROUP BY u.n) d),
             'confidence', round(trig::numeric, 3),
-            'priority', priority, 'interrupt', interrupt) END,
+            'priority', priority, 'interrupt', interrupt IS NOT NULL,
+            'interrupt_confidence', round(interrupt::numeric, 3)) END,
         'action_domain', action_domain, 'actionability', round(actionability::numeric, 3)));
 END
 $fn$;
-COMMENT ON FUNCTION spark._why_advice(double precision, text, text, boolean, text, real) IS
-    'Internal: the advisor''s part of a why object: the trigger rules that surfaced the row (comma-separated '
-    'names, each reported once), their confidence, priority and interrupt flag, and the row''s action domain and actionability.';
+COMMENT ON FUNCTION spark._why_advice(double precision, text, text, double precision, text, real) IS
+    'Internal: the advisor''s part of a why object. trig: the surest matching rule''s confidence; rules: the '
+    'matching rules'' names, comma-separated (each reported once); priority: the highest of their priorities; '
+    'interrupt: the surest interrupting rule''s confidence (NULL: none interrupts); action_domain and '
+    'actionability: the row''s.';
 
 CREATE OR REPLACE FUNCTION spark._pool_weight(params jsonb, pool text)
 RETURNS double precision
@@ -227,7 +233,8 @@ RETURNS TABLE (id bigint, score double precision, key text, text text, category 
                system_default boolean, created_at timestamptz, content_hash bytea, prio_label text,
                sim double precision, kw double precision, rec double precision, outc double precision,
                prio double precision, pools text[], pool_ranks jsonb, trig double precision, trig_rules text[],
-               trig_prio text, trig_interrupt boolean, adomain text, act real, domain_ok boolean, act_ok boolean,
+               trig_prio text, trig_interrupt double precision, adomain text, act real, domain_ok boolean,
+               act_ok boolean,
                tier text, passed_by text, gate_status text, pre_status text)
 LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, @vector_schema@, pg_temp
@@ -292,16 +299,20 @@ BEGIN
             LIMIT ($5 ->> 'pool_random')::integer),
         -- the trigger pool: rules of the tenant (and the pack) whose patterns match the trigger text surface
         -- the memories they name; shadow rules never surface (the advisor logs their hits itself)
+        -- Per memory, every matching rule counts: the surest one's confidence, the highest priority of any,
+        -- and the surest interrupting rule's confidence (a normal rule at 1.0 matching too no longer hides a
+        -- critical interrupt at 0.95)
         trig AS MATERIALIZED (
-            SELECT DISTINCT ON (mm.id) mm.id, r.confidence::double precision AS conf, r.priority, r.interrupt,
-                   -- every matching rule's name, in the order the one counted is chosen (the first)
-                   array_agg(r.name) OVER (PARTITION BY mm.id ORDER BY r.confidence DESC, r.interrupt DESC, r.name
-                                           ROWS BETWEEN UNBOUNDED PRECEDING AND UNBOUNDED FOLLOWING) AS rules
+            SELECT mm.id, max(r.confidence)::double precision AS conf,
+                   (array_agg(r.priority ORDER BY CASE r.priority WHEN 'critical' THEN 4 WHEN 'high' THEN 3
+                                                                 WHEN 'normal' THEN 2 ELSE 1 END DESC))[1] AS priority,
+                   (max(r.confidence) FILTER (WHERE r.interrupt))::double precision AS interrupt,
+                   array_agg(r.name ORDER BY r.confidence DESC, r.interrupt DESC, r.name) AS rules
             FROM spark.trigger_rules r
             JOIN spark.memories mm ON mm.tenant = ANY($1) AND mm.key = ANY(r.surface) AND mm.created_at <= $3
             WHERE $18 IS NOT NULL AND r.tenant = ANY($1) AND NOT r.shadow
               AND $18 ~* r.pattern AND (r.context_pattern IS NULL OR $18 ~* r.context_pattern)
-            ORDER BY mm.id, r.confidence DESC, r.interrupt DESC, r.name),
+            GROUP BY mm.id),
         pools AS (
             SELECT s.id, 'semantic'::text AS pool, row_number() OVER (ORDER BY s.dist, s.id) AS rnk, s.dist FROM sem s
             UNION ALL
@@ -472,7 +483,10 @@ BEGIN
                     WHEN dom.dom_status IS NOT NULL THEN dom.dom_status
                     WHEN gated.id IN (SELECT arch.id FROM arch) THEN
                         'dropped: archive tier (the active tiers yielded enough)'
-                    WHEN gated.score < $11 * best.score THEN
+                    -- what a trigger surfaces as critical, or to interrupt, is never cut for being weaker
+                    -- than the best: the rule exists to say it whatever the similarity
+                    WHEN gated.score < $11 * best.score
+                         AND NOT (gated.trig > 0 AND (gated.prio >= 0.3 OR gated.trig_interrupt IS NOT NULL)) THEN
                         format('dropped: adaptive cutoff (%s < %s x best %s)', round(gated.score::numeric, 4), $11,
                                round(best.score::numeric, 4))
                     END AS pre_status
@@ -534,7 +548,7 @@ DECLARE
     outs double precision[] := '{}'; prios double precision[] := '{}'; prio_labels text[] := '{}';
     poolz text[] := '{}'; pool_ranks jsonb[] := '{}'; passed text[] := '{}';
     pre text[] := '{}'; trigs double precision[] := '{}'; t_rules text[] := '{}'; t_prio text[] := '{}';
-    t_int boolean[] := '{}'; adomains text[] := '{}'; acts real[] := '{}';
+    t_int double precision[] := '{}'; adomains text[] := '{}'; acts real[] := '{}';
     -- survivors of the gates, best first (index s into these arrays; rows_all index in surv)
     surv integer[] := '{}';
     ns integer := 0;

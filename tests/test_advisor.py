@@ -110,6 +110,54 @@ def test_a_destructive_command_interrupts_only_when_enabled(conn: Conn, embedder
     assert stop is not None and stop.priority == "critical" and stop.trigger and stop.trigger["interrupt"]
 
 
+def test_every_matching_rule_counts_for_priority_and_interrupt(conn: Conn, embedder: Embedder) -> None:
+    """Two rules surface one memory: a normal one at confidence 1.0 and a critical interrupt at 0.95. Only
+    the surer rule counted, so the interrupt was lost (priority normal, interrupt false)."""
+    for name, priority, interrupt, confidence in (
+        ("prod_any", "normal", False, 1.0),
+        ("prod_destroy", "critical", True, 0.95),
+    ):
+        conn.execute(
+            "SELECT spark.put_trigger_rule(%s, %s, 'rm -rf /srv/prod', ARRAY['backup'], priority => %s,"
+            " interrupt => %s, confidence => %s::real)",
+            (T, name, priority, interrupt, confidence),
+        )
+    advice = Advisor(conn, embedder, T, options=AdvisorOptions(interrupts=True)).advise(
+        "Bash", {"command": "rm -rf /srv/prod/cache"}
+    )
+    stop = next((a for a in advice if a.key == "backup"), None)
+    assert stop is not None and stop.blocking, [(a.key, a.why.get("trigger")) for a in advice]
+    assert stop.trigger == {
+        "rules": ["prod_any", "prod_destroy"],
+        "confidence": 1.0,
+        "priority": "critical",
+        "interrupt": True,
+        "interrupt_confidence": 0.95,
+    }
+    # the surest interrupting rule decides: under the advisor's 0.9 it does not block
+    sure = AdvisorOptions(interrupts=True, interrupt_min_confidence=0.96)
+    again = Advisor(conn, embedder, T, options=sure).advise("Bash", {"command": "rm -rf /srv/prod/cache"})
+    assert [a.blocking for a in again if a.key == "backup"] == [False]
+
+
+def test_a_critical_trigger_memory_is_not_cut_for_being_weaker_than_the_best(
+    conn: Conn, embedder: Embedder
+) -> None:
+    """A tenant's own critical interrupt rule surfaced its memory, and the adaptive cutoff (0.85 x the best,
+    here the pack's item) dropped it: the block came from the pack alone and the tenant's advice was lost."""
+    conn.execute(
+        "SELECT spark.put_trigger_rule(%s, 'prod-guard', 'rm -rf /srv/prod', ARRAY['pytest'],"
+        " priority => 'critical', interrupt => true)",
+        (T,),
+    )
+    advice = Advisor(conn, embedder, T, options=AdvisorOptions(interrupts=True)).advise(
+        "Bash", {"command": "rm -rf /srv/prod/cache"}
+    )
+    assert {"pytest", "seed:safety-destructive-ops"} <= set(keys(advice)), keys(advice)
+    own = next(a for a in advice if a.key == "pytest")
+    assert own.priority == "critical" and own.blocking
+
+
 def test_outcomes_move_reliability_and_are_checked(conn: Conn, embedder: Embedder) -> None:
     advisor = Advisor(conn, embedder, T, session_id="s2")
     advice = advisor.advise("Bash", {"command": "alembic revision -m 'add orders table'"}, "schema change")

@@ -409,7 +409,7 @@ def test_the_recent_pool_breaks_created_at_ties_by_id(conn: Conn) -> None:
     assert pool_members(conn, tenant, "recent", {}) == set(ids[:pool])
 
 
-def test_why_lists_every_matching_trigger_rule_in_the_order_one_is_chosen(conn: Conn) -> None:
+def test_why_lists_every_matching_trigger_rule_and_each_counts(conn: Conn) -> None:
     tenant = "rule-order"
     conn.execute(
         """INSERT INTO spark.memories (tenant, key, text, descriptor, content_hash, created_at)
@@ -438,4 +438,6 @@ def test_why_lists_every_matching_trigger_rule_in_the_order_one_is_chosen(conn: 
     assert keys(rows) == ["backup"]
     trigger = rows[0]["why"]["trigger"]
     assert trigger["rules"] == ["high", "mid-stop", "mid-a", "mid-b", "low"]
-    assert trigger["confidence"] == pytest.approx(0.9) and trigger["interrupt"] is False  # the first one's
+    # the surest rule's confidence, and the interrupt of a less sure one, which the surest used to hide
+    assert trigger["confidence"] == pytest.approx(0.9) and trigger["interrupt"] is True
+    assert trigger["interrupt_confidence"] == pytest.approx(0.5)

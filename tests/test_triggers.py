@@ -350,6 +350,7 @@ def test_a_matching_rule_surfaces_its_memories_without_any_shared_word(conn: Con
         "confidence": 1.0,
         "priority": "critical",
         "interrupt": True,
+        "interrupt_confidence": 1.0,
     }
     assert top["why"]["gates"]["min_similarity"]["by"] == "trigger"
     assert top["priority"] == pytest.approx(0.3)  # the rule's priority raised the memory's
