@@ -826,3 +826,16 @@ def test_placeholder_words_do_not_sink_real_advice() -> None:
     )
     assert actionability("Don't run rm -rf in the user's home directory.").score >= ACTIONABILITY_GATE
     assert actionability("Grep for TODO comments before tagging a release.").score >= ACTIONABILITY_GATE
+
+
+@pytest.mark.parametrize(
+    "token", ["a." * 2048, "0123456789abcdef" * 256, "A" * 4096, "x-" * 2048], ids=["dots", "hex", "A", "dash"]
+)
+def test_a_long_token_does_not_stall_the_hook(token: str) -> None:
+    """The path pattern re-read a run of [\\w.-] from every position inside it: 20 todos of one 4,096-character
+    token took 6 s here, over the hook's 1 s budget. A hang guard like test_hostile's, not a speed target."""
+    import time
+
+    started = time.monotonic()
+    intent = extract_intent("TodoWrite", {"todos": [{"content": token, "status": "pending"}] * 20}, token)
+    assert time.monotonic() - started < 2 and intent.text
