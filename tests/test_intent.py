@@ -839,3 +839,25 @@ def test_a_long_token_does_not_stall_the_hook(token: str) -> None:
     started = time.monotonic()
     intent = extract_intent("TodoWrite", {"todos": [{"content": token, "status": "pending"}] * 20}, token)
     assert time.monotonic() - started < 2 and intent.text
+
+
+@pytest.mark.parametrize(
+    ("tool", "tool_input"),
+    [
+        ("Bash", {}),
+        ("Bash", None),
+        ("Bash", {"command": ""}),
+        ("Bash", {"command": "   "}),
+        ("Write", {}),
+        ("Edit", {"old_string": "", "new_string": ""}),
+        ("WebSearch", {"query": ""}),
+    ],
+)
+def test_a_call_with_nothing_to_go_on_is_skipped(tool: str, tool_input: dict[str, Any] | None) -> None:
+    """Its bare verb ("run") surfaced the loudest advice there is: the destructive-commands rule."""
+    assert extract_intent(tool, tool_input).trivial
+    assert not extract_intent(tool, tool_input, "rotate the database password").trivial
+
+
+def test_an_unknown_tool_is_never_blank_its_name_is_the_signal() -> None:
+    assert not extract_intent("mcp__deploy__rollback", {}).trivial

@@ -49,7 +49,7 @@ class Intent:
     target: str | None  # what it acts on: "auth login", "alembic upgrade head", a search query, ...
     family: str  # a key of INTENT_FAMILIES
     domains: tuple[str, ...]  # INTENT_FAMILIES[family]
-    trivial: bool  # read-only call without task context: the advisor skips retrieval
+    trivial: bool  # read-only, or nothing to go on, and no task context: the advisor skips retrieval
 
 
 @dataclass(frozen=True)
@@ -266,6 +266,9 @@ def extract_intent(
     text = _compose(parsed.action, target, context, detail) or " ".join(_tool_tokens(tool))
     family = classify_family(tool, "\n".join(p for p in (parsed.signal, text, context) if p))
     readonly = kind in _READ_ONLY_KINDS or (kind == "shell" and _is_read_only_command(parsed.signal))
+    # a known kind of call with nothing to go on (a shell call without a command, a write without a path):
+    # its bare verb would surface whatever is loudest ("run" -> the destructive-commands rule)
+    blank = kind != "other" and not (target or detail or context)
     return Intent(
         text=text,
         tool=tool,
@@ -273,5 +276,5 @@ def extract_intent(
         target=target or None,
         family=family,
         domains=INTENT_FAMILIES[family],
-        trivial=readonly and not context,
+        trivial=(readonly and not context) or blank,
     )
