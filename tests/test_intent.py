@@ -829,7 +829,9 @@ def test_placeholder_words_do_not_sink_real_advice() -> None:
 
 
 @pytest.mark.parametrize(
-    "token", ["a." * 2048, "0123456789abcdef" * 256, "A" * 4096, "x-" * 2048], ids=["dots", "hex", "A", "dash"]
+    "token",
+    ["a." * 2048, "0123456789abcdef" * 256, "A" * 4096, "x-" * 2048],
+    ids=["dots", "hex", "A", "dash"],
 )
 def test_a_long_token_does_not_stall_the_hook(token: str) -> None:
     """The path pattern re-read a run of [\\w.-] from every position inside it: 20 todos of one 4,096-character
