@@ -835,7 +835,8 @@ def test_placeholder_words_do_not_sink_real_advice() -> None:
 )
 def test_a_long_token_does_not_stall_the_hook(token: str) -> None:
     """The path pattern re-read a run of [\\w.-] from every position inside it: 20 todos of one
-    4,096-character token took 6 s here, over the hook's 1 s budget. A hang guard like test_hostile's, not a speed target."""
+    4,096-character token took 6 s here, over the hook's 1 s budget. A hang guard like test_hostile's,
+    not a speed target."""
     import time
 
     started = time.monotonic()
