@@ -357,6 +357,19 @@ FORGET_MODEL_TENANT_INDEXES = "DELETE FROM spark.tenant_vector_indexes WHERE mod
 
 INDEX_EXISTS = "SELECT to_regclass(format('spark.%%I', %(name)s::text)) IS NOT NULL"
 
+# whether the model's shared HNSW index is there and valid (false: a CONCURRENTLY build was interrupted)
+MODEL_INDEX_STATE = """
+SELECT i.indisvalid FROM pg_catalog.pg_index i
+WHERE i.indexrelid = to_regclass(format('spark.embeddings_hnsw_m%%s', %(model_id)s::smallint))
+"""
+
+# the model's shared HNSW index as spark.ensure_model_index defines it, built without blocking writers
+MODEL_INDEX_DDL = """
+SELECT replace(spark._hnsw_index_ddl(format('embeddings_hnsw_m%%s', m.id), m.dim, format('model_id = %%s', m.id),
+                                     false), 'CREATE INDEX ', 'CREATE INDEX CONCURRENTLY ')
+FROM spark.embedding_models m WHERE m.id = %(model_id)s
+"""
+
 UNRETIRE_MODEL = "UPDATE spark.embedding_models SET retired_at = NULL WHERE id = %(model_id)s AND NOT active"
 
 # models another one replaced (spark.activate_model sets retired_at), the latest first

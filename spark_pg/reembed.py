@@ -1,7 +1,9 @@
 """Model changes without outage: ``spark-pg reembed --model NAME``.
 
 1. **Register** the new model (inactive) with its own partial HNSW index; retrieval keeps using the active
-   model's vectors throughout.
+   model's vectors throughout. Going back to a retired model whose vectors were kept, the index is built
+   ``CONCURRENTLY`` over them (spark.register_model leaves it out: built there, it would block every
+   writer of vectors for the whole build).
 2. **Build** the new model's vectors beside the old ones, in batches of one transaction each (keyset order,
    so a stopped run resumes where it was), then catch up with memories written meanwhile.
 3. **Canaries**: for a deterministic sample of memories, compare each one's nearest neighbours (within its
@@ -80,6 +82,21 @@ def register(conn: psycopg.Connection[Any], embedder: Embedder) -> tuple[int, st
     return model_id, (None if active is None else str(active[1]))
 
 
+def build_index(conn: psycopg.Connection[Any], model_id: int) -> None:
+    """The model's shared HNSW index, when spark.register_model left it out (a way back to a retired model
+    whose vectors were kept): built CONCURRENTLY, so ingest, the worker and edits go on meanwhile. One
+    an interrupted build left invalid is dropped and built again. ``conn`` is in autocommit mode."""
+    state = conn.execute(queries.MODEL_INDEX_STATE, {"model_id": model_id}).fetchone()
+    if state is not None and state[0]:
+        return
+    name = f"embeddings_hnsw_m{model_id}"
+    if state is not None:
+        conn.execute(sql.SQL("DROP INDEX CONCURRENTLY IF EXISTS spark.{}").format(sql.Identifier(name)))
+    row = conn.execute(queries.MODEL_INDEX_DDL, {"model_id": model_id}).fetchone()
+    assert row is not None  # registered above
+    conn.execute(str(row[0]))
+
+
 def build(
     conn: psycopg.Connection[Any],
     embedder: Embedder,
@@ -156,6 +173,7 @@ def reembed(
     model_id, previous = register(conn, embedder)
     report = ReembedReport(model=embedder.spec.name, previous=previous)
     started = time.perf_counter()
+    build_index(conn, model_id)
     failures: dict[tuple[str, int], str] = {}
     for _ in range(3):  # then catch up with what was written during the pass
         added = build(conn, embedder, model_id, batch=batch, progress=progress, errors=failures)

@@ -33,6 +33,17 @@ BEGIN
         RAISE EXCEPTION 'model_id % is not a registered embedding model', model_id
             USING ERRCODE = 'invalid_parameter_value';
     END IF;
+    -- there already: CREATE INDEX IF NOT EXISTS would first wait for a SHARE lock on spark.embeddings
+    -- (behind any open transaction that wrote a vector) only to find it, and every writer queued behind it
+    IF to_regclass(format('spark.%I', idx)) IS NOT NULL THEN
+        RETURN idx;
+    END IF;
+    -- an inactive model that has vectors (a way back to a retired model): built here, the index would hold
+    -- that lock over every kept vector for minutes; spark-pg reembed builds it CONCURRENTLY instead
+    IF NOT EXISTS (SELECT 1 FROM spark.embedding_models m WHERE m.id = model_id AND m.active)
+       AND EXISTS (SELECT 1 FROM spark.embeddings e WHERE e.model_id = ensure_model_index.model_id) THEN
+        RETURN NULL;
+    END IF;
     -- a column without a fixed dimension is indexed per model through a typed expression
     EXECUTE spark._hnsw_index_ddl(idx, d, format('model_id = %s', model_id), true);
     RETURN idx;
@@ -40,8 +51,9 @@ END
 $fn$;
 COMMENT ON FUNCTION spark.ensure_model_index(smallint) IS
     'Create (if missing) the partial HNSW cosine index for one model''s vectors. '
-    'model_id: spark.embedding_models.id. Returns the index name. Errors: 22004 NULL model_id; 22023 an '
-    'unknown model.';
+    'model_id: spark.embedding_models.id. Returns the index name, or NULL when it is missing and left for '
+    'spark-pg reembed to build CONCURRENTLY: the model is inactive and already has vectors. An index that '
+    'exists is found without a lock on spark.embeddings. Errors: 22004 NULL model_id; 22023 an unknown model.';
 
 CREATE OR REPLACE FUNCTION spark.register_model(
     name text, dim integer, pooling text, max_tokens integer,

@@ -424,3 +424,34 @@ def test_a_memory_deleted_during_the_build_is_skipped(rdb: str, cls_embedder: Em
         delete.join()
         left = c.execute("SELECT count(*) FROM spark.memories WHERE key = 'a3'").fetchone()
     assert delete.waited and report.switched and report.embedded == 59 and left == (0,)
+
+
+def test_the_way_back_builds_the_old_index_without_blocking_writers(
+    rdb: str, embedder: Embedder, cls_embedder: Embedder
+) -> None:
+    """Switching drops the old model's index and keeps its vectors. Going back, spark.register_model built
+    that index in its own transaction, holding a SHARE lock on spark.embeddings over every kept vector: each
+    vector write and edit waited for the whole build (328 s at 1M vectors). Now reembed builds it
+    CONCURRENTLY; and a model whose index exists is registered without waiting for that lock at all."""
+    with connect(rdb, autocommit=True) as c:
+        assert reembed(c, cls_embedder, canaries=0).switched
+        assert not index_exists(rdb, "embeddings_hnsw_m1") and vectors_of(c, 1) == 60
+    with connect(rdb) as writer, connect(rdb) as registrar:
+        # a writer holds a vector row (an uncommitted store), as the worker does mid-batch
+        writer.execute("UPDATE spark.embeddings SET created_at = created_at WHERE model_id = 2 AND memory_id = 1")
+        registrar.execute("SET lock_timeout = '1s'")
+        for model in (embedder, cls_embedder):  # the retired model with its vectors, the active one indexed
+            registrar.execute(
+                "SELECT spark.register_model(%s, 384, %s, 256)", (model.spec.name, model.spec.pooling)
+            )
+        registrar.rollback()
+        writer.rollback()
+    assert not index_exists(rdb, "embeddings_hnsw_m1")  # left for reembed
+    with connect(rdb, autocommit=True) as c:
+        back = reembed(c, embedder, canaries=0)
+        assert back.switched and back.embedded == 0  # every kept vector reused
+        valid = c.execute(
+            "SELECT indisvalid FROM pg_index WHERE indexrelid = 'spark.embeddings_hnsw_m1'::regclass"
+        ).fetchone()
+    assert valid == (True,)
+    assert search(rdb, embedder, "rotate refresh tokens")[1] == "hybrid"
