@@ -365,8 +365,9 @@ WHERE i.indexrelid = to_regclass(format('spark.embeddings_hnsw_m%%s', %(model_id
 
 # the model's shared HNSW index as spark.ensure_model_index defines it, built without blocking writers
 MODEL_INDEX_DDL = """
-SELECT replace(spark._hnsw_index_ddl(format('embeddings_hnsw_m%%s', m.id), m.dim, format('model_id = %%s', m.id),
-                                     false), 'CREATE INDEX ', 'CREATE INDEX CONCURRENTLY ')
+SELECT replace(spark._hnsw_index_ddl(format('embeddings_hnsw_m%%s', m.id), m.dim,
+                                     format('model_id = %%s', m.id), false),
+               'CREATE INDEX ', 'CREATE INDEX CONCURRENTLY ')
 FROM spark.embedding_models m WHERE m.id = %(model_id)s
 """
 

@@ -438,7 +438,9 @@ def test_the_way_back_builds_the_old_index_without_blocking_writers(
         assert not index_exists(rdb, "embeddings_hnsw_m1") and vectors_of(c, 1) == 60
     with connect(rdb) as writer, connect(rdb) as registrar:
         # a writer holds a vector row (an uncommitted store), as the worker does mid-batch
-        writer.execute("UPDATE spark.embeddings SET created_at = created_at WHERE model_id = 2 AND memory_id = 1")
+        writer.execute(
+            "UPDATE spark.embeddings SET created_at = created_at WHERE model_id = 2 AND memory_id = 1"
+        )
         registrar.execute("SET lock_timeout = '1s'")
         for model in (embedder, cls_embedder):  # the retired model with its vectors, the active one indexed
             registrar.execute(
