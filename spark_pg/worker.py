@@ -53,7 +53,9 @@ class WorkerStats:
     reconnects: int = 0  # connections lost and opened again (run_reconnecting)
     seconds: float = 0.0
     errors: list[str] = field(default_factory=list)
-    # left in the queue after a one-off run: failed rows waiting out their backoff, and given up
+    # left in the queue after a one-off run: rows still to embed (a run stopped early), failed rows waiting
+    # out their backoff, and given up
+    pending: int = 0
     backing_off: int = 0
     given_up: int = 0
 
@@ -68,6 +70,7 @@ class WorkerStats:
             "seconds": round(self.seconds, 2),
             "per_second": round(rate, 1),
             "errors": self.errors[-5:],
+            "pending": self.pending,
             "backing_off": self.backing_off,
             "given_up": self.given_up,
         }
@@ -247,7 +250,7 @@ def run_worker(
                     on_batch=bar.update,
                 )
                 if once:
-                    _, stats.backing_off, stats.given_up = queue_state(conn, max_attempts)
+                    stats.pending, stats.backing_off, stats.given_up = queue_state(conn, max_attempts)
                     break
                 _wait(conn, poll_s, stop)
         conn.execute(f"UNLISTEN {CHANNEL}")

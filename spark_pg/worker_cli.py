@@ -6,6 +6,8 @@ import argparse
 import json
 import sys
 
+from spark_pg.console import INTERRUPTED
+
 
 def cmd_worker(args: argparse.Namespace) -> int:
     import threading
@@ -71,6 +73,12 @@ def cmd_worker(args: argparse.Namespace) -> int:
                 "spark.embed_queue.last_error)",
                 file=sys.stderr,
             )
+    if args.once and stop.is_set():  # a one-off run stopped by a signal did not do its job: `&& next` stops
+        print(
+            f"spark-pg worker: interrupted; {stats.pending} memories still to embed (run again to go on)",
+            file=sys.stderr,
+        )
+        return INTERRUPTED
     # a one-off run that left rows unembedded tells its caller (a script, CI) so, whether they failed now
     # or earlier; a serving worker that a signal stopped has done its job
     return 1 if args.once and (stats.failed or stats.backing_off or stats.given_up) else 0
@@ -84,7 +92,7 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         "--once",
         action="store_true",
         help="embed the current backlog, then exit (exit code 1 if a text could not be embedded, now or "
-        "earlier: rows left waiting out a backoff or given up)",
+        "earlier: rows left waiting out a backoff or given up; 130 if SIGINT or SIGTERM stopped it first)",
     )
     p.add_argument("--batch", type=int, default=32, help="memories per transaction (1-1000, default 32)")
     p.add_argument(

@@ -326,6 +326,41 @@ def test_a_failing_embedding_counts_attempts_and_gives_up_after_max_attempts(
     assert work(wdb, embedder, max_attempts=3).embedded == 3  # a person raised the limit
 
 
+def test_a_one_off_run_stopped_by_a_signal_exits_130_and_says_what_is_left(
+    wdb: str,
+    embedder: Embedder,
+    model_settings: Settings,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """`spark-pg worker --once && next-step` went on after a CI timeout's SIGTERM: exit 0, nothing said of
+    the rows still queued."""
+    from spark_pg.cli import main
+
+    with connect(wdb) as c:
+        ingest(c, records("t", 3), None)
+        c.commit()
+    config = tmp_path / "config.yaml"
+    config.write_text(f"embedding:\n  model_dir: {model_dir_for(model_settings)}\n")
+    monkeypatch.setenv("SPARK_PG_DATABASE_URL", wdb)
+    monkeypatch.setenv("SPARK_PG_CONFIG", str(config))
+    stops: list[threading.Event] = []
+    monkeypatch.setattr("spark_pg.worker.stop_on_signals", stops.append)  # the handler's event
+
+    class Signalled(Embedder):
+        def embed_documents(self, texts: Sequence[str], batch_size: int = 16) -> list[Vector]:
+            stops[0].set()  # as SIGTERM does mid-batch: the batch finishes, the run stops
+            return embedder.embed_documents(texts, batch_size)
+
+    monkeypatch.setattr("spark_pg.embedding.load_embedder", lambda settings: Signalled(embedder.spec, None))
+    assert main(["worker", "--once", "--quiet", "--batch", "1", "--json"]) == 130
+    out, err = capsys.readouterr()
+    summary = json.loads(out)
+    assert (summary["embedded"], summary["pending"]) == (1, 2)
+    assert "interrupted; 2 memories still to embed" in err
+
+
 def test_a_one_off_worker_run_exits_1_when_a_text_was_not_embedded(
     wdb: str,
     embedder: Embedder,
