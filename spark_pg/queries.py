@@ -97,13 +97,13 @@ FOR NO KEY UPDATE OF m
 
 # the staged vectors (a row staged without one kept its content, and so its stored vector)
 STORE_VECTORS = """
-INSERT INTO spark.embeddings AS e (tenant, memory_id, model_id, created_at, embedding)
-SELECT m.tenant, m.id, s.embedding_model_id, m.created_at, s.embedding
+INSERT INTO spark.embeddings AS e (tenant, memory_id, model_id, created_at, embedding, embedded_at)
+SELECT m.tenant, m.id, s.embedding_model_id, m.created_at, s.embedding, clock_timestamp()
 FROM _spark_ingest s JOIN spark.memories m ON m.tenant = s.tenant AND m.key = s.key
 WHERE s.embedding IS NOT NULL
 ORDER BY m.tenant, m.id
 ON CONFLICT (tenant, memory_id, model_id) DO UPDATE SET
-    embedding = EXCLUDED.embedding, created_at = EXCLUDED.created_at, embedded_at = now()
+    embedding = EXCLUDED.embedding, created_at = EXCLUDED.created_at, embedded_at = EXCLUDED.embedded_at
 """
 
 # after an ingest commits: the touched tenants' statistics and vector indexes, where stale (sql/035)
@@ -252,16 +252,18 @@ FOR UPDATE OF q SKIP LOCKED FOR KEY SHARE OF m SKIP LOCKED
 # its cascade waited for the claimed queue row, while storing the vector (its foreign key) waited for the
 # memory. A memory a DELETE holds already is skipped; its queue row goes with it.
 
-# only where the memory still has the content that was embedded (the trigger dequeues what lands)
+# only where the memory still has the content that was embedded (the trigger dequeues what lands);
+# embedded_at is when the vector is stored (clock_timestamp): now() is the batch transaction's start, before
+# the claim and the embedding, and the lag in `spark-pg stats` left the embedding time out
 STORE_CLAIMED = """
-INSERT INTO spark.embeddings AS e (tenant, memory_id, model_id, created_at, embedding, queued_at)
-SELECT m.tenant, m.id, %(model_id)s, m.created_at, v.embedding, q.enqueued_at
+INSERT INTO spark.embeddings AS e (tenant, memory_id, model_id, created_at, embedding, queued_at, embedded_at)
+SELECT m.tenant, m.id, %(model_id)s, m.created_at, v.embedding, q.enqueued_at, clock_timestamp()
 FROM unnest(%(tenants)s::text[], %(ids)s::bigint[], %(hashes)s::bytea[], %(vectors)s::vector[])
      AS v(tenant, id, content_hash, embedding)
 JOIN spark.memories m ON m.tenant = v.tenant AND m.id = v.id AND m.content_hash = v.content_hash
 LEFT JOIN spark.embed_queue q ON q.tenant = v.tenant AND q.memory_id = v.id
 ON CONFLICT (tenant, memory_id, model_id) DO UPDATE SET
-    embedding = EXCLUDED.embedding, created_at = EXCLUDED.created_at, embedded_at = now(),
+    embedding = EXCLUDED.embedding, created_at = EXCLUDED.created_at, embedded_at = EXCLUDED.embedded_at,
     queued_at = EXCLUDED.queued_at
 """
 
@@ -278,12 +280,12 @@ WITH current AS (
     JOIN spark.memories m ON m.tenant = v.tenant AND m.id = v.id AND m.content_hash = v.content_hash
     ORDER BY m.tenant, m.id
     FOR SHARE OF m)
-INSERT INTO spark.embeddings AS e (tenant, memory_id, model_id, created_at, embedding, queued_at)
-SELECT c.tenant, c.id, %(model_id)s, c.created_at, c.embedding, q.enqueued_at
+INSERT INTO spark.embeddings AS e (tenant, memory_id, model_id, created_at, embedding, queued_at, embedded_at)
+SELECT c.tenant, c.id, %(model_id)s, c.created_at, c.embedding, q.enqueued_at, clock_timestamp()
 FROM current c
 LEFT JOIN spark.embed_queue q ON q.tenant = c.tenant AND q.memory_id = c.id
 ON CONFLICT (tenant, memory_id, model_id) DO UPDATE SET
-    embedding = EXCLUDED.embedding, created_at = EXCLUDED.created_at, embedded_at = now(),
+    embedding = EXCLUDED.embedding, created_at = EXCLUDED.created_at, embedded_at = EXCLUDED.embedded_at,
     queued_at = EXCLUDED.queued_at
 """
 

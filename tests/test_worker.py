@@ -618,3 +618,23 @@ def test_a_worker_keeps_only_its_latest_errors(wdb: str, embedder: Embedder) -> 
         c.commit()
     stats = work(wdb, Truncated(embedder.spec, embedder._model), batch=KEPT_ERRORS + 5)
     assert stats.failed == KEPT_ERRORS + 5 and len(stats.errors) == KEPT_ERRORS
+
+
+def test_the_embedding_lag_counts_the_time_spent_embedding(wdb: str, embedder: Embedder) -> None:
+    """embedded_at was the batch transaction's start (now()), before the claim and the embedding: a batch
+    whose model took 5 s reported a lag of 0.04 s in `spark-pg stats`."""
+
+    class Slow(Embedder):
+        def embed_documents(self, texts: Sequence[str], batch_size: int = 16) -> list[Vector]:
+            time.sleep(0.6)
+            return embedder.embed_documents(texts, batch_size)
+
+    with connect(wdb) as c:
+        ingest(c, records("lag", 2), None)
+        c.commit()
+    assert work(wdb, Slow(embedder.spec, None)).embedded == 2
+    with connect(wdb) as c:
+        lags = c.execute(
+            "SELECT extract(epoch FROM embedded_at - queued_at) FROM spark.embeddings WHERE tenant = 'lag'"
+        ).fetchall()
+    assert len(lags) == 2 and all(float(lag) >= 0.6 for (lag,) in lags), lags
