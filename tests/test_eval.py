@@ -553,3 +553,23 @@ def test_the_cli_passes_params_and_refuses_bad_ones_with_exit_2(
     assert code == 2 and "pool_semantc" in err.getvalue()
     with connect(scratch.with_dbname(server_url, name)) as c:  # still loaded (was: dropped, made anew empty)
         assert c.execute("SELECT count(*) > 0 FROM spark.memories").fetchone() == (True,)
+
+
+def test_baseline_ties_break_on_the_key_not_on_the_load_order(server_url: str) -> None:
+    """Many short turns share a ts_rank_cd; ties broke on the id, i.e. on the order the loader inserted
+    in, so the same data loaded in another order scored differently (LoCoMo keyword recall@10 0.567 or
+    0.575). The key belongs to the data."""
+    from datetime import UTC, datetime
+
+    from spark_pg.eval.systems import KEYWORD_SQL
+    from spark_pg.ingest import ingest
+    from spark_pg.records import MemoryIn
+    from tests.conftest import temp_database
+
+    with temp_database(server_url, install=True) as url, connect(url) as c:
+        for key in ("t:3", "t:1", "t:2"):  # ids in another order than the keys
+            ingest(c, [MemoryIn(tenant="t", key=key, text="We met at the flea market.")], None)
+        args = {"tenant": "t", "as_of": datetime.now(UTC), "words": or_words("flea market"), "k": 3}
+        ranked = [r[1] for r in c.execute(KEYWORD_SQL, args).fetchall()]
+        ids = [r[0] for r in c.execute("SELECT key FROM spark.memories ORDER BY id").fetchall()]
+    assert ids == ["t:3", "t:1", "t:2"] and ranked == ["t:1", "t:2", "t:3"]

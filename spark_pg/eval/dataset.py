@@ -30,7 +30,8 @@ MEMORIES_FILE = "memories.jsonl"
 QUERIES_FILE = "queries.jsonl"
 RESERVED_TENANTS = ("_system",)  # the cold-start pack's tenant, visible to every tenant
 # bump when what gets stored for a memory changes, so scratch databases of older loads are not reused
-LOADER_VERSION = 1
+# (2: ids follow the upsert's (tenant, key) order, not the file's)
+LOADER_VERSION = 2
 
 
 class DatasetError(InputError):

@@ -46,7 +46,7 @@ LABELS = ("noise", "dup_group")
 KEYWORD_BASELINE = """
 SELECT key FROM spark.memories
 WHERE tenant = %(tenant)s AND tsv @@ spark._or_tsquery(%(text)s)
-ORDER BY ts_rank(tsv, spark._or_tsquery(%(text)s)) DESC, id
+ORDER BY ts_rank(tsv, spark._or_tsquery(%(text)s)) DESC, key
 LIMIT 5
 """
 

@@ -29,11 +29,13 @@ FROM spark.retrieve(tenant => %(tenant)s, query_text => %(query)s, query_embeddi
                     k => %(k)s, params => %(params)s)
 """
 
+# ties (many short turns share a ts_rank_cd) break on the key, which belongs to the data: by id they broke on
+# the order the loader happened to insert in, so the same data loaded twice could score differently
 VECTOR_SQL = """
 SELECT m.id, m.key
 FROM spark.embeddings e JOIN spark.memories m ON m.tenant = e.tenant AND m.id = e.memory_id
 WHERE e.tenant = %(tenant)s AND e.model_id = %(model_id)s AND e.created_at <= %(as_of)s
-ORDER BY e.embedding <=> %(embedding)s, m.id
+ORDER BY e.embedding <=> %(embedding)s, m.key
 LIMIT %(k)s
 """
 
@@ -41,28 +43,28 @@ KEYWORD_SQL = """
 SELECT m.id, m.key
 FROM spark.memories m, websearch_to_tsquery('english', %(words)s) AS q
 WHERE m.tenant = %(tenant)s AND m.created_at <= %(as_of)s AND m.tsv @@ q
-ORDER BY ts_rank_cd(m.tsv, q) DESC, m.id
+ORDER BY ts_rank_cd(m.tsv, q) DESC, m.key
 LIMIT %(k)s
 """
 
 RRF_SQL = """
 WITH vector_pool AS (
-    SELECT m.id, m.key, row_number() OVER (ORDER BY e.embedding <=> %(embedding)s, m.id) AS rank
+    SELECT m.id, m.key, row_number() OVER (ORDER BY e.embedding <=> %(embedding)s, m.key) AS rank
     FROM spark.embeddings e JOIN spark.memories m ON m.tenant = e.tenant AND m.id = e.memory_id
     WHERE e.tenant = %(tenant)s AND e.model_id = %(model_id)s AND e.created_at <= %(as_of)s
-    ORDER BY e.embedding <=> %(embedding)s, m.id
+    ORDER BY e.embedding <=> %(embedding)s, m.key
     LIMIT 50
 ), keyword_pool AS (
-    SELECT m.id, m.key, row_number() OVER (ORDER BY ts_rank_cd(m.tsv, q) DESC, m.id) AS rank
+    SELECT m.id, m.key, row_number() OVER (ORDER BY ts_rank_cd(m.tsv, q) DESC, m.key) AS rank
     FROM spark.memories m, websearch_to_tsquery('english', %(words)s) AS q
     WHERE m.tenant = %(tenant)s AND m.created_at <= %(as_of)s AND m.tsv @@ q
-    ORDER BY ts_rank_cd(m.tsv, q) DESC, m.id
+    ORDER BY ts_rank_cd(m.tsv, q) DESC, m.key
     LIMIT 50
 )
 SELECT id, key
 FROM (SELECT * FROM vector_pool UNION ALL SELECT * FROM keyword_pool) AS pools
 GROUP BY id, key
-ORDER BY sum(1.0 / (60 + rank)) DESC, id
+ORDER BY sum(1.0 / (60 + rank)) DESC, key
 LIMIT %(k)s
 """
 
