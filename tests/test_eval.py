@@ -573,3 +573,21 @@ def test_baseline_ties_break_on_the_key_not_on_the_load_order(server_url: str) -
         ranked = [r[1] for r in c.execute(KEYWORD_SQL, args).fetchall()]
         ids = [r[0] for r in c.execute("SELECT key FROM spark.memories ORDER BY id").fetchall()]
     assert ids == ["t:3", "t:1", "t:2"] and ranked == ["t:1", "t:2", "t:3"]
+
+
+def test_a_fresh_run_does_not_drop_the_database_under_a_running_one(
+    tmp_path: Path, server_url: str, model_settings: Settings, embedder: Embedder
+) -> None:
+    """`eval --dataset X --fresh` dropped the scratch database WITH (FORCE) under a run of X in progress:
+    every system of that run was reported failed (57P01)."""
+    tiny_dataset(tmp_path, uuid.uuid4().hex[:8])
+    name = scratch_name(load_dataset(tmp_path), embedder.spec.name)
+    url = scratch.create(server_url, name)
+    try:
+        with scratch.claimed(server_url, name) as first, connect(url):  # the running one
+            assert first
+            with pytest.raises(InputError, match=r"another `eval --dataset` .* is running"):
+                evaluate(tmp_path, model_settings, server_url=server_url, embedder=embedder, fresh=True)
+            assert scratch.exists(server_url, name)
+    finally:
+        drop_scratch(server_url, name)

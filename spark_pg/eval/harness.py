@@ -245,35 +245,45 @@ def evaluate(
         raise InputError("params must not set as_of: every question is asked as of its own time")
     dataset = load_dataset(folder)
     embedder = embedder or load_embedder(settings)
-    scratch = prepare_scratch(
-        server_url or database_url(settings),
-        dataset,
-        embedder,
-        settings,
-        fresh=fresh,
-        progress=progress,
-        name=scratch_db,
-        params=retrieve_params,
-    )
-    queries = dataset.queries[:limit] if limit else dataset.queries
-    depth = max(k, 10)
-    embed_ms, runs = ask_all(
-        scratch.url,
-        queries,
-        embedder,
-        systems,
-        depth=depth,
-        statement_timeout_ms=settings.get_int("database.statement_timeout_ms"),
-        progress=progress,
-        retrieve_params=retrieve_params,
-    )
+    server = server_url or database_url(settings)
+    name = scratch_db or scratch_name(dataset, embedder.spec.name)
+    # one run at a time per scratch database: another's --fresh dropped it (WITH FORCE) under this one,
+    # whose every system then "failed" with 57P01
+    with scratch.claimed(server, name) as mine:
+        if not mine:
+            raise InputError(
+                f"another `eval --dataset` of {folder} with {embedder.spec.name} is running (it holds "
+                f"{name}): wait for it to finish"
+            )
+        prepared = prepare_scratch(
+            server,
+            dataset,
+            embedder,
+            settings,
+            fresh=fresh,
+            progress=progress,
+            name=name,
+            params=retrieve_params,
+        )
+        queries = dataset.queries[:limit] if limit else dataset.queries
+        depth = max(k, 10)
+        embed_ms, runs = ask_all(
+            prepared.url,
+            queries,
+            embedder,
+            systems,
+            depth=depth,
+            statement_timeout_ms=settings.get_int("database.statement_timeout_ms"),
+            progress=progress,
+            retrieve_params=retrieve_params,
+        )
     return EvalRun(
         dataset=dataset,
         queries=queries,
         k=k,
         depth=depth,
         model=embedder.spec.name,
-        scratch=scratch,
+        scratch=prepared,
         embed_ms=embed_ms,
         systems=runs,
         date=datetime.now(UTC).isoformat(timespec="seconds"),
