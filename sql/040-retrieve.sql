@@ -483,10 +483,12 @@ BEGIN
                     WHEN dom.dom_status IS NOT NULL THEN dom.dom_status
                     WHEN gated.id IN (SELECT arch.id FROM arch) THEN
                         'dropped: archive tier (the active tiers yielded enough)'
-                    -- what a trigger surfaces as critical, or to interrupt, is never cut for being weaker
-                    -- than the best: the rule exists to say it whatever the similarity
+                    -- a tenant's own memory a trigger surfaces as critical, or to interrupt, is never cut
+                    -- for being weaker than the best: the rule exists to say it whatever the similarity
+                    -- (the pack's memories still yield, by design, to a tenant's own)
                     WHEN gated.score < $11 * best.score
-                         AND NOT (gated.trig > 0 AND (gated.prio >= 0.3 OR gated.trig_interrupt IS NOT NULL)) THEN
+                         AND NOT (gated.trig > 0 AND NOT gated.system_default
+                                  AND (gated.prio >= 0.3 OR gated.trig_interrupt IS NOT NULL)) THEN
                         format('dropped: adaptive cutoff (%s < %s x best %s)', round(gated.score::numeric, 4), $11,
                                round(best.score::numeric, 4))
                     END AS pre_status
