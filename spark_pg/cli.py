@@ -568,6 +568,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_revalue_parser(sub)
 
+    from spark_pg.triggers_cli import add_parser as add_triggers_parser
+
+    add_triggers_parser(sub)
+
     from spark_pg.fusion_cli import add_parser as add_fit_parser
 
     add_fit_parser(sub)

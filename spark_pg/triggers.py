@@ -376,6 +376,10 @@ def _rule(raw: Any, where: str, source: str, *, origin: str) -> TriggerRule:
         problem = pattern_problem(value)
         if problem:
             raise TriggerRuleError(source, where, f"{key} {value!r} {problem}")
+        if key == "pattern" and _matches_nothing_in_particular(value):
+            raise TriggerRuleError(
+                source, where, f"pattern {value!r} matches an empty text, so every call: say what it seeks"
+            )
         patterns[key] = value
     surface = raw.get("surface")
     if isinstance(surface, str):
@@ -388,6 +392,9 @@ def _rule(raw: Any, where: str, source: str, *, origin: str) -> TriggerRule:
         raise TriggerRuleError(
             source, where, f"surface must list 1 to 50 memory keys of 1 to {MAX_KEY} characters"
         )
+    padded = next((k for k in surface if k != k.strip()), None)
+    if padded is not None:  # " k " names no memory, and the rule would surface nothing without a word
+        raise TriggerRuleError(source, where, f"surface key {padded!r} starts or ends with whitespace")
     priority = raw.get("priority", "normal")
     if priority not in PRIORITIES:
         raise TriggerRuleError(source, where, f"priority {priority!r} is not one of {', '.join(PRIORITIES)}")
@@ -422,6 +429,16 @@ def _rule(raw: Any, where: str, source: str, *, origin: str) -> TriggerRule:
     )
 
 
+def _matches_nothing_in_particular(pattern: str) -> bool:
+    """Whether ``pattern`` matches the empty text (``.*``, ``a|``, ``x?``): then it matches every call."""
+    with warnings.catch_warnings():  # POSIX classes ([[:alpha:]]) warn in Python; valid in PostgreSQL
+        warnings.simplefilter("ignore")
+        try:
+            return re.search(pattern, "") is not None
+        except re.error:  # PostgreSQL's dialect where Python's differs: spark.put_trigger_rule checks it
+            return False
+
+
 def parse_rules(data: Any, source: str = "<rules>") -> list[TriggerRule]:
     """Validate a parsed YAML document; every rule is checked before any is returned."""
     if data is None:
@@ -433,12 +450,15 @@ def parse_rules(data: Any, source: str = "<rules>") -> list[TriggerRule]:
         raise TriggerRuleError(
             source, "file", f"unknown key {unknown[0]!r}; allowed: {', '.join(sorted(FILE_KEYS))}"
         )
-    if data.get("version", 1) != 1:
-        raise TriggerRuleError(source, "file", f"version {data.get('version')!r} is not supported (1 is)")
+    version = data.get("version", 1)
+    if isinstance(version, bool) or version != 1:  # True == 1 in Python
+        raise TriggerRuleError(source, "file", f"version {version!r} is not supported (1 is)")
     rules: list[TriggerRule] = []
     for section, origin in (("rules", "static"), ("learned", "learned")):
-        items = data.get(section) or []
-        if not isinstance(items, list):
+        items = data.get(section)
+        if items is None:  # absent or empty: no rules (loading then removes the tenant's static ones)
+            items = []
+        if not isinstance(items, list):  # `rules: {}` read as no rules, and loading removed them all
             raise TriggerRuleError(source, section, "must be a list")
         rules.extend(_rule(raw, f"{section}[{i}]", source, origin=origin) for i, raw in enumerate(items))
     names = [r.name for r in rules]

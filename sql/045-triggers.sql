@@ -158,6 +158,16 @@ BEGIN
     IF problem IS NOT NULL THEN
         RAISE EXCEPTION 'rule %: pattern %', name, problem USING ERRCODE = 'invalid_regular_expression';
     END IF;
+    -- '.*', 'a|', 'x?': a pattern that matches an empty text matches every call, and its memories would
+    -- surface on all of them
+    IF '' ~* pattern THEN
+        RAISE EXCEPTION 'rule %: pattern % matches an empty text, so every call: say what it looks for', name,
+            quote_literal(pattern) USING ERRCODE = 'invalid_regular_expression';
+    END IF;
+    IF EXISTS (SELECT 1 FROM unnest(surface) s WHERE s <> btrim(s)) THEN
+        RAISE EXCEPTION 'rule %: a surface key starts or ends with whitespace', name
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
     IF context_pattern IS NOT NULL THEN
         problem := spark._trigger_pattern_problem(context_pattern);
         IF problem IS NOT NULL THEN
@@ -207,4 +217,5 @@ COMMENT ON FUNCTION spark.put_trigger_rule(text, text, text, text[], text, text,
     'and logged, never surfaced; metadata: a JSON object kept with the rule. Errors: 22004 any NULL argument '
     'but context_pattern, 22023 bad tenant (the pack''s _system too, unless spark.pack_writes is on), name, surface, priority, origin, confidence or metadata, 2201B '
     'an empty, unsafe or invalid pattern or context_pattern (backreferences, lookarounds, nested '
-    'quantifiers, over 500 characters).';
+    'quantifiers, over 500 characters), a pattern that matches an empty text (.*, a|: every call); 22023 '
+    'also a surface key with leading or trailing whitespace.';

@@ -383,3 +383,32 @@ def test_db_commands_never_print_a_password(
     main(["db", "status"])
     err = capsys.readouterr().err
     assert "s3cret" not in err and shown in err
+
+
+def test_triggers_load_checks_the_file_then_makes_the_tenants_rules_exactly_its(
+    cli_env: str, tenant: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The pack's rules file told users to run `spark-pg triggers load FILE --tenant T`, which did not
+    exist: the CLI had no way to load a tenant's rules."""
+    rules = tmp_path / "rules.yaml"
+    rules.write_text(
+        "version: 1\nrules:\n"
+        "  - {name: prod-guard, pattern: 'rm -rf /srv/prod', surface: [backup], priority: critical}\n"
+        "  - {name: deploys, pattern: 'kubectl apply', surface: [checklist]}\n"
+    )
+    code, out, _ = run(capsys, "triggers", "load", str(rules), "--tenant", tenant, "--check")
+    assert code == 0 and "2 rules, all valid (nothing written: --check)" in out
+    with psycopg.connect(cli_env) as conn:
+        names = "SELECT name FROM spark.trigger_rules WHERE tenant = %s ORDER BY name"
+        assert conn.execute(names, (tenant,)).fetchall() == []
+        code, out, _ = run(capsys, "triggers", "load", str(rules), "--tenant", tenant)
+        assert code == 0 and f"tenant {tenant}: 2 trigger rules written, 0 static" in out
+        assert conn.execute(names, (tenant,)).fetchall() == [("deploys",), ("prod-guard",)]
+        rules.write_text("version: 1\nrules:\n  - {name: deploys, pattern: 'kubectl apply', surface: [c]}\n")
+        code, out, _ = run(capsys, "triggers", "load", str(rules), "--tenant", tenant, "--json")
+        assert code == 0 and (json.loads(out)["written"], json.loads(out)["removed"]) == (1, 1)
+        assert conn.execute(names, (tenant,)).fetchall() == [("deploys",)]
+        rules.write_text("version: 1\nrules: {}\n")  # a slip that used to remove every rule
+        code, _, err = run(capsys, "triggers", "load", str(rules), "--tenant", tenant)
+        assert code == 2 and "rules: must be a list" in err
+        assert conn.execute(names, (tenant,)).fetchall() == [("deploys",)]

@@ -254,6 +254,25 @@ def test_file_level_errors() -> None:
     with pytest.raises(TriggerRuleError, match="unknown key 'rule'"):
         parse_rules({"rule": []})
     assert parse_rules(None) == []
+    assert parse_rules({"version": 1, "rules": None}) == []  # `rules:` left empty
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        ({"rules": {}}, "rules: must be a list"),  # read as no rules: loading then removed all of them
+        ({"rules": ""}, "rules: must be a list"),
+        ({"learned": {}}, "learned: must be a list"),
+        ({"version": True, "rules": []}, "version True is not supported"),  # True == 1
+        ({"rules": [rule(pattern=".*")]}, "matches an empty text, so every call"),
+        ({"rules": [rule(pattern="deploy|")]}, "matches an empty text"),
+        ({"rules": [rule(pattern="(rm -rf)?")]}, "matches an empty text"),
+        ({"rules": [rule(surface=[" k "])]}, "surface key ' k ' starts or ends with whitespace"),
+    ],
+)
+def test_a_file_that_would_silently_do_the_wrong_thing_is_refused(data: dict[str, Any], message: str) -> None:
+    with pytest.raises(TriggerRuleError, match=re.escape(message)):
+        parse_rules(data)
 
 
 def test_learned_rules_default_to_shadow_and_lower_confidence() -> None:
@@ -286,6 +305,10 @@ def test_the_pack_rules_file_is_valid_and_safe(tmp_path: Path) -> None:
         (("t", "bad name", "deploy", ["k"]), errors.InvalidParameterValue),
         (("t", "r", "deploy", []), errors.InvalidParameterValue),
         ((None, "r", "deploy", ["k"]), errors.NullValueNotAllowed),
+        (("t", "r", ".*", ["k"]), errors.InvalidRegularExpression),  # matches every call
+        (("t", "r", "deploy|", ["k"]), errors.InvalidRegularExpression),
+        (("t", "r", "x?", ["k"]), errors.InvalidRegularExpression),
+        (("t", "r", "deploy", [" k "]), errors.InvalidParameterValue),  # names no memory
     ],
 )
 def test_put_trigger_rule_refuses_bad_input_with_an_errcode(
