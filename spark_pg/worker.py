@@ -33,7 +33,7 @@ from tqdm import tqdm
 
 from spark_pg import queries
 from spark_pg.embedding import Embedder
-from spark_pg.errors import DatabaseError, InputError, ModelMismatch, SchemaError
+from spark_pg.errors import DatabaseError, EmbeddingError, InputError, ModelMismatch, SchemaError
 from spark_pg.ingest import ensure_model
 
 CHANNEL = "spark_embed"
@@ -146,6 +146,25 @@ def embed_and_store(
     return stored, len(good), errors
 
 
+# a text any working model embeds: when no text of a batch could be embedded, this tells a broken model
+# (out of memory, a runtime fault) from a batch of texts it cannot take
+MODEL_CHECK_TEXT = "spark_pg model check: remember to run the tests before pushing"
+
+
+def _check_model(embedder: Embedder, error: str) -> None:
+    """Raise EmbeddingError when the model cannot embed even :data:`MODEL_CHECK_TEXT`: then the batch's
+    failures are the model's, and no row should be charged an attempt for them (five such episodes gave
+    up the whole backlog)."""
+    try:
+        embedder.embed_documents([MODEL_CHECK_TEXT], batch_size=1)
+    except Exception as exc:
+        raise EmbeddingError(
+            f"the model {embedder.spec.name} embeds nothing, not even a check text ({type(exc).__name__}: "
+            f"{exc}; the batch failed with {error}): no queued row was charged an attempt; fix the model "
+            "and start the worker again"
+        ) from None
+
+
 def embed_batch(
     conn: psycopg.Connection[Any],
     embedder: Embedder,
@@ -158,7 +177,9 @@ def embed_batch(
     """Claim, embed and store one batch in one transaction; returns the rows claimed (0: queue drained).
 
     A text the model cannot embed costs its row an attempt, with the error kept and a backoff (a minute
-    per attempt) before it is claimed again; the rest of the batch is stored. Raises ModelMismatch when
+    per attempt) before it is claimed again; the rest of the batch is stored. When no text of the batch
+    could be embedded and the model cannot embed a check text either, the model is broken: EmbeddingError,
+    and the claim is rolled back with no attempt charged. Raises ModelMismatch when
     ``model_id`` is no longer the active model (a `spark-pg reembed` switched models while the worker ran:
     its vectors would never take a row off the queue, which only the active model's vectors do)."""
     with conn.transaction():
@@ -173,6 +194,8 @@ def embed_batch(
         if not rows:
             return 0
         stored, embedded, errors = embed_and_store(conn, embedder, model_id, rows)
+        if errors and len(errors) == len(rows):
+            _check_model(embedder, next(iter(errors.values())))  # raises, the claim rolled back
         for i, error in errors.items():
             conn.execute(
                 queries.QUEUE_ATTEMPT_FAILED, {"tenant": rows[i][0], "id": rows[i][1], "error": error}

@@ -69,10 +69,22 @@ def work(url: str, embedder: Embedder, **kwargs: Any) -> WorkerStats:
 
 
 class Truncated(Embedder):
-    """An embedder every call of which fails, as with a truncated model file."""
+    """An embedder every call of which fails, as with a truncated model file: a broken model."""
 
     def embed_documents(self, texts: Sequence[str], batch_size: int = 16) -> list[Vector]:
         raise RuntimeError("model file truncated")
+
+
+class Refuses(Embedder):
+    """A working model that cannot take the queued texts (poison rows): only the worker's check text
+    embeds."""
+
+    def embed_documents(self, texts: Sequence[str], batch_size: int = 16) -> list[Vector]:
+        from spark_pg.worker import MODEL_CHECK_TEXT
+
+        if list(texts) != [MODEL_CHECK_TEXT]:
+            raise RuntimeError("text too odd to embed")
+        return super().embed_documents(texts, batch_size)
 
 
 def past_backoff(url: str) -> None:
@@ -312,7 +324,7 @@ def test_a_failing_embedding_counts_attempts_and_gives_up_after_max_attempts(
         ingest(c, records("t", 3), None)
         c.commit()
 
-    broken = Truncated(embedder.spec, embedder._model)
+    broken = Refuses(embedder.spec, embedder._model)
     for attempt in (1, 2):
         stats = work(wdb, broken, max_attempts=2)
         assert (stats.embedded, stats.failed) == (0, 3), attempt
@@ -320,7 +332,7 @@ def test_a_failing_embedding_counts_attempts_and_gives_up_after_max_attempts(
         past_backoff(wdb)
     with connect(wdb) as c:
         rows = c.execute("SELECT attempts, last_error FROM spark.embed_queue").fetchall()
-        assert rows == [(2, "RuntimeError: model file truncated")] * 3
+        assert rows == [(2, "RuntimeError: text too odd to embed")] * 3
         assert backlog(c) == 3 and backlog(c, max_attempts=2) == 0
     assert work(wdb, broken, max_attempts=2).failed == 0  # given up: not claimed again
     assert work(wdb, embedder, max_attempts=3).embedded == 3  # a person raised the limit
@@ -381,12 +393,12 @@ def test_a_one_off_worker_run_exits_1_when_a_text_was_not_embedded(
     monkeypatch.setenv("SPARK_PG_CONFIG", str(config))
     monkeypatch.setattr("spark_pg.worker.stop_on_signals", lambda stop: None)  # keep pytest's own handlers
     monkeypatch.setattr(
-        "spark_pg.embedding.load_embedder", lambda settings: Truncated(embedder.spec, embedder._model)
+        "spark_pg.embedding.load_embedder", lambda settings: Refuses(embedder.spec, embedder._model)
     )
     code = main(["worker", "--once", "--quiet"])
     out, err = capsys.readouterr()
     assert code == 1 and "failed: 3" in out
-    assert err.count("not embedded: RuntimeError: model file truncated") == 3
+    assert err.count("not embedded: RuntimeError: text too odd to embed") == 3
     monkeypatch.setattr("spark_pg.embedding.load_embedder", lambda settings: embedder)
     # within the backoff nothing is claimed: was "embedded 0 ... failed: 0", exit 0, with 3 rows unembedded
     assert main(["worker", "--once", "--quiet", "--json"]) == 1
@@ -616,7 +628,7 @@ def test_a_worker_keeps_only_its_latest_errors(wdb: str, embedder: Embedder) -> 
     with connect(wdb) as c:
         ingest(c, records("t", KEPT_ERRORS + 5), None)
         c.commit()
-    stats = work(wdb, Truncated(embedder.spec, embedder._model), batch=KEPT_ERRORS + 5)
+    stats = work(wdb, Refuses(embedder.spec, embedder._model), batch=KEPT_ERRORS + 5)
     assert stats.failed == KEPT_ERRORS + 5 and len(stats.errors) == KEPT_ERRORS
 
 
@@ -638,3 +650,37 @@ def test_the_embedding_lag_counts_the_time_spent_embedding(wdb: str, embedder: E
             "SELECT extract(epoch FROM embedded_at - queued_at) FROM spark.embeddings WHERE tenant = 'lag'"
         ).fetchall()
     assert len(lags) == 2 and all(float(lag) >= 0.6 for (lag,) in lags), lags
+
+
+def test_a_broken_model_charges_no_row_an_attempt(
+    wdb: str,
+    embedder: Embedder,
+    model_settings: Settings,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A model that embeds nothing (out of memory, a runtime fault) charged every queued row an attempt: one
+    `--once` run charged the whole backlog, five gave it all up. Now the worker stops, saying so, and the
+    claim is rolled back."""
+    from spark_pg.cli import main
+    from spark_pg.errors import EmbeddingError
+
+    with connect(wdb) as c:
+        ingest(c, records("t", 40), None)
+        c.commit()
+    with pytest.raises(EmbeddingError, match="embeds nothing, not even a check text"):
+        work(wdb, Truncated(embedder.spec, embedder._model), batch=8)
+    with connect(wdb) as c:
+        assert c.execute("SELECT max(attempts), count(*) FROM spark.embed_queue").fetchone() == (0, 40)
+    config = tmp_path / "config.yaml"
+    config.write_text(f"embedding:\n  model_dir: {model_dir_for(model_settings)}\n")
+    monkeypatch.setenv("SPARK_PG_DATABASE_URL", wdb)
+    monkeypatch.setenv("SPARK_PG_CONFIG", str(config))
+    monkeypatch.setattr("spark_pg.worker.stop_on_signals", lambda stop: None)
+    monkeypatch.setattr(
+        "spark_pg.embedding.load_embedder", lambda settings: Truncated(embedder.spec, embedder._model)
+    )
+    assert main(["worker", "--once", "--quiet"]) == 2
+    assert "no queued row was charged an attempt" in capsys.readouterr().err
+    assert work(wdb, embedder).embedded == 40  # the model fixed: every row, none given up
