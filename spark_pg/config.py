@@ -87,7 +87,8 @@ KEYS: tuple[Key, ...] = (
         "database.statement_timeout_ms",
         int,
         30000,
-        "Statement timeout for spark_pg's sessions (0 = none).",
+        "Statement timeout for spark_pg's sessions (0 = none). An ingest's load and the statistics refresh "
+        "after a write run without it: they take as long as the data needs.",
         lo=0,
         hi=3_600_000,
     ),

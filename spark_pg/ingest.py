@@ -8,6 +8,7 @@ model error, database error) rolls the whole call back: nothing is half-written.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -22,6 +23,9 @@ from spark_pg.embedding import Embedder, ModelSpec
 from spark_pg.errors import InputError, ModelMismatch
 from spark_pg.intent import ACTION_DOMAINS, actionability
 from spark_pg.records import SYSTEM_TENANT, MemoryIn
+from spark_pg.refusals import one_line
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -116,6 +120,28 @@ def _already_embedded(cur: psycopg.Cursor[Any], chunk: Sequence[MemoryIn], model
     return {i for i, r in enumerate(chunk) if stored.get((r.tenant, r.key)) == r.content_hash}
 
 
+def refresh_after_write(conn: psycopg.Connection[Any], tenants: list[str]) -> None:
+    """spark.refresh_tenant_stats for the tenants just written, in its own transaction (an index build locks
+    writes to spark.embeddings until it commits) and without a statement timeout: a tenant whose vectors
+    came from the worker may need its HNSW index built at its next write (about 30 s at 100,000 vectors,
+    once). Under the timeout that build was cancelled on every write, each of which then reported an error
+    for rows it had committed. The rows are committed either way: a refresh that still fails (a lock
+    timeout) is logged, not raised, and the next write tries again."""
+    try:
+        with conn.transaction():
+            timeout = conn.execute(queries.NO_STATEMENT_TIMEOUT).fetchone()
+            conn.execute(queries.REFRESH_TENANT_STATS, {"tenants": tenants})
+            assert timeout is not None
+            conn.execute(queries.SET_STATEMENT_TIMEOUT, {"value": timeout[0]})  # a caller's transaction
+    except psycopg.errors.OperationalError as exc:  # lock or statement timeout, cancelled
+        log.warning(
+            "the rows are stored, but the statistics of %s were not refreshed (%s); the next write tries "
+            "again",
+            ", ".join(tenants[:5]) + (" ..." if len(tenants) > 5 else ""),
+            one_line(exc),
+        )
+
+
 def _field_problem(record: MemoryIn) -> str | None:
     """What is wrong with a field that only a MemoryIn made in code can set (validate_row checks the rest),
     as ``field ...``; or None."""
@@ -174,6 +200,9 @@ def ingest(
         conn.cursor() as cur,
         tqdm(total=len(records), desc=label, unit="mem", disable=not progress, leave=True) as bar,
     ):
+        # a load runs as long as it needs: under the session's statement timeout (30 s by default) the
+        # upsert of ~200,000 rows was cancelled after all the embedding, and everything rolled back
+        timeout = cur.execute(queries.NO_STATEMENT_TIMEOUT).fetchone()
         cur.execute(queries.DROP_INGEST_TABLE)  # a savepoint-nested earlier call may have left it
         cur.execute(queries.CREATE_INGEST_TABLE)
         for start in range(0, len(records), chunk_rows):
@@ -200,7 +229,7 @@ def ingest(
                 updated += 1
         cur.execute(queries.INGEST_WRITES, ("off",))
         cur.execute(queries.STORE_VECTORS)
-    # its own transaction: an index build locks writes to spark.embeddings until it commits
-    with conn.transaction():
-        conn.execute(queries.REFRESH_TENANT_STATS, {"tenants": sorted({r.tenant for r in records})})
+        assert timeout is not None
+        cur.execute(queries.SET_STATEMENT_TIMEOUT, {"value": timeout[0]})  # a caller's transaction goes on
+    refresh_after_write(conn, sorted({r.tenant for r in records}))
     return IngestResult(inserted, updated, len(records) - inserted - updated, *dated_ahead(records))

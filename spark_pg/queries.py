@@ -107,6 +107,12 @@ ON CONFLICT (tenant, memory_id, model_id) DO UPDATE SET
 """
 
 # after an ingest commits: the touched tenants' statistics and vector indexes, where stale (sql/035)
+# the session's statement timeout, and none for the rest of the transaction (SET LOCAL)
+NO_STATEMENT_TIMEOUT = (
+    "SELECT current_setting('statement_timeout'), set_config('statement_timeout', '0', true)"
+)
+SET_STATEMENT_TIMEOUT = "SELECT set_config('statement_timeout', %(value)s, true)"
+
 REFRESH_TENANT_STATS = (
     "SELECT coalesce(sum(spark.refresh_tenant_stats(t)), 0) FROM unnest(%(tenants)s::text[]) t"
 )

@@ -396,3 +396,51 @@ def test_an_unchanged_row_is_not_written_again_and_a_repeated_key_is_refused(
     with pytest.raises(InputError, match=r"records\[2\] has the tenant and key of records\[0\]"):
         client.ingest_records([records[0], records[1], records[0]])
     assert versions()["u1"] == after["u1"]
+
+
+def test_a_load_and_its_refresh_run_as_long_as_they_need(db_url: str, tenant: str) -> None:
+    """Under the session's statement timeout (30 s by default) the upsert of ~200,000 rows was cancelled after
+    all the embedding and the whole load rolled back; and the per-tenant index that a tenant fed by the
+    worker gets at its next write was cancelled on every write, each of which then reported an error for
+    rows it had committed. Here the timeout is 40 ms, under what the 4,000-row upsert and the 1,600-vector
+    index build take."""
+    import random
+
+    from spark_pg.db import connect
+
+    rows = [
+        MemoryIn(tenant=tenant, key=f"k{i:05d}", text=f"load row {i} about topic {i % 97}")
+        for i in range(4000)
+    ]
+    with connect(db_url) as c:
+        c.execute("SET statement_timeout = '40ms'")
+        assert ingest(c, rows, None).inserted == 4000
+        assert c.execute("SHOW statement_timeout").fetchone() == ("40ms",)  # the session's, as it was
+        c.commit()
+        # the worker stored 1,600 vectors (the index threshold is 1,500); the next write builds the index
+        model = c.execute("SELECT id FROM spark.embedding_models WHERE active").fetchone()
+        if model is None:
+            c.execute("SET statement_timeout = 0")
+            model = c.execute(
+                "SELECT spark.register_model('spark-pg-test/random', 384, 'mean', 256)"
+            ).fetchone()
+            c.execute("UPDATE spark.embedding_models SET active = true WHERE id = %s", model)
+            c.execute("SET statement_timeout = '40ms'")
+        rng = random.Random(7)
+        vectors = ["[" + ",".join(f"{rng.gauss(0, 1):.4f}" for _ in range(384)) + "]" for _ in range(1600)]
+        c.execute("SET statement_timeout = 0")
+        c.execute(
+            """INSERT INTO spark.embeddings (tenant, memory_id, model_id, created_at, embedding)
+               SELECT m.tenant, m.id, %s, m.created_at, v::vector FROM spark.memories m
+               JOIN unnest(%s::text[]) WITH ORDINALITY u(v, n)
+                 ON m.key = format('k%%s', lpad((n - 1)::text, 5, '0'))
+               WHERE m.tenant = %s""",
+            (model[0], vectors, tenant),
+        )
+        c.execute("DELETE FROM spark.embed_queue WHERE tenant = %s", (tenant,))
+        c.commit()
+        c.execute("SET statement_timeout = '40ms'")
+        assert ingest(c, [MemoryIn(tenant=tenant, key="one-more", text="one more row")], None).inserted == 1
+        c.commit()
+        built = c.execute("SELECT count(*) FROM spark.tenant_vector_indexes WHERE tenant = %s", (tenant,))
+        assert built.fetchone() == (1,)
