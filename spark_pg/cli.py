@@ -192,6 +192,7 @@ def cmd_seed(args: argparse.Namespace) -> int:
     print(
         f"cold-start pack: {result.inserted} inserted, {result.updated} updated, {result.unchanged} unchanged"
     )
+    _warn_dated_ahead(result)  # a pack row dated ahead stays hidden from every tenant until then
     return 0
 
 

@@ -250,9 +250,14 @@ def validate_row(
         raise IngestError(source, line, "importance", f"must be a number from 0 to 1, got {importance!r}")
     if 0 < importance < 1e-37:  # the database's real has no room for it (22003)
         raise IngestError(source, line, "importance", f"must be 0 or at least 1e-37, got {importance!r}")
-    metadata = row.get("metadata") or {}
+    metadata = row.get("metadata")
+    if metadata is None:  # absent or null; 0, "", false and [] were taken as {} too, while [1] was refused
+        metadata = {}
     if not isinstance(metadata, Mapping):
         raise IngestError(source, line, "metadata", f"must be an object, not {type(metadata).__name__}")
+    odd = next((k for k in metadata if not isinstance(k, str)), None)
+    if odd is not None:  # YAML's 1: or on: (True): {1: a, "1": b} was stored as {"1": "b"}
+        raise IngestError(source, line, "metadata", f"keys must be strings, got {odd!r}: quote it")
     problem = json_problem(metadata)  # what the database would refuse (22P02 / 22P05), here with the line
     if problem:
         raise IngestError(source, line, "metadata", problem)
@@ -293,11 +298,16 @@ def read_file(path: Path, default_tenant: str | None = None, *, pack: bool = Fal
             str(path), 0, None, f"is {info.st_size:,} bytes; the limit is {MAX_FILE_BYTES:,}: split it"
         )
     try:
-        text = path.read_text(encoding="utf-8-sig")  # a byte order mark (some Windows editors) is dropped
-    except UnicodeDecodeError as exc:
-        raise IngestError(str(path), 1, None, f"is not UTF-8 text: {exc.reason}") from None
+        raw = path.read_bytes()
     except OSError as exc:
         raise IngestError(str(path), 0, None, f"cannot be read: {exc.strerror}") from None
+    try:
+        # bytes decoded as they are: read_text's universal newlines made a lone CR (valid whitespace
+        # between JSON tokens) a line break; a byte order mark (some Windows editors) is dropped
+        text = raw.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:  # on the line it is on, not line 1
+        line = raw[: exc.start].count(b"\n") + 1
+        raise IngestError(str(path), line, None, f"is not UTF-8 text: {exc.reason}") from None
 
     def fail(line: int, message: str) -> IngestError:
         return IngestError(str(path), line, None, message)

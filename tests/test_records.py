@@ -640,3 +640,32 @@ def test_read_jsonl_keeps_line_separators_inside_strings(tmp_path: Path, separat
     path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
     err = ingest_error(path)
     assert (err.line, err.field) == (2, "kind")
+
+
+@pytest.mark.parametrize("value", [0, "", False, []])
+def test_metadata_that_is_not_an_object_is_refused_even_when_falsy(value: object) -> None:
+    """0, "", false and [] were stored as {}; [1] was refused."""
+    with pytest.raises(IngestError, match="'metadata': must be an object"):
+        validate_row({"text": "x", "metadata": value}, SRC, 1, "t")
+
+
+def test_metadata_keys_must_be_strings(tmp_path: Path) -> None:
+    """YAML {1: a, "1": b} was stored as {"1": "b"}: a value lost; `on:` became "true"."""
+    path = tmp_path / "m.yaml"
+    path.write_text("- {text: x, metadata: {1: a, '1': b}}\n")
+    with pytest.raises(IngestError, match=r"line 1.*'metadata': keys must be strings, got 1: quote it"):
+        read_file(path, "t")
+
+
+def test_a_byte_that_is_not_utf8_is_reported_on_its_line(tmp_path: Path) -> None:
+    path = tmp_path / "bad.jsonl"
+    path.write_bytes(b'{"text": "one"}\n' * 5 + b'{"text": "caf\\xe9"}\n'.replace(b"\\xe9", b"\xe9"))
+    with pytest.raises(IngestError, match="line 6: is not UTF-8 text"):
+        read_file(path, "t")
+
+
+def test_a_lone_carriage_return_between_json_tokens_is_whitespace(tmp_path: Path) -> None:
+    """Read as text with universal newlines, the CR became a line break: 'is not valid JSON'."""
+    path = tmp_path / "cr.jsonl"
+    path.write_bytes(b'{"key": "a",\r"text": "x"}\n{"key": "b", "text": "y"}\r\n')
+    assert [r.key for r in read_file(path, "t")] == ["a", "b"]
