@@ -120,6 +120,25 @@ def _already_embedded(cur: psycopg.Cursor[Any], chunk: Sequence[MemoryIn], model
     return {i for i, r in enumerate(chunk) if stored.get((r.tenant, r.key)) == r.content_hash}
 
 
+def _embed_stale_skips(cur: psycopg.Cursor[Any], embedder: Embedder, model_id: int, batch_size: int) -> None:
+    """Embed the staged rows skipped as unchanged whose stored row another writer changed before this one
+    locked it: the upsert puts their content back, its trigger drops the other writer's vector, and they
+    were left with no vector at all, only queued (a synchronous ingest leaves nothing queued)."""
+    stale = cur.execute(queries.STALE_SKIPS, {"model_id": model_id}).fetchall()
+    if not stale:
+        return
+    vectors = embedder.embed_documents([str(r[2]) for r in stale], batch_size=batch_size)
+    cur.execute(
+        queries.STAGE_VECTORS,
+        {
+            "model_id": model_id,
+            "tenants": [r[0] for r in stale],
+            "keys": [r[1] for r in stale],
+            "vectors": list(vectors),
+        },
+    )
+
+
 def refresh_after_write(conn: psycopg.Connection[Any], tenants: list[str]) -> None:
     """spark.refresh_tenant_stats for the tenants just written, in its own transaction (an index build locks
     writes to spark.embeddings until it commits) and without a statement timeout: a tenant whose vectors
@@ -220,6 +239,8 @@ def ingest(
             bar.update(len(chunk))
         cur.execute(queries.INDEX_INGEST_TABLE)
         cur.execute(queries.LOCK_INGEST_ROWS)
+        if embedder is not None and model_id is not None:
+            _embed_stale_skips(cur, embedder, model_id, batch_size)
         cur.execute(queries.INGEST_WRITES, ("on",))
         cur.execute(queries.UPSERT)
         for (was_insert,) in cur.fetchall():

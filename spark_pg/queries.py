@@ -95,6 +95,26 @@ ORDER BY m.tenant, m.id
 FOR NO KEY UPDATE OF m
 """
 
+# rows staged without a vector (their stored row had the same content, embedded) whose stored row, now that
+# it is locked, no longer has that content and vector: a writer changed it in between, and the upsert will
+# put this content back without a vector; they are embedded before it
+STALE_SKIPS = """
+SELECT s.tenant, s.key, s.descriptor FROM _spark_ingest s
+WHERE s.embedding IS NULL
+  AND NOT EXISTS (SELECT 1 FROM spark.memories m
+                  WHERE m.tenant = s.tenant AND m.key = s.key AND m.content_hash = s.content_hash
+                    AND EXISTS (SELECT 1 FROM spark.embeddings e
+                                WHERE e.tenant = m.tenant AND e.memory_id = m.id
+                                  AND e.model_id = %(model_id)s))
+ORDER BY s.tenant, s.key
+"""
+
+STAGE_VECTORS = """
+UPDATE _spark_ingest s SET embedding = v.embedding, embedding_model_id = %(model_id)s
+FROM unnest(%(tenants)s::text[], %(keys)s::text[], %(vectors)s::vector[]) AS v(tenant, key, embedding)
+WHERE s.tenant = v.tenant AND s.key = v.key
+"""
+
 # the staged vectors (a row staged without one kept its content, and so its stored vector)
 STORE_VECTORS = """
 INSERT INTO spark.embeddings AS e (tenant, memory_id, model_id, created_at, embedding, embedded_at)

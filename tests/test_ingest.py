@@ -6,6 +6,7 @@ import json
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import psycopg
 import pytest
@@ -444,3 +445,39 @@ def test_a_load_and_its_refresh_run_as_long_as_they_need(db_url: str, tenant: st
         c.commit()
         built = c.execute("SELECT count(*) FROM spark.tenant_vector_indexes WHERE tenant = %s", (tenant,))
         assert built.fetchone() == (1,)
+
+
+def test_a_row_another_writer_changed_meanwhile_is_embedded_not_left_queued(
+    client: SparkClient, db_url: str, tenant: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Ingest A re-sends K as stored (embedded: skipped); before A locks K, ingest B changes it and commits.
+    A's upsert puts K's content back, its trigger drops B's vector, and A had no vector to store: K was left
+    without one, only queued, after a synchronous ingest."""
+    import spark_pg.ingest as ingest_module
+    from spark_pg.db import connect
+
+    same = [MemoryIn(tenant=tenant, key="K", text="Run database migrations before the deploy")]
+    ingest(client.conn, same, client.embedder)
+    client.conn.commit()
+    checked = ingest_module._already_embedded
+
+    def then_b_writes(*args: Any, **kwargs: Any) -> set[int]:
+        unchanged = checked(*args, **kwargs)
+        monkeypatch.setattr(ingest_module, "_already_embedded", checked)  # B checks as usual
+        with connect(db_url) as b:  # between A's check and A's lock
+            other = [MemoryIn(tenant=tenant, key="K", text="Deploy first, migrate later")]
+            ingest(b, other, client.embedder)
+            b.commit()
+        return unchanged
+
+    monkeypatch.setattr(ingest_module, "_already_embedded", then_b_writes)
+    assert ingest(client.conn, same, client.embedder).updated == 1
+    client.conn.commit()
+    row = client.conn.execute(
+        """SELECT m.text,
+                  (SELECT count(*) FROM spark.embeddings e WHERE e.tenant = m.tenant AND e.memory_id = m.id),
+                  (SELECT count(*) FROM spark.embed_queue q WHERE q.tenant = m.tenant AND q.memory_id = m.id)
+           FROM spark.memories m WHERE m.tenant = %s AND m.key = 'K'""",
+        (tenant,),
+    ).fetchone()
+    assert row == ("Run database migrations before the deploy", 1, 0)
