@@ -20,9 +20,9 @@ from tqdm import tqdm
 
 from spark_pg import queries
 from spark_pg.embedding import Embedder, ModelSpec
-from spark_pg.errors import InputError, ModelMismatch
+from spark_pg.errors import IngestError, InputError, ModelMismatch
 from spark_pg.intent import ACTION_DOMAINS, actionability
-from spark_pg.records import SYSTEM_TENANT, MemoryIn
+from spark_pg.records import SYSTEM_TENANT, MemoryIn, validate_row
 from spark_pg.refusals import one_line
 
 log = logging.getLogger(__name__)
@@ -175,6 +175,17 @@ def _field_problem(record: MemoryIn) -> str | None:
         isinstance(score, bool) or not isinstance(score, int | float) or not 0 <= score <= 1
     ):
         return f"actionability must be a number from 0 to 1, got {score!r}"
+    # the fields a file's row has, through the file's checks: a MemoryIn made in code with importance 2.0,
+    # a NUL in its text or inf in its metadata reached the database, whose errors did not name the record
+    row = {
+        name: getattr(record, name)
+        for name in ("tenant", "key", "text", "kind", "category", "source", "context", "importance", "tier",
+                     "priority", "metadata")
+    }  # fmt: skip
+    try:
+        validate_row(row, "", 0, pack=record.tenant == SYSTEM_TENANT)
+    except IngestError as exc:
+        return f"{exc.field} {str(exc).split(': ', 1)[1]}" if exc.field else str(exc)
     return None
 
 

@@ -481,3 +481,24 @@ def test_a_row_another_writer_changed_meanwhile_is_embedded_not_left_queued(
         (tenant,),
     ).fetchone()
     assert row == ("Run database migrations before the deploy", 1, 0)
+
+
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        ({"importance": 2.0}, r"records\[1\]\.importance must be a number from 0 to 1, got 2.0"),
+        ({"text": "a\x00b"}, r"records\[1\]\.text must not contain NUL"),
+        ({"metadata": {"a": float("inf")}}, r"records\[1\]\.metadata holds inf"),
+        ({"kind": "nope"}, r"records\[1\]\.kind 'nope' is not one of"),
+    ],
+)
+def test_a_memory_made_in_code_gets_the_files_checks_naming_the_record(
+    client: SparkClient, tenant: str, fields: dict[str, Any], message: str
+) -> None:
+    """A MemoryIn built in code went to the database unchecked: a CheckViolation echoing the whole row, a
+    DataError, or a COPY error, none naming the record."""
+    records = [MemoryIn(tenant=tenant, key="ok", text="fine"), MemoryIn(tenant=tenant, key="bad", text="x")]
+    records[1] = MemoryIn(**{**records[1].__dict__, **fields})
+    with pytest.raises(InputError, match=message):
+        ingest(client.conn, records, None)
+    assert stored(client, tenant) == {}
