@@ -87,6 +87,16 @@ class Refuses(Embedder):
         return super().embed_documents(texts, batch_size)
 
 
+def point_the_cli_at(
+    url: str, model_settings: Settings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The CLI run in-process against ``url``, with the test model's folder and no user config."""
+    config = tmp_path / "config.yaml"
+    config.write_text(f"embedding:\n  model_dir: {model_dir_for(model_settings)}\n")
+    monkeypatch.setenv("SPARK_PG_DATABASE_URL", url)
+    monkeypatch.setenv("SPARK_PG_CONFIG", str(config))
+
+
 def past_backoff(url: str) -> None:
     """Move the failed rows' backoff into the past, so that they can be claimed again at once."""
     with connect(url) as c:
@@ -353,10 +363,7 @@ def test_a_one_off_run_stopped_by_a_signal_exits_130_and_says_what_is_left(
     with connect(wdb) as c:
         ingest(c, records("t", 3), None)
         c.commit()
-    config = tmp_path / "config.yaml"
-    config.write_text(f"embedding:\n  model_dir: {model_dir_for(model_settings)}\n")
-    monkeypatch.setenv("SPARK_PG_DATABASE_URL", wdb)
-    monkeypatch.setenv("SPARK_PG_CONFIG", str(config))
+    point_the_cli_at(wdb, model_settings, tmp_path, monkeypatch)
     stops: list[threading.Event] = []
     monkeypatch.setattr("spark_pg.worker.stop_on_signals", stops.append)  # the handler's event
 
@@ -387,10 +394,7 @@ def test_a_one_off_worker_run_exits_1_when_a_text_was_not_embedded(
         ingest(c, records("t", 3), None)
         c.commit()
 
-    config = tmp_path / "config.yaml"
-    config.write_text(f"embedding:\n  model_dir: {model_dir_for(model_settings)}\n")
-    monkeypatch.setenv("SPARK_PG_DATABASE_URL", wdb)
-    monkeypatch.setenv("SPARK_PG_CONFIG", str(config))
+    point_the_cli_at(wdb, model_settings, tmp_path, monkeypatch)
     monkeypatch.setattr("spark_pg.worker.stop_on_signals", lambda stop: None)  # keep pytest's own handlers
     monkeypatch.setattr(
         "spark_pg.embedding.load_embedder", lambda settings: Refuses(embedder.spec, embedder._model)
@@ -673,10 +677,7 @@ def test_a_broken_model_charges_no_row_an_attempt(
         work(wdb, Truncated(embedder.spec, embedder._model), batch=8)
     with connect(wdb) as c:
         assert c.execute("SELECT max(attempts), count(*) FROM spark.embed_queue").fetchone() == (0, 40)
-    config = tmp_path / "config.yaml"
-    config.write_text(f"embedding:\n  model_dir: {model_dir_for(model_settings)}\n")
-    monkeypatch.setenv("SPARK_PG_DATABASE_URL", wdb)
-    monkeypatch.setenv("SPARK_PG_CONFIG", str(config))
+    point_the_cli_at(wdb, model_settings, tmp_path, monkeypatch)
     monkeypatch.setattr("spark_pg.worker.stop_on_signals", lambda stop: None)
     monkeypatch.setattr(
         "spark_pg.embedding.load_embedder", lambda settings: Truncated(embedder.spec, embedder._model)
