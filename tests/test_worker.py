@@ -87,14 +87,14 @@ class Refuses(Embedder):
         return super().embed_documents(texts, batch_size)
 
 
-def point_the_cli_at(
-    url: str, model_settings: Settings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """The CLI run in-process against ``url``, with the test model's folder and no user config."""
+@pytest.fixture
+def cli_db(wdb: str, model_settings: Settings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
+    """``wdb``, with the CLI run in-process pointed at it (the test model's folder, no user config)."""
     config = tmp_path / "config.yaml"
     config.write_text(f"embedding:\n  model_dir: {model_dir_for(model_settings)}\n")
-    monkeypatch.setenv("SPARK_PG_DATABASE_URL", url)
+    monkeypatch.setenv("SPARK_PG_DATABASE_URL", wdb)
     monkeypatch.setenv("SPARK_PG_CONFIG", str(config))
+    return wdb
 
 
 def past_backoff(url: str) -> None:
@@ -349,21 +349,15 @@ def test_a_failing_embedding_counts_attempts_and_gives_up_after_max_attempts(
 
 
 def test_a_one_off_run_stopped_by_a_signal_exits_130_and_says_what_is_left(
-    wdb: str,
-    embedder: Embedder,
-    model_settings: Settings,
-    tmp_path: Path,
-    monkeypatch: pytest.MonkeyPatch,
-    capsys: pytest.CaptureFixture[str],
+    cli_db: str, embedder: Embedder, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """`spark-pg worker --once && next-step` went on after a CI timeout's SIGTERM: exit 0, nothing said of
     the rows still queued."""
     from spark_pg.cli import main
 
-    with connect(wdb) as c:
+    with connect(cli_db) as c:
         ingest(c, records("t", 3), None)
         c.commit()
-    point_the_cli_at(wdb, model_settings, tmp_path, monkeypatch)
     stops: list[threading.Event] = []
     monkeypatch.setattr("spark_pg.worker.stop_on_signals", stops.append)  # the handler's event
 
@@ -381,20 +375,14 @@ def test_a_one_off_run_stopped_by_a_signal_exits_130_and_says_what_is_left(
 
 
 def test_a_one_off_worker_run_exits_1_when_a_text_was_not_embedded(
-    wdb: str,
-    embedder: Embedder,
-    model_settings: Settings,
-    tmp_path: Path,
-    monkeypatch: pytest.MonkeyPatch,
-    capsys: pytest.CaptureFixture[str],
+    cli_db: str, embedder: Embedder, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     from spark_pg.cli import main
 
-    with connect(wdb) as c:
+    with connect(cli_db) as c:
         ingest(c, records("t", 3), None)
         c.commit()
 
-    point_the_cli_at(wdb, model_settings, tmp_path, monkeypatch)
     monkeypatch.setattr("spark_pg.worker.stop_on_signals", lambda stop: None)  # keep pytest's own handlers
     monkeypatch.setattr(
         "spark_pg.embedding.load_embedder", lambda settings: Refuses(embedder.spec, embedder._model)
@@ -417,7 +405,7 @@ def test_a_one_off_worker_run_exits_1_when_a_text_was_not_embedded(
     assert "0 after a failure, waiting out its backoff; 3 given up after --max-attempts 1" in (
         capsys.readouterr().err
     )
-    past_backoff(wdb)
+    past_backoff(cli_db)
     assert main(["worker", "--once", "--quiet"]) == 0
     assert "embedded 3 memories" in capsys.readouterr().out
 
@@ -657,12 +645,7 @@ def test_the_embedding_lag_counts_the_time_spent_embedding(wdb: str, embedder: E
 
 
 def test_a_broken_model_charges_no_row_an_attempt(
-    wdb: str,
-    embedder: Embedder,
-    model_settings: Settings,
-    tmp_path: Path,
-    monkeypatch: pytest.MonkeyPatch,
-    capsys: pytest.CaptureFixture[str],
+    cli_db: str, embedder: Embedder, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """A model that embeds nothing (out of memory, a runtime fault) charged every queued row an attempt: one
     `--once` run charged the whole backlog, five gave it all up. Now the worker stops, saying so, and the
@@ -670,18 +653,17 @@ def test_a_broken_model_charges_no_row_an_attempt(
     from spark_pg.cli import main
     from spark_pg.errors import EmbeddingError
 
-    with connect(wdb) as c:
+    with connect(cli_db) as c:
         ingest(c, records("t", 40), None)
         c.commit()
     with pytest.raises(EmbeddingError, match="embeds nothing, not even a check text"):
-        work(wdb, Truncated(embedder.spec, embedder._model), batch=8)
-    with connect(wdb) as c:
+        work(cli_db, Truncated(embedder.spec, embedder._model), batch=8)
+    with connect(cli_db) as c:
         assert c.execute("SELECT max(attempts), count(*) FROM spark.embed_queue").fetchone() == (0, 40)
-    point_the_cli_at(wdb, model_settings, tmp_path, monkeypatch)
     monkeypatch.setattr("spark_pg.worker.stop_on_signals", lambda stop: None)
     monkeypatch.setattr(
         "spark_pg.embedding.load_embedder", lambda settings: Truncated(embedder.spec, embedder._model)
     )
     assert main(["worker", "--once", "--quiet"]) == 2
     assert "no queued row was charged an attempt" in capsys.readouterr().err
-    assert work(wdb, embedder).embedded == 40  # the model fixed: every row, none given up
+    assert work(cli_db, embedder).embedded == 40  # the model fixed: every row, none given up
