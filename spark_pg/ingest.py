@@ -107,6 +107,7 @@ def _row(record: MemoryIn, vector: Any, model_id: int | None) -> tuple[Any, ...]
         record.actionability if record.actionability is not None else actionability(record.text).score,
         vector,
         model_id,
+        sorted(record.keep),
     )
 
 
@@ -250,6 +251,7 @@ def ingest(
             bar.update(len(chunk))
         cur.execute(queries.INDEX_INGEST_TABLE)
         cur.execute(queries.LOCK_INGEST_ROWS)
+        cur.execute(queries.KEEP_STORED_FIELDS)
         if embedder is not None and model_id is not None:
             _embed_stale_skips(cur, embedder, model_id, batch_size)
         cur.execute(queries.INGEST_WRITES, ("on",))

@@ -29,6 +29,7 @@ INGEST_COLUMNS = (
     "actionability",
     "embedding",
     "embedding_model_id",
+    "keep",
 )
 
 DROP_INGEST_TABLE = "DROP TABLE IF EXISTS pg_temp._spark_ingest"
@@ -37,7 +38,7 @@ CREATE_INGEST_TABLE = """
 CREATE TEMP TABLE _spark_ingest (
     tenant text, key text, kind text, category text, source text, text text, context text, descriptor text,
     content_hash bytea, importance real, tier text, priority text, created_at timestamptz, metadata jsonb,
-    action_domain text, actionability real, embedding vector, embedding_model_id smallint
+    action_domain text, actionability real, embedding vector, embedding_model_id smallint, keep text[]
 ) ON COMMIT DROP
 """
 
@@ -77,6 +78,18 @@ WHERE (m.kind, m.category, m.source, m.text, m.context, m.descriptor, m.content_
    OR EXISTS (SELECT 1 FROM _spark_ingest s WHERE s.tenant = EXCLUDED.tenant AND s.key = EXCLUDED.key
               AND s.created_at <> m.created_at)
 RETURNING (xmax = 0) AS inserted
+"""
+
+# the fields a row left out take the stored row's values (it is locked: they cannot change before the
+# upsert), so the upsert keeps them and a row that changes nothing else is counted unchanged
+KEEP_STORED_FIELDS = """
+UPDATE _spark_ingest s
+SET importance = CASE WHEN 'importance' = ANY(s.keep) THEN m.importance ELSE s.importance END,
+    tier = CASE WHEN 'tier' = ANY(s.keep) THEN m.tier ELSE s.tier END,
+    priority = CASE WHEN 'priority' = ANY(s.keep) THEN m.priority ELSE s.priority END,
+    metadata = CASE WHEN 'metadata' = ANY(s.keep) THEN m.metadata ELSE s.metadata END
+FROM spark.memories m
+WHERE m.tenant = s.tenant AND m.key = s.key AND s.keep <> '{}'
 """
 
 INDEX_INGEST_TABLE = "CREATE INDEX ON _spark_ingest (tenant, key)"

@@ -94,6 +94,11 @@ def _json_time(value: Any) -> str:
     raise TypeError(f"a {type(value).__name__} is not JSON")
 
 
+# what the lifecycle changes after a memory is written (revaluation, tiers, pins): a row that leaves one out
+# keeps the stored value on update
+KEEPABLE = ("importance", "tier", "priority", "metadata")
+
+
 @dataclass(frozen=True)
 class MemoryIn:
     """One validated memory, ready to embed and write."""
@@ -112,6 +117,9 @@ class MemoryIn:
     metadata: dict[str, Any] = field(default_factory=dict)
     action_domain: str | None = None  # None: classified at ingestion (spark_pg.intent.classify_domain)
     actionability: float | None = None  # None: scored at ingestion (spark_pg.intent.actionability)
+    # fields a file row left out (of KEEPABLE): an update keeps their stored values, so a nightly
+    # re-ingest does not undo a revaluation, a tier or a pin (a MemoryIn made in code sets every field)
+    keep: frozenset[str] = frozenset()
 
     @cached_property
     def domain(self) -> str:
@@ -278,6 +286,7 @@ def validate_row(
         tier=_choice(row, "tier", where, TIERS, "active"),
         priority=_choice(row, "priority", where, PRIORITIES, "normal"),
         metadata=dict(metadata),
+        keep=frozenset(name for name in KEEPABLE if row.get(name) is None),
     )
 
 

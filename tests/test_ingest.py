@@ -502,3 +502,39 @@ def test_a_memory_made_in_code_gets_the_files_checks_naming_the_record(
     with pytest.raises(InputError, match=message):
         ingest(client.conn, records, None)
     assert stored(client, tenant) == {}
+
+
+def test_a_reingest_keeps_what_the_lifecycle_changed_unless_the_file_gives_it(
+    client: SparkClient, tenant: str, tmp_path: Path
+) -> None:
+    """A row that left importance, tier, priority or metadata out reset them to the defaults: a nightly
+    re-ingest undid every revaluation, archive, pin and assign_tiers note."""
+    rows: list[dict[str, object]] = [
+        {"key": "a", "text": "Always run the migrations on staging first"},
+        {"key": "b", "text": "Prefer small pull requests", "importance": 0.4},
+    ]
+    path = write_jsonl(tmp_path / "m.jsonl", rows)
+    client.ingest_file(path, tenant)
+    with client.conn.transaction():
+        client.conn.execute(
+            """UPDATE spark.memories SET importance = 0.9, tier = 'pinned', priority = 'high',
+                      metadata = '{"tier_reason": "pinned by hand"}'
+               WHERE tenant = %s""",
+            (tenant,),
+        )
+    again = client.ingest_file(path, tenant)
+    assert (again.inserted, again.updated, again.unchanged) == (0, 1, 1)  # b gives its importance
+    kept = client.conn.execute(
+        "SELECT key, importance, tier, priority, metadata FROM spark.memories WHERE tenant = %s ORDER BY key",
+        (tenant,),
+    ).fetchall()
+    assert [(k, round(i, 2), t, p, m) for k, i, t, p, m in kept] == [
+        ("a", 0.9, "pinned", "high", {"tier_reason": "pinned by hand"}),
+        ("b", 0.4, "pinned", "high", {"tier_reason": "pinned by hand"}),
+    ]
+    rows[0] |= {"tier": "active", "metadata": {}}  # given, even as the defaults: they win
+    client.ingest_file(write_jsonl(tmp_path / "m2.jsonl", rows), tenant)
+    a = client.conn.execute(
+        "SELECT importance, tier, metadata FROM spark.memories WHERE tenant = %s AND key = 'a'", (tenant,)
+    ).fetchone()
+    assert a is not None and (round(a[0], 2), a[1], a[2]) == (0.9, "active", {})

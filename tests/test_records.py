@@ -15,6 +15,7 @@ import pytest
 from spark_pg.errors import IngestError, InputError
 from spark_pg.records import (
     FIELDS,
+    KEEPABLE,
     MAX_DEPTH,
     MAX_TEXT,
     MemoryIn,
@@ -101,7 +102,8 @@ def test_descriptor_tags_category_and_domain() -> None:
 
 def test_validate_row_defaults() -> None:
     record = validate_row({"text": "hello"}, SRC, 1, default_tenant="t")
-    assert record == MemoryIn(tenant="t", key=default_key("hello"), text="hello")
+    # the fields left out are kept from the stored row on update (importance, tier, priority, metadata)
+    assert record == MemoryIn(tenant="t", key=default_key("hello"), text="hello", keep=frozenset(KEEPABLE))
     assert (record.kind, record.category, record.source) == ("insight", "general", "user")
     assert (record.tier, record.priority, record.importance) == ("active", "normal", 0.5)
     assert record.context is None
