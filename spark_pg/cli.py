@@ -406,7 +406,13 @@ def cmd_stats(args: argparse.Namespace) -> int:
     from spark_pg.health import collect, format_report
 
     with _client(args) as client:
-        report = collect(client.conn, args.tenant, args.since, client.settings.get_str("embedding.model"))
+        report = collect(
+            client.conn,
+            args.tenant,
+            args.since,
+            client.settings.get_str("embedding.model"),
+            max_attempts=args.max_attempts,
+        )
     print(json.dumps(report, default=str) if args.json else format_report(report))
     return 0
 
@@ -561,6 +567,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--tenant", help="one tenant (default: every tenant)")
     p.add_argument(
         "--since", metavar="TIME", type=time_arg, help="only calls and outcomes from this ISO 8601 time on"
+    )
+    p.add_argument(
+        "--max-attempts",
+        type=int,
+        default=5,
+        help="the workers' --max-attempts: rows that failed this often count as given up (default 5)",
     )
     p.add_argument("--json", action="store_true", help="print the report as one JSON object")
     p.set_defaults(func=cmd_stats)

@@ -21,6 +21,7 @@ import psycopg
 from psycopg.rows import dict_row
 
 from spark_pg import queries
+from spark_pg.errors import InputError
 
 MAX_ATTEMPTS = 5  # the worker's default: rows that failed this often wait for a person
 
@@ -33,10 +34,17 @@ def _ms(row: dict[str, Any], prefix: str) -> dict[str, float | None]:
 
 
 def collect(
-    conn: psycopg.Connection[Any], tenant: str | None, since: datetime | str | None, configured_model: str
+    conn: psycopg.Connection[Any],
+    tenant: str | None,
+    since: datetime | str | None,
+    configured_model: str,
+    max_attempts: int = MAX_ATTEMPTS,
 ) -> dict[str, Any]:
-    """Every figure of the report, as the ``--json`` object."""
-    args = {"tenant": tenant, "since": since, "max_attempts": MAX_ATTEMPTS}
+    """Every figure of the report, as the ``--json`` object. ``max_attempts``: the workers' (given up after
+    that many failures)."""
+    if isinstance(max_attempts, bool) or not isinstance(max_attempts, int) or max_attempts < 1:
+        raise InputError(f"max_attempts must be an integer of at least 1, got {max_attempts!r}")
+    args = {"tenant": tenant, "since": since, "max_attempts": max_attempts}
     with conn.transaction(), conn.cursor(row_factory=dict_row) as cur:
         kinds = cur.execute(queries.HEALTH_MEMORIES, args).fetchall()
         queue = cur.execute(queries.HEALTH_QUEUE, args).fetchone()
@@ -58,6 +66,7 @@ def collect(
         "backlog": {
             "queued": int(queue["queued"]),
             "given_up": int(queue["given_up"]),
+            "max_attempts": max_attempts,
             "oldest_s": None if queue["oldest_s"] is None else round(float(queue["oldest_s"]), 1),
         },
         "embedding_lag_ms": {**_ms(lag, "lag"), "vectors": int(lag["n"])},
@@ -95,7 +104,11 @@ def format_report(report: dict[str, Any]) -> str:
         + (", ".join(f"{k} {n}" for k, n in sorted(mem["by_tier"].items())) or "-"),
         f"backlog       {backlog['queued']} awaiting a vector"
         + (f" (oldest {backlog['oldest_s']:g} s)" if backlog["oldest_s"] is not None else "")
-        + (f"; {backlog['given_up']} given up after {MAX_ATTEMPTS} failures" if backlog["given_up"] else ""),
+        + (
+            f"; {backlog['given_up']} given up after {backlog['max_attempts']} failures"
+            if backlog["given_up"]
+            else ""
+        ),
         f"embedding lag {_fmt_ms(report['embedding_lag_ms'])} "
         f"({report['embedding_lag_ms']['vectors']} vectors written behind)",
         f"advise        {advise['calls']} calls, {_fmt_ms(advise['latency_ms'])}, hit rate "

@@ -478,7 +478,8 @@ GROUP BY kind, tier
 
 HEALTH_QUEUE = """
 SELECT count(*) AS queued, count(*) FILTER (WHERE attempts >= %(max_attempts)s) AS given_up,
-       extract(epoch FROM now() - min(enqueued_at)) AS oldest_s
+       -- of the rows still waiting for a worker: one given up would make it grow for ever
+       extract(epoch FROM now() - min(enqueued_at) FILTER (WHERE attempts < %(max_attempts)s)) AS oldest_s
 FROM spark.embed_queue
 WHERE %(tenant)s::text IS NULL OR tenant = %(tenant)s::text
 """

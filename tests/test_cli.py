@@ -221,6 +221,17 @@ def test_stats_reports_health_and_the_north_star(
     ]
     code, out, _ = run(capsys, "stats", "--tenant", tenant)
     assert code == 0 and f"  {tenant:<24} 1/1 sessions  1.00" in out
+    with psycopg.connect(cli_env) as conn:  # the queued rule failed 5 times, a day ago
+        conn.execute(
+            "UPDATE spark.embed_queue SET attempts = 5, enqueued_at = now() - interval '1 day'"
+            " WHERE tenant = %s",
+            (tenant,),
+        )
+    given_up = json.loads(run(capsys, "stats", "--tenant", tenant, "--json")[1])["backlog"]
+    # given up: no longer "the oldest wait", which grew for ever with one poison row
+    assert (given_up["queued"], given_up["given_up"], given_up["oldest_s"]) == (1, 1, None)
+    retrying = json.loads(run(capsys, "stats", "--tenant", tenant, "--max-attempts", "10", "--json")[1])
+    assert retrying["backlog"]["given_up"] == 0 and retrying["backlog"]["oldest_s"] > 86000  # a worker at 10
 
 
 def test_a_database_refusal_is_one_line_with_its_sqlstate_and_hint(
