@@ -130,3 +130,35 @@ def test_a_bad_scenarios_file_is_one_clear_error(tmp_path: Path, text: str, mess
     (tmp_path / "scenarios.yaml").write_bytes(b"scenarios:\n  - {id: \xff}\n")
     with pytest.raises(InputError, match="is not UTF-8 text"):
         load_scenarios(tmp_path)
+
+
+@pytest.mark.parametrize(
+    ("scenario", "message"),
+    [
+        ("{id: a, category: c, tool_name: Bash, relevant: ins:jwt}", "relevant must be a list of memory"),
+        ("{id: a, category: c, tool_name: Bash, split: hold-out}", "split must be one of tune, holdout"),
+        ("{id: a, category: c, tool_name: Bash}\n  - {id: a, category: d, tool_name: X}", "id 'a' is also"),
+    ],
+)
+def test_a_scenario_that_could_never_be_scored_right_is_refused(
+    tmp_path: Path, scenario: str, message: str
+) -> None:
+    """A relevant string became a set of its characters, a misspelt split fell in neither --split, a repeated
+    id replaced the other in the results: each was taken silently."""
+    write_small_set(tmp_path)
+    (tmp_path / "scenarios.yaml").write_text(f"scenarios:\n  - {scenario}\n")
+    with pytest.raises(InputError, match=message):
+        load_scenarios(tmp_path)
+
+
+def test_a_relevant_key_that_is_no_memory_is_refused_before_anything_runs(
+    tmp_path: Path, model_settings: Settings, embedder: Embedder
+) -> None:
+    write_small_set(tmp_path)
+    (tmp_path / "scenarios.yaml").write_text(
+        "scenarios:\n  - {id: a, category: c, tool_name: Bash, relevant: [ins:jwt, ins:does-not-exist]}\n"
+    )
+    with pytest.raises(InputError, match=r"key 'ins:does-not-exist' is not a memory of insights\.yaml"):
+        evaluate_scenarios(
+            model_settings, tmp_path, server_url="postgresql://nowhere/none", embedder=embedder
+        )

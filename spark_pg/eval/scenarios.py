@@ -91,9 +91,14 @@ def load_scenarios(folder: Path) -> list[Scenario]:
     if not items:
         raise InputError(f"{path}: needs a non-empty 'scenarios' list")
     out = []
+    seen: dict[str, int] = {}
     for i, raw in enumerate(items):
         if not isinstance(raw, Mapping):
             raise InputError(f"{path}: scenario {i}: must be a mapping, not {type(raw).__name__}")
+        problem = _label_problem(raw, seen)
+        if problem:  # each of these was taken silently and scored a scenario that could not be right
+            raise InputError(f"{path}: scenario {i}: {problem}")
+        seen[str(raw["id"])] = i
         try:
             out.append(
                 Scenario(
@@ -109,6 +114,34 @@ def load_scenarios(folder: Path) -> list[Scenario]:
         except (KeyError, TypeError) as exc:
             raise InputError(f"{path}: scenario {i}: missing or bad field {exc}") from None
     return out
+
+
+SPLITS = ("tune", "holdout")
+
+
+def _label_problem(raw: Mapping[str, Any], seen: Mapping[str, int]) -> str | None:
+    """What is wrong with a scenario's id, split or relevance labels, or None."""
+    if "id" in raw and str(raw["id"]) in seen:  # the later one replaced the earlier in the results
+        return f"id {raw['id']!r} is also scenario {seen[str(raw['id'])]}"
+    if raw.get("split", "tune") not in SPLITS:  # in neither --split
+        return f"split must be one of {', '.join(SPLITS)}, got {raw.get('split')!r}"
+    relevant = raw.get("relevant")
+    if relevant is not None and (
+        not isinstance(relevant, list) or not all(isinstance(k, str) and k for k in relevant)
+    ):  # a string was read as its characters
+        return f"relevant must be a list of memory keys, got {relevant!r}"
+    return None
+
+
+def check_labels(scenarios: Sequence[Scenario], keys: frozenset[str], folder: Path) -> None:
+    """Every relevant key must be a memory of the pool: one that is not can never be delivered."""
+    for scenario in scenarios:
+        unknown = sorted(scenario.relevant - keys)
+        if unknown:
+            raise InputError(
+                f"{folder / 'scenarios.yaml'}: scenario {scenario.id!r}: relevant key {unknown[0]!r} is "
+                "not a memory of insights.yaml"
+            )
 
 
 def _score(outcomes: Sequence[Outcome], noise: frozenset[str]) -> dict[str, Any]:
@@ -195,7 +228,9 @@ def evaluate_scenarios(
     """Run the advisor and the keyword baseline on every scenario (of ``split``, if given); the result object
     of ``--json``. ``options``: the advisor's (default: the product defaults)."""
     folder = folder or default_folder()
-    scenarios = [s for s in load_scenarios(folder) if split is None or s.split == split]
+    every = load_scenarios(folder)
+    check_labels(every, frozenset(r.key for r in read_file(folder / "insights.yaml", TENANT)), folder)
+    scenarios = [s for s in every if split is None or s.split == split]
     if not scenarios:
         raise InputError(f"no scenarios{f' in split {split!r}' if split else ''} in {folder}")
     embedder = embedder or load_embedder(settings)
