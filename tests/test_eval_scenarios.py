@@ -162,3 +162,14 @@ def test_a_relevant_key_that_is_no_memory_is_refused_before_anything_runs(
         evaluate_scenarios(
             model_settings, tmp_path, server_url="postgresql://nowhere/none", embedder=embedder
         )
+
+
+def test_a_recall_with_no_relevant_items_prints_as_a_dash_not_zero() -> None:
+    """The holdout's reads-only split has no relevant items: its recall@5 is None, printed 0.000."""
+    from spark_pg.eval.scenarios import format_scenarios
+
+    system = {"precision@5": 1.0, "noise_rate": 0.0, "recall@5": None, "advise_ms": {"p50": 0.4, "p95": 0.5}}
+    text = format_scenarios(
+        {"scenarios": 1, "model": "m", "systems": {"advisor": system | {"by_category": {}}}}
+    )
+    assert "advisor     1.000  0.000      -" in text

@@ -130,10 +130,14 @@ def plot_recall(result: Mapping[str, Any], path: Path) -> Path:
     ax = fig.add_subplot()
     width = 0.8 / max(1, len(systems))
     for i, (name, s) in enumerate(systems.items()):
-        values = [_metric(s["by_category"][c], "recall@10") or 0.0 for c in categories]
-        values.append(_metric(s["overall"], "recall@10") or 0.0)
+        values = [_metric(s["by_category"][c], "recall@10") for c in categories]
+        values.append(_metric(s["overall"], "recall@10"))
         xs = [g + (i - (len(systems) - 1) / 2) * width for g in range(len(groups))]
-        ax.bar(xs, values, width, label=name)
+        # a group with no answered question has no bar and says n/a: drawn as 0 it read as all missed
+        ax.bar(xs, [0.0 if v is None else v for v in values], width, label=name)
+        for x, v in zip(xs, values, strict=True):
+            if v is None:
+                ax.text(x, 0.01, "n/a", ha="center", va="bottom", fontsize="x-small", rotation=90)
     ax.set_xticks(range(len(groups)), [f"cat {g}" if g != "overall" else g for g in groups])
     ax.set_ylim(0, 1)
     ax.set_ylabel("recall@10")

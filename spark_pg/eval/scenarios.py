@@ -291,12 +291,18 @@ def _evaluate(
     }
 
 
+def _cell(value: float | None) -> str:
+    """A metric to 3 places, or '-' where there is none (no scenario of the split has relevant items): it was
+    printed 0.000, as if the advisor had missed them all."""
+    return "-" if value is None else f"{value:.3f}"
+
+
 def format_scenarios(result: Mapping[str, Any]) -> str:
     lines = [f"{result['scenarios']} scenarios ({result['model']})", ""]
     lines.append(f"{'system':<10} {'P@5':>6} {'noise':>6} {'R@5':>6} {'p50 ms':>7} {'p95 ms':>7}")
     for sys_name, s in result["systems"].items():
         lines.append(
-            f"{sys_name:<10} {s['precision@5']:>6.3f} {s['noise_rate']:>6.3f} {s['recall@5'] or 0:>6.3f} "
+            f"{sys_name:<10} {s['precision@5']:>6.3f} {s['noise_rate']:>6.3f} {_cell(s['recall@5']):>6} "
             f"{s['advise_ms']['p50']:>7.1f} {s['advise_ms']['p95']:>7.1f}"
         )
     lines.append("")
