@@ -864,3 +864,19 @@ def test_a_call_with_nothing_to_go_on_is_skipped(tool: str, tool_input: dict[str
 
 def test_an_unknown_tool_is_never_blank_its_name_is_the_signal() -> None:
     assert not extract_intent("mcp__deploy__rollback", {}).trivial
+
+
+@pytest.mark.parametrize(
+    ("command", "action", "target"),
+    [
+        ("sudo -u postgres psql -c 'vacuum'", "query", "psql vacuum"),  # the program was "postgres"
+        ("timeout -s KILL 30s pytest -x", "test", "pytest"),
+        ("env -u DEBUG alembic upgrade head", "migrate", "alembic upgrade head"),
+        ("git ls-files | xargs -I{} rm {}", "delete", "rm"),
+    ],
+)
+def test_a_prefix_option_that_takes_a_value_is_not_the_program(
+    command: str, action: str, target: str
+) -> None:
+    intent = extract_intent("Bash", {"command": command})
+    assert (intent.action, intent.target) == (action, target)

@@ -15,6 +15,16 @@ from spark_pg.intent.text import _HASHLIKE, _URL, _cap, _clean_text, _dedupe_wor
 from spark_pg.intent.tools import _VERBS
 
 _CMD_PREFIXES = frozenset({"sudo", "time", "nohup", "env", "exec", "command", "nice", "timeout", "xargs"})
+# a prefix's options that take the next word as their value
+_PREFIX_ARGS = MappingProxyType(
+    {
+        "sudo": frozenset({"-u", "-g", "-h", "-p", "-C", "-D", "-r", "-t", "-U", "--user", "--group"}),
+        "timeout": frozenset({"-s", "-k", "--signal", "--kill-after"}),
+        "env": frozenset({"-u", "-C", "--unset", "--chdir"}),
+        "nice": frozenset({"-n", "--adjustment"}),
+        "xargs": frozenset({"-I", "-n", "-P", "-L", "-d", "-s", "-E", "-a"}),
+    }
+)
 _CMD_SETUP = frozenset({"cd", "pushd", "popd", "source", ".", "export", "set", "unset", "echo", "true"})
 _RUNNERS = MappingProxyType(
     {
@@ -76,8 +86,9 @@ def _strip_prefixes(words: list[str]) -> list[str]:
             i += 1
         elif base in _CMD_PREFIXES:  # "sudo -E", "timeout 30s", "nice -n 10": skip their options too
             i += 1
+            takes = _PREFIX_ARGS.get(base, frozenset())
             while i < len(words) and (words[i].startswith("-") or re.fullmatch(r"\d+[smhd]?", words[i])):
-                i += 1
+                i += 2 if words[i] in takes else 1  # "sudo -u postgres psql": the program is psql
         elif base in _RUNNERS and i + 1 < len(words) and words[i + 1] == _RUNNERS[base]:
             i += 2
         elif base in {"npx", "bunx", "pnpx"}:
