@@ -667,3 +667,18 @@ def test_a_broken_model_charges_no_row_an_attempt(
     assert main(["worker", "--once", "--quiet"]) == 2
     assert "no queued row was charged an attempt" in capsys.readouterr().err
     assert work(cli_db, embedder).embedded == 40  # the model fixed: every row, none given up
+
+
+def test_a_wake_up_takes_every_notification_already_waiting(wdb: str) -> None:
+    """One notification per wake-up: after a burst of writes the drained worker woke once per row for an
+    empty claim."""
+    from spark_pg.worker import CHANNEL, _wait
+
+    with connect(wdb, autocommit=True) as listener, connect(wdb, autocommit=True) as writer:
+        listener.execute(f"LISTEN {CHANNEL}")
+        for _ in range(300):
+            writer.execute(f"NOTIFY {CHANNEL}")
+        time.sleep(0.2)  # all of them sent before the worker waits
+        _wait(listener, 5.0, threading.Event())
+        left = sum(1 for _ in listener.notifies(timeout=0.2))
+    assert left == 0
