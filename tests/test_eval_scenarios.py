@@ -138,6 +138,7 @@ def test_a_bad_scenarios_file_is_one_clear_error(tmp_path: Path, text: str, mess
         ("{id: a, category: c, tool_name: Bash, relevant: ins:jwt}", "relevant must be a list of memory"),
         ("{id: a, category: c, tool_name: Bash, split: hold-out}", "split must be one of tune, holdout"),
         ("{id: a, category: c, tool_name: Bash}\n  - {id: a, category: d, tool_name: X}", "id 'a' is also"),
+        ("{category: c, tool_name: Bash}", "scenario 0: missing or bad field 'id'"),
     ],
 )
 def test_a_scenario_that_could_never_be_scored_right_is_refused(

@@ -38,7 +38,7 @@ from spark_pg.embedding import Embedder, load_embedder
 from spark_pg.errors import InputError
 from spark_pg.eval.harness import check_params
 from spark_pg.ingest import ingest
-from spark_pg.records import read_file
+from spark_pg.records import MemoryIn, read_file
 from spark_pg.rowfiles import yaml_rows
 
 TENANT = "scenarios"
@@ -98,7 +98,6 @@ def load_scenarios(folder: Path) -> list[Scenario]:
         problem = _label_problem(raw, seen)
         if problem:  # each of these was taken silently and scored a scenario that could not be right
             raise InputError(f"{path}: scenario {i}: {problem}")
-        seen[str(raw["id"])] = i
         try:
             out.append(
                 Scenario(
@@ -113,6 +112,7 @@ def load_scenarios(folder: Path) -> list[Scenario]:
             )
         except (KeyError, TypeError) as exc:
             raise InputError(f"{path}: scenario {i}: missing or bad field {exc}") from None
+        seen[out[-1].id] = i
     return out
 
 
@@ -183,8 +183,7 @@ def summarize_system(outcomes: Sequence[Outcome], noise: frozenset[str]) -> dict
     return result
 
 
-def _load_pool(url: str, folder: Path, embedder: Embedder, settings: Settings) -> frozenset[str]:
-    records = read_file(folder / "insights.yaml", TENANT)
+def _load_pool(url: str, records: list[MemoryIn], embedder: Embedder, settings: Settings) -> frozenset[str]:
     noise = frozenset(r.key for r in records if r.metadata.get("noise"))
     clean = [replace(r, metadata={k: v for k, v in r.metadata.items() if k not in LABELS}) for r in records]
     with connect(url) as conn:
@@ -229,7 +228,8 @@ def evaluate_scenarios(
     of ``--json``. ``options``: the advisor's (default: the product defaults)."""
     folder = folder or default_folder()
     every = load_scenarios(folder)
-    check_labels(every, frozenset(r.key for r in read_file(folder / "insights.yaml", TENANT)), folder)
+    pool = read_file(folder / "insights.yaml", TENANT)
+    check_labels(every, frozenset(r.key for r in pool), folder)
     scenarios = [s for s in every if split is None or s.split == split]
     if not scenarios:
         raise InputError(f"no scenarios{f' in split {split!r}' if split else ''} in {folder}")
@@ -242,13 +242,14 @@ def evaluate_scenarios(
                 f"another `eval --scenarios` of {folder} with {embedder.spec.name} is running (it holds "
                 f"{name}): wait for it to finish"
             )
-        return _evaluate(settings, scenarios, folder, split, embedder, server, name, options, progress)
+        return _evaluate(settings, scenarios, folder, pool, split, embedder, server, name, options, progress)
 
 
 def _evaluate(
     settings: Settings,
     scenarios: list[Scenario],
     folder: Path,
+    pool: list[MemoryIn],
     split: str | None,
     embedder: Embedder,
     server: str,
@@ -262,7 +263,7 @@ def _evaluate(
         schema.install(url)
         if options is not None and options.params:  # as --dataset does: exit 2 naming the key, before loading
             check_params(url, options.params)
-        noise = _load_pool(url, folder, embedder, settings)
+        noise = _load_pool(url, pool, embedder, settings)
         with connect(url) as conn:
             advisor = Advisor(conn, embedder, TENANT, session_id="eval", options=options)
 
