@@ -9,7 +9,8 @@ model error, database error) rolls the whole call back: nothing is half-written.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -140,6 +141,16 @@ def _embed_stale_skips(cur: psycopg.Cursor[Any], embedder: Embedder, model_id: i
     )
 
 
+@contextmanager
+def _without_statement_timeout(cur: psycopg.Cursor[Any]) -> Iterator[None]:
+    """No statement timeout for the block (SET LOCAL), then the one in force before, for the rest of a
+    caller's transaction; a block that fails is rolled back with its setting."""
+    row = cur.execute(queries.NO_STATEMENT_TIMEOUT).fetchone()
+    assert row is not None
+    yield
+    cur.execute(queries.SET_STATEMENT_TIMEOUT, {"value": row[0]})
+
+
 def refresh_after_write(conn: psycopg.Connection[Any], tenants: list[str]) -> None:
     """spark.refresh_tenant_stats for the tenants just written, in its own transaction (an index build locks
     writes to spark.embeddings until it commits) and without a statement timeout: a tenant whose vectors
@@ -148,11 +159,8 @@ def refresh_after_write(conn: psycopg.Connection[Any], tenants: list[str]) -> No
     for rows it had committed. The rows are committed either way: a refresh that still fails (a lock
     timeout) is logged, not raised, and the next write tries again."""
     try:
-        with conn.transaction():
-            timeout = conn.execute(queries.NO_STATEMENT_TIMEOUT).fetchone()
-            conn.execute(queries.REFRESH_TENANT_STATS, {"tenants": tenants})
-            assert timeout is not None
-            conn.execute(queries.SET_STATEMENT_TIMEOUT, {"value": timeout[0]})  # a caller's transaction
+        with conn.transaction(), conn.cursor() as cur, _without_statement_timeout(cur):
+            cur.execute(queries.REFRESH_TENANT_STATS, {"tenants": tenants})
     except psycopg.errors.OperationalError as exc:  # lock or statement timeout, cancelled
         log.warning(
             "the rows are stored, but the statistics of %s were not refreshed (%s); the next write tries "
@@ -229,11 +237,11 @@ def ingest(
     with (
         conn.transaction(),
         conn.cursor() as cur,
-        tqdm(total=len(records), desc=label, unit="mem", disable=not progress, leave=True) as bar,
-    ):
         # a load runs as long as it needs: under the session's statement timeout (30 s by default) the
         # upsert of ~200,000 rows was cancelled after all the embedding, and everything rolled back
-        timeout = cur.execute(queries.NO_STATEMENT_TIMEOUT).fetchone()
+        _without_statement_timeout(cur),
+        tqdm(total=len(records), desc=label, unit="mem", disable=not progress, leave=True) as bar,
+    ):
         cur.execute(queries.DROP_INGEST_TABLE)  # a savepoint-nested earlier call may have left it
         cur.execute(queries.CREATE_INGEST_TABLE)
         for start in range(0, len(records), chunk_rows):
@@ -263,7 +271,5 @@ def ingest(
                 updated += 1
         cur.execute(queries.INGEST_WRITES, ("off",))
         cur.execute(queries.STORE_VECTORS)
-        assert timeout is not None
-        cur.execute(queries.SET_STATEMENT_TIMEOUT, {"value": timeout[0]})  # a caller's transaction goes on
     refresh_after_write(conn, sorted({r.tenant for r in records}))
     return IngestResult(inserted, updated, len(records) - inserted - updated, *dated_ahead(records))
