@@ -11,22 +11,21 @@ def cmd_triggers_load(args: argparse.Namespace) -> int:
     from spark_pg.triggers import load_rules
 
     rules = load_rules(args.file)  # the whole file is checked before anything is written
-    static = sum(r.origin == "static" for r in rules)
-    if args.check:
-        summary = {"file": str(args.file), "rules": len(rules), "static": static, "written": 0, "removed": 0}
-    else:
+    written = removed = 0
+    if not args.check:
         from spark_pg.client import SparkClient
         from spark_pg.triggers import sync_rules
 
         with SparkClient() as client:
             result = sync_rules(client.conn, args.tenant, rules)
-        summary = {
-            "file": str(args.file),
-            "rules": len(rules),
-            "static": static,
-            "written": result.written,
-            "removed": result.removed,
-        }
+        written, removed = result.written, result.removed
+    summary = {
+        "file": str(args.file),
+        "rules": len(rules),
+        "static": sum(r.origin == "static" for r in rules),
+        "written": written,
+        "removed": removed,
+    }
     if args.json:
         print(json.dumps(summary | {"tenant": args.tenant, "checked_only": args.check}))
     elif args.check:
