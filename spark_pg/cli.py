@@ -150,7 +150,10 @@ def _fields(args: argparse.Namespace) -> dict[str, object]:
 def cmd_add(args: argparse.Namespace) -> int:
     with _client(args) as client:
         result = client.add(args.tenant, args.text, defer=args.defer_embedding, **_fields(args))
-    print("added" if result.inserted else "updated" if result.updated else "unchanged (stored already)")
+    state = "added" if result.inserted else "updated" if result.updated else "unchanged (stored already)"
+    if not result.inserted and not result.updated and result.embedded:
+        state = "unchanged (stored already); embedded now"  # it was written with its embedding deferred
+    print(state)
     return 0
 
 
@@ -168,8 +171,9 @@ def cmd_ingest(args: argparse.Namespace) -> int:
         )
         elapsed = time.perf_counter() - started
     rate = result.total / elapsed if elapsed > 0 else 0.0
+    vectors = "embedding deferred" if args.defer_embedding else f"{result.embedded} embedded"
     print(
-        f"{result.inserted} inserted, {result.updated} updated, {result.unchanged} unchanged "
+        f"{result.inserted} inserted, {result.updated} updated, {result.unchanged} unchanged, {vectors} "
         f"in {elapsed:.1f} s ({rate:.0f} memories/s)"
     )
     _warn_dated_ahead(result)

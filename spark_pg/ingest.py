@@ -38,6 +38,9 @@ class IngestResult:
     # created_at (unless params.as_of is later), which is right for replayed data and a surprise otherwise
     future: int = 0
     latest: datetime | None = None  # the latest such created_at
+    # vectors this call stored, the unchanged rows' included (one written with its embedding deferred gets
+    # its vector from the next synchronous write of the same content); 0 when embedding is deferred
+    embedded: int = 0
 
     @property
     def total(self) -> int:
@@ -257,6 +260,7 @@ def ingest(
                     vector = by_pos.get(i)
                     copy.write_row(_row(record, vector, model_id if vector is not None else None))
             bar.update(len(chunk))
+        bar.set_postfix_str("writing")  # the bar is full once the rows are staged: the upsert is not done
         cur.execute(queries.INDEX_INGEST_TABLE)
         cur.execute(queries.LOCK_INGEST_ROWS)
         cur.execute(queries.KEEP_STORED_FIELDS)
@@ -271,5 +275,8 @@ def ingest(
                 updated += 1
         cur.execute(queries.INGEST_WRITES, ("off",))
         cur.execute(queries.STORE_VECTORS)
+        embedded = max(cur.rowcount, 0)
+        bar.set_postfix_str("")
     refresh_after_write(conn, sorted({r.tenant for r in records}))
-    return IngestResult(inserted, updated, len(records) - inserted - updated, *dated_ahead(records))
+    future, latest = dated_ahead(records)
+    return IngestResult(inserted, updated, len(records) - inserted - updated, future, latest, embedded)

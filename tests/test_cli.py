@@ -66,8 +66,31 @@ def test_ingest_reports_counts_and_rate(
     path = tmp_path / "m.yaml"
     path.write_text("- text: one memory\n- text: another memory\n  category: misc\n")
     code, out, _ = run(capsys, "ingest", str(path), "--tenant", tenant, "--quiet")
-    assert code == 0 and out.startswith("2 inserted, 0 updated, 0 unchanged")
+    assert code == 0 and out.startswith("2 inserted, 0 updated, 0 unchanged, 2 embedded in ")
     assert "memories/s" in out
+
+
+def test_a_deferred_file_ingested_again_synchronously_says_its_rows_were_embedded(
+    cli_env: str, tenant: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # the rows are unchanged, but the second call stores their vectors: it said only "2 unchanged"
+    path = tmp_path / "m.yaml"
+    path.write_text("- text: one memory\n  key: a\n- text: another memory\n  key: b\n")
+    code, out, _ = run(capsys, "ingest", str(path), "--tenant", tenant, "--quiet", "--defer-embedding")
+    assert code == 0 and out.startswith("2 inserted, 0 updated, 0 unchanged, embedding deferred in ")
+    code, out, _ = run(capsys, "ingest", str(path), "--tenant", tenant, "--quiet")
+    assert code == 0 and out.startswith("0 inserted, 0 updated, 2 unchanged, 2 embedded in ")
+    code, out, _ = run(capsys, "ingest", str(path), "--tenant", tenant, "--quiet")
+    assert code == 0 and out.startswith("0 inserted, 0 updated, 2 unchanged, 0 embedded in ")
+    assert (
+        run(capsys, "add", "--tenant", tenant, "--key", "c", "--defer-embedding", "a third")[1] == "added\n"
+    )
+    assert run(capsys, "add", "--tenant", tenant, "--key", "c", "a third")[1] == (
+        "unchanged (stored already); embedded now\n"
+    )
+    assert (
+        run(capsys, "add", "--tenant", tenant, "--key", "c", "a third")[1] == "unchanged (stored already)\n"
+    )
 
 
 def test_bad_file_names_line_and_field(
