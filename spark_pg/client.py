@@ -142,16 +142,20 @@ class SparkClient:
                     "give the row a key of its own"
                 )
         seeded = [replace(r, kind="seed", source="system_default") for r in records]
-        result = self.ingest_records(seeded, progress=progress, label="cold-start pack", pack=True)
         if extra is not None:
-            return result
-        rules = resources.files("spark_pg") / "data" / "trigger_rules.yaml"
-        # spark.put_trigger_rule writes the pack's tenant only with this setting, for this transaction (or
-        # savepoint: switched off again so that a caller's open transaction does not keep it)
-        with resources.as_file(rules) as path, self.conn.transaction():
+            return self.ingest_records(seeded, progress=progress, label="cold-start pack", pack=True)
+        with resources.as_file(resources.files("spark_pg") / "data" / "trigger_rules.yaml") as path:
+            rules = load_rules(path)  # read before anything is written
+        self.embedder  # noqa: B018 - the model loads before the transaction opens, not inside it
+        # the memories and the rules that surface them in one transaction: a failure stores neither (the
+        # memories were committed first, and a pack whose rules failed went on without its interrupts)
+        with self.conn.transaction():
+            result = self.ingest_records(seeded, progress=progress, label="cold-start pack", pack=True)
+            # spark.put_trigger_rule writes the pack's tenant only with this setting, for this transaction
+            # (or savepoint: switched off again so that a caller's open transaction does not keep it)
             self.conn.execute("SET LOCAL spark.pack_writes = on")
             try:
-                sync_rules(self.conn, SYSTEM_TENANT, load_rules(path))
+                sync_rules(self.conn, SYSTEM_TENANT, rules)
             finally:
                 if not self.conn.closed and self.conn.info.transaction_status != TransactionStatus.INERROR:
                     self.conn.execute("SET LOCAL spark.pack_writes = off")

@@ -11,12 +11,14 @@ from typing import Any
 import psycopg
 import pytest
 
+from spark_pg import client as client_module
 from spark_pg.cli import main
 from spark_pg.client import SparkClient
 from spark_pg.config import Settings
 from spark_pg.errors import IngestError, InputError, ModelMismatch
 from spark_pg.ingest import ingest
 from spark_pg.records import MemoryIn, read_file, validate_row
+from spark_pg.triggers import TriggerRuleError
 
 
 @pytest.fixture
@@ -231,6 +233,38 @@ def test_seed_pack_is_shared_and_idempotent(client: SparkClient) -> None:
     hits = client.search("brand-new-tenant", "git push --force to main", k=3)
     assert hits and all(h.system_default for h in hits)
     assert any("push" in h.text for h in hits)
+
+
+def test_a_seed_whose_rules_fail_stores_none_of_the_packs_memories(
+    client: SparkClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # the memories were committed before the rules were written: a pack whose rules failed went on with
+    # its memories refreshed and without the rules that surface them
+    client.load_seed_pack()
+    key = client.conn.execute(
+        "SELECT key FROM spark.memories WHERE tenant = spark.system_tenant() ORDER BY key LIMIT 1"
+    ).fetchone()
+    assert key is not None
+    with client.conn.transaction():
+        client.conn.execute("SET LOCAL spark.pack_writes = on")
+        client.conn.execute(
+            "DELETE FROM spark.memories WHERE tenant = spark.system_tenant() AND key = %s", (key[0],)
+        )
+
+    def broken(*args: object) -> None:
+        raise TriggerRuleError("database", "rule x", "refused")
+
+    monkeypatch.setattr(client_module, "sync_rules", broken)
+    try:
+        with pytest.raises(TriggerRuleError):
+            client.load_seed_pack()
+        gone = client.conn.execute(
+            "SELECT count(*) FROM spark.memories WHERE tenant = spark.system_tenant() AND key = %s", (key[0],)
+        ).fetchone()
+        assert gone == (0,)
+    finally:
+        monkeypatch.undo()
+        assert client.load_seed_pack().inserted == 1  # the pack is whole again for the other tests
 
 
 def test_unchanged_texts_are_not_embedded_again(
