@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from datetime import UTC, datetime
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +18,7 @@ from spark_pg.client import SparkClient
 from spark_pg.config import Settings
 from spark_pg.errors import IngestError, InputError, ModelMismatch
 from spark_pg.ingest import ingest
-from spark_pg.records import MemoryIn, read_file, validate_row
+from spark_pg.records import SYSTEM_TENANT, MemoryIn, read_file, validate_row
 from spark_pg.triggers import TriggerRuleError
 
 
@@ -241,10 +242,8 @@ def test_a_seed_whose_rules_fail_stores_none_of_the_packs_memories(
     # the memories were committed before the rules were written: a pack whose rules failed went on with
     # its memories refreshed and without the rules that surface them
     client.load_seed_pack()
-    key = client.conn.execute(
-        "SELECT key FROM spark.memories WHERE tenant = spark.system_tenant() ORDER BY key LIMIT 1"
-    ).fetchone()
-    assert key is not None
+    with resources.as_file(resources.files("spark_pg") / "data" / "seed_pack.yaml") as path:
+        key = (read_file(path, SYSTEM_TENANT, pack=True)[0].key,)  # one the built-in pack puts back
     with client.conn.transaction():
         client.conn.execute("SET LOCAL spark.pack_writes = on")
         client.conn.execute(
