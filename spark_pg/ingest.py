@@ -25,6 +25,7 @@ from spark_pg.errors import IngestError, InputError, ModelMismatch
 from spark_pg.intent import ACTION_DOMAINS, actionability
 from spark_pg.records import SYSTEM_TENANT, MemoryIn, validate_row
 from spark_pg.refusals import one_line
+from spark_pg.tenant_indexes import build_concurrently
 
 log = logging.getLogger(__name__)
 
@@ -155,12 +156,12 @@ def _without_statement_timeout(cur: psycopg.Cursor[Any]) -> Iterator[None]:
 
 
 def refresh_after_write(conn: psycopg.Connection[Any], tenants: list[str]) -> None:
-    """spark.refresh_tenant_stats for the tenants just written, in its own transaction (an index build locks
-    writes to spark.embeddings until it commits) and without a statement timeout: a tenant whose vectors
-    came from the worker may need its HNSW index built at its next write (about 30 s at 100,000 vectors,
-    once). Under the timeout that build was cancelled on every write, each of which then reported an error
-    for rows it had committed. The rows are committed either way: a refresh that still fails (a lock
-    timeout) is logged, not raised, and the next write tries again."""
+    """spark.refresh_tenant_stats for the tenants just written, in its own transaction and without a
+    statement timeout (a lexeme count of a large tenant can take seconds). Their HNSW indexes are built
+    CONCURRENTLY first when the connection is outside a transaction (spark_pg.tenant_indexes): built by the
+    refresh, an index locks every tenant's vector writes until it commits. The rows are committed either
+    way: a refresh that fails (a lock timeout) is logged, not raised, and the next write tries again."""
+    build_concurrently(conn, tenants)
     try:
         with conn.transaction(), conn.cursor() as cur, _without_statement_timeout(cur):
             cur.execute(queries.REFRESH_TENANT_STATS, {"tenants": tenants})

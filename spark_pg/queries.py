@@ -146,6 +146,18 @@ NO_STATEMENT_TIMEOUT = (
 )
 SET_STATEMENT_TIMEOUT = "SELECT set_config('statement_timeout', %(value)s, true)"
 
+# a tenant's HNSW index steps, CONCURRENTLY (sql/035), under the tenant's builder lock (session-level)
+TENANT_INDEX_PLAN = "SELECT model_id, index_name, action, statement FROM spark.tenant_index_plan(%(tenant)s)"
+TRY_TENANT_INDEX_LOCK = (
+    "SELECT pg_try_advisory_lock(hashtextextended('spark.tenant_index:' || %(tenant)s, 0))"
+)
+TENANT_INDEX_UNLOCK = "SELECT pg_advisory_unlock(hashtextextended('spark.tenant_index:' || %(tenant)s, 0))"
+# the session's statement timeout, and none from now on (autocommit: a SET LOCAL would end with its statement)
+SESSION_STATEMENT_TIMEOUT = (
+    "SELECT current_setting('statement_timeout'), set_config('statement_timeout', '0', false)"
+)
+RESTORE_SESSION_STATEMENT_TIMEOUT = "SELECT set_config('statement_timeout', %(value)s, false)"
+
 REFRESH_TENANT_STATS = (
     "SELECT coalesce(sum(spark.refresh_tenant_stats(t)), 0) FROM unnest(%(tenants)s::text[]) t"
 )
@@ -406,9 +418,8 @@ WHERE i.indexrelid = to_regclass(format('spark.embeddings_hnsw_m%%s', %(model_id
 
 # the model's shared HNSW index as spark.ensure_model_index defines it, built without blocking writers
 MODEL_INDEX_DDL = """
-SELECT replace(spark._hnsw_index_ddl(format('embeddings_hnsw_m%%s', m.id), m.dim,
-                                     format('model_id = %%s', m.id), false),
-               'CREATE INDEX ', 'CREATE INDEX CONCURRENTLY ')
+SELECT spark._hnsw_index_ddl(format('embeddings_hnsw_m%%s', m.id), m.dim, format('model_id = %%s', m.id),
+                             false, concurrent => true)
 FROM spark.embedding_models m WHERE m.id = %(model_id)s
 """
 

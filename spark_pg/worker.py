@@ -34,10 +34,11 @@ from tqdm import tqdm
 from spark_pg import queries
 from spark_pg.embedding import Embedder
 from spark_pg.errors import DatabaseError, EmbeddingError, InputError, ModelMismatch, SchemaError
-from spark_pg.ingest import ensure_model
+from spark_pg.ingest import ensure_model, refresh_after_write
 
 CHANNEL = "spark_embed"
 KEPT_ERRORS = 100  # the latest embedding errors a worker keeps for its summary
+REFRESH_EVERY_S = 30.0  # a long drain refreshes the written tenants' statistics and indexes this often
 RECONNECT_FIRST_S = 0.25  # the first wait after a lost connection; doubled per failed attempt
 # server states that end a session but not the server for good: shutdown (57P01), crash of another backend
 # (57P02), starting up or in recovery (57P03); class 08 is a connection exception
@@ -173,8 +174,10 @@ def embed_batch(
     batch: int,
     max_attempts: int,
     stats: WorkerStats,
+    tenants: set[str] | None = None,
 ) -> int:
     """Claim, embed and store one batch in one transaction; returns the rows claimed (0: queue drained).
+    ``tenants``: the tenants of the rows stored are added to it.
 
     A text the model cannot embed costs its row an attempt, with the error kept and a backoff (a minute
     per attempt) before it is claimed again; the rest of the batch is stored. When no text of the batch
@@ -200,6 +203,8 @@ def embed_batch(
             conn.execute(
                 queries.QUEUE_ATTEMPT_FAILED, {"tenant": rows[i][0], "id": rows[i][1], "error": error}
             )
+    if tenants is not None and stored:
+        tenants.update(str(r[0]) for r in rows)
     stats.batches += 1
     stats.embedded += stored
     stats.failed += len(errors)
@@ -220,13 +225,24 @@ def drain(
     stop: threading.Event,
     on_batch: Callable[[int], object] | None = None,
 ) -> None:
-    """Embed batches until the queue has nothing claimable left (or ``stop`` is set)."""
+    """Embed batches until the queue has nothing claimable left (or ``stop`` is set). The statistics and
+    HNSW indexes of the tenants written are refreshed then, and every REFRESH_EVERY_S of a long drain: a
+    tenant the worker fills gets its own index near index_min_vectors (about 1.5 s to build), not at its
+    next write (40 s at 20,000 vectors), and built CONCURRENTLY, so no writer waits."""
+    written: set[str] = set()
+    last = time.monotonic()
     while not stop.is_set():
-        claimed = embed_batch(conn, embedder, model_id, batch=batch, max_attempts=max_attempts, stats=stats)
-        if claimed == 0:
-            return
-        if on_batch is not None:
+        claimed = embed_batch(
+            conn, embedder, model_id, batch=batch, max_attempts=max_attempts, stats=stats, tenants=written
+        )
+        if claimed and on_batch is not None:
             on_batch(claimed)
+        if written and (not claimed or stop.is_set() or time.monotonic() - last >= REFRESH_EVERY_S):
+            refresh_after_write(conn, sorted(written))
+            written.clear()
+            last = time.monotonic()
+        if not claimed:
+            return
 
 
 def run_worker(

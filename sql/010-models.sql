@@ -1,20 +1,21 @@
 -- Embedding models: registration, the active model, and one partial HNSW index per model.
 
+DROP FUNCTION IF EXISTS spark._hnsw_index_ddl(text, integer, text, boolean);
 CREATE OR REPLACE FUNCTION spark._hnsw_index_ddl(
-    index_name text, dim integer, predicate text, if_not_exists boolean)
+    index_name text, dim integer, predicate text, if_not_exists boolean, concurrent boolean DEFAULT false)
 RETURNS text
 LANGUAGE sql IMMUTABLE PARALLEL SAFE
 SET search_path = pg_catalog, @vector_schema@, pg_temp
 AS $fn$
     -- one definition for every HNSW index: queries must repeat its expression exactly to use it
-    SELECT format('CREATE INDEX %s%I ON spark.embeddings USING hnsw ((embedding::vector(%s)) '
-                  'vector_cosine_ops) WHERE %s', CASE WHEN if_not_exists THEN 'IF NOT EXISTS ' ELSE '' END,
-                  index_name, dim, predicate)
+    SELECT format('CREATE INDEX %s%s%I ON spark.embeddings USING hnsw ((embedding::vector(%s)) '
+                  'vector_cosine_ops) WHERE %s', CASE WHEN concurrent THEN 'CONCURRENTLY ' ELSE '' END,
+                  CASE WHEN if_not_exists THEN 'IF NOT EXISTS ' ELSE '' END, index_name, dim, predicate)
 $fn$;
-COMMENT ON FUNCTION spark._hnsw_index_ddl(text, integer, text, boolean) IS
-    'Internal: the CREATE INDEX [IF NOT EXISTS] statement of a partial HNSW cosine index over spark.embeddings '
-    '(vectors cast to vector(dim)) named index_name, restricted by predicate (SQL text): per model, or per '
-    'tenant and model.';
+COMMENT ON FUNCTION spark._hnsw_index_ddl(text, integer, text, boolean, boolean) IS
+    'Internal: the CREATE INDEX [CONCURRENTLY] [IF NOT EXISTS] statement of a partial HNSW cosine index over '
+    'spark.embeddings (vectors cast to vector(dim)) named index_name, restricted by predicate (SQL text): per '
+    'model, or per tenant and model. Its callers pass checked arguments.';
 
 CREATE OR REPLACE FUNCTION spark.ensure_model_index(model_id smallint)
 RETURNS text

@@ -1,5 +1,68 @@
 -- Per-tenant statistics and vector indexes (tables: migration 0005), and the keyword plan built from them.
 
+CREATE OR REPLACE FUNCTION spark.tenant_index_plan(
+    tenant text, index_min_vectors integer DEFAULT 1500, concurrent boolean DEFAULT true)
+RETURNS TABLE (model_id smallint, index_name text, action text, statement text)
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, @vector_schema@, pg_temp
+AS $fn$
+#variable_conflict use_column
+DECLARE
+    md record;
+    nv bigint;
+    idx text;
+    valid boolean;
+BEGIN
+    PERFORM spark._check_tenant(tenant);
+    IF index_min_vectors IS NULL THEN
+        RAISE EXCEPTION 'index_min_vectors must not be NULL' USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    IF concurrent IS NULL THEN
+        RAISE EXCEPTION 'concurrent must not be NULL' USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    IF index_min_vectors < 1 THEN
+        RAISE EXCEPTION 'index_min_vectors must be at least 1, got %', index_min_vectors
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    FOR md IN SELECT e.id, e.dim FROM spark.embedding_models e WHERE e.active ORDER BY e.id LOOP
+        -- the name must fit 63 bytes whatever the tenant is called: a hash of it
+        idx := format('embeddings_hnsw_m%s_t%s', md.id, left(md5(tenant), 16));
+        SELECT count(*) INTO nv FROM spark.embeddings e WHERE e.tenant = tenant_index_plan.tenant AND e.model_id = md.id;
+        SELECT i.indisvalid INTO valid FROM pg_index i WHERE i.indexrelid = to_regclass(format('spark.%I', idx));
+        -- an invalid index is what an interrupted CONCURRENTLY build leaves (or one under way: callers hold
+        -- the tenant's builder lock); an index is dropped below half the threshold (the gap keeps a tenant
+        -- near the line from flapping)
+        IF valid IS NOT NULL AND (NOT valid OR nv * 2 < index_min_vectors) THEN
+            model_id := md.id;
+            index_name := idx;
+            action := 'drop';
+            statement := format('DROP INDEX %sIF EXISTS spark.%I',
+                                CASE WHEN concurrent THEN 'CONCURRENTLY ' ELSE '' END, idx);
+            RETURN NEXT;
+            valid := NULL;
+        END IF;
+        IF valid IS NULL AND nv >= index_min_vectors THEN
+            model_id := md.id;
+            index_name := idx;
+            action := 'build';
+            statement := spark._hnsw_index_ddl(idx, md.dim, format('tenant = %L AND model_id = %s', tenant, md.id),
+                                               true, concurrent);
+            RETURN NEXT;
+        END IF;
+    END LOOP;
+END
+$fn$;
+COMMENT ON FUNCTION spark.tenant_index_plan(text, integer, boolean) IS
+    'What the tenant''s per-model HNSW indexes need, as statements to run in order. tenant: the tenant; '
+    'index_min_vectors (default 1,500): a tenant with that many vectors of an active model gets a partial '
+    'index over them, dropped again below half of it; concurrent (default true): the statements are '
+    'CREATE/DROP INDEX CONCURRENTLY (run them outside a transaction, holding '
+    'pg_advisory_lock(hashtextextended(''spark.tenant_index:'' || tenant, 0)) so that '
+    'spark.refresh_tenant_stats leaves the tenant to you; then call it to record the indexes). One row per '
+    'step: model_id, index_name, action (drop: an invalid index an interrupted build left, or a tenant that '
+    'shrank; build) and statement. Other models'' indexes are left alone. Errors: 22004 NULL tenant, '
+    'index_min_vectors or concurrent; 22023 empty or over-long tenant, index_min_vectors below 1.';
+
 CREATE OR REPLACE FUNCTION spark.refresh_tenant_stats(
     tenant text DEFAULT NULL, force boolean DEFAULT false, index_min_vectors integer DEFAULT 1500)
 RETURNS integer
@@ -13,7 +76,8 @@ DECLARE
     n bigint;
     last bigint;
     md record;
-    nv bigint;
+    step text;
+    valid boolean;
     reg_name text;
     idx text;
     changed boolean;
@@ -66,28 +130,35 @@ BEGIN
             changed := true;
         END IF;
 
-        -- a partial HNSW index of the active model once the tenant holds index_min_vectors of its vectors;
-        -- dropped when it falls below half of that (the gap keeps a tenant near the line from flapping). Other
-        -- models' vectors are never searched: their indexes are neither built nor dropped here (a plain DROP
-        -- INDEX would lock every reader out of spark.embeddings for the rest of this transaction; reembed
-        -- drops them concurrently), and a model activated again gets its indexes at the next refresh
-        FOR md IN SELECT e.id, e.dim FROM spark.embedding_models e WHERE e.active ORDER BY e.id LOOP
-            SELECT count(*) INTO nv FROM spark.embeddings e WHERE e.tenant = t AND e.model_id = md.id;
+        -- the tenant's HNSW indexes (spark.tenant_index_plan), unless a builder holds them (spark-pg builds
+        -- them CONCURRENTLY first: a plain build here holds writes to spark.embeddings until the commit),
+        -- then the registry follows the valid indexes there are. The valid index of a tenant that shrank
+        -- is kept: a plain DROP INDEX would hold every tenant's reads of spark.embeddings until the commit
+        -- (the builders drop it CONCURRENTLY); an invalid one (an interrupted build) cannot wait for them
+        IF pg_try_advisory_xact_lock(hashtextextended('spark.tenant_index:' || t, 0)) THEN
+            FOR step IN
+                SELECT p.statement FROM spark.tenant_index_plan(t, index_min_vectors, false) p
+                WHERE p.action <> 'drop'
+                   OR NOT coalesce((SELECT i.indisvalid FROM pg_index i
+                                    WHERE i.indexrelid = to_regclass(format('spark.%I', p.index_name))), false)
+            LOOP
+                EXECUTE step;
+                changed := true;
+            END LOOP;
+        END IF;
+        FOR md IN SELECT e.id FROM spark.embedding_models e WHERE e.active ORDER BY e.id LOOP
+            idx := format('embeddings_hnsw_m%s_t%s', md.id, left(md5(t), 16));
             SELECT v.index_name INTO reg_name FROM spark.tenant_vector_indexes v WHERE v.tenant = t AND v.model_id = md.id;
-            IF reg_name IS NOT NULL AND (nv * 2 < index_min_vectors
-                                         OR to_regclass(format('spark.%I', reg_name)) IS NULL) THEN
-                EXECUTE format('DROP INDEX IF EXISTS spark.%I', reg_name);
+            valid := coalesce((SELECT i.indisvalid FROM pg_index i
+                               WHERE i.indexrelid = to_regclass(format('spark.%I', idx))), false);
+            IF reg_name IS NOT NULL AND (reg_name <> idx OR NOT valid) THEN
                 DELETE FROM spark.tenant_vector_indexes v WHERE v.tenant = t AND v.model_id = md.id;
                 reg_name := NULL;
                 changed := true;
             END IF;
-            IF reg_name IS NULL AND nv >= index_min_vectors THEN
-                -- the name must fit 63 bytes whatever the tenant is called: a hash of it
-                idx := format('embeddings_hnsw_m%s_t%s', md.id, left(md5(t), 16));
-                EXECUTE spark._hnsw_index_ddl(idx, md.dim, format('tenant = %L AND model_id = %s', t, md.id),
-                                              false);
+            IF reg_name IS NULL AND valid THEN
                 INSERT INTO spark.tenant_vector_indexes (tenant, model_id, index_name, vectors)
-                VALUES (t, md.id, idx, nv);
+                SELECT t, md.id, idx, count(*) FROM spark.embeddings e WHERE e.tenant = t AND e.model_id = md.id;
                 changed := true;
             END IF;
         END LOOP;
@@ -103,10 +174,14 @@ COMMENT ON FUNCTION spark.refresh_tenant_stats(text, boolean, integer) IS
     'Rebuilds spark.lexeme_stats (lexemes held by at least 20 of the tenant''s memories) when they are missing '
     'or the tenant''s memory count moved by more than a quarter since (force = true: always); creates a '
     'partial HNSW index over the tenant''s vectors of the active model once it holds index_min_vectors '
-    '(default 1,500) of them and drops it below half that (spark.tenant_vector_indexes; other models'' '
-    'indexes are left alone). Returns how many tenants '
-    'changed. Index builds lock writes to spark.embeddings until the transaction ends: commit soon. Ingest '
-    'calls it after each commit; call it after loads that bypass ingest. Errors: 22004 NULL force or '
+    '(default 1,500) of them (spark.tenant_index_plan; other models'' indexes are left alone), and records '
+    'the valid ones in spark.tenant_vector_indexes. The index of a tenant that fell below half of that is '
+    'kept here (a plain DROP INDEX would hold every tenant''s reads until the commit): ingest and the worker '
+    'drop it CONCURRENTLY, or run the plan''s statement yourself. Returns how many '
+    'tenants changed. An index built here locks writes to spark.embeddings until the transaction ends: '
+    'commit soon, or run spark.tenant_index_plan''s CONCURRENTLY statements first, as ingest and the worker '
+    'do (a tenant whose indexes such a builder holds is left to it). Ingest and the worker call it after '
+    'their writes; call it after loads that bypass them. Errors: 22004 NULL force or '
     'index_min_vectors, 22023 empty or over-long tenant, index_min_vectors below 1.';
 
 CREATE OR REPLACE FUNCTION spark._keyword_plan(tenants text[], query_text text, budget integer)

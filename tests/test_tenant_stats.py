@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -16,6 +18,7 @@ from spark_pg.db import connect
 from spark_pg.embedding import Embedder
 from spark_pg.ingest import ingest
 from spark_pg.records import MemoryIn
+from spark_pg.tenant_indexes import build_concurrently
 from tests.conftest import rolled_back, temp_database
 
 Conn = psycopg.Connection[Any]
@@ -268,7 +271,14 @@ def test_tenant_index_is_built_used_and_dropped(conn: Conn) -> None:
     refresh(conn, "big", index_min=20)
     assert conn.execute("SELECT count(*) FROM spark.tenant_vector_indexes").fetchone() == (1,)
     conn.execute("DELETE FROM spark.memories WHERE id = ANY(%s)", (ids[25:31],))
+    # the refresh keeps it (its plain DROP INDEX held every tenant's reads until the commit): the plan's
+    # drop is the builders' to run, CONCURRENTLY; then the refresh forgets it
     refresh(conn, "big", index_min=20)
+    assert conn.execute("SELECT count(*) FROM spark.tenant_vector_indexes").fetchone() == (1,)
+    [(action, drop)] = index_plan(conn, "big", 20, False)
+    assert action == "drop"
+    conn.execute(drop)
+    assert refresh(conn, "big", index_min=20) == 1
     assert conn.execute("SELECT count(*) FROM spark.tenant_vector_indexes").fetchone() == (0,)
     assert conn.execute("SELECT to_regclass(%s)", (f"spark.{name}",)).fetchone() == (None,)
 
@@ -324,3 +334,121 @@ def test_downgrade_drops_the_tenant_indexes(fresh_db: str) -> None:
     with connect(fresh_db) as c:
         assert c.execute("SELECT to_regclass(%s)", (f"spark.{row[0]}",)).fetchone() == (None,)
         assert c.execute("SELECT to_regclass('spark.tenant_stats')").fetchone() == (None,)
+
+
+def index_plan(
+    conn: Conn, tenant: str | None, index_min: int | None = 1500, concurrent: bool | None = True
+) -> list[Any]:
+    return conn.execute(
+        "SELECT action, statement FROM spark.tenant_index_plan(%s::text, %s::integer, %s::boolean)",
+        (tenant, index_min, concurrent),
+    ).fetchall()
+
+
+def test_the_index_plan_builds_keeps_drops_and_rebuilds_an_invalid_index(conn: Conn) -> None:
+    mid = model(conn)
+    assert index_plan(conn, "nobody") == []  # a tenant with nothing stored
+    add(conn, "p", [f"note {n}" for n in range(30)], mid)
+    assert index_plan(conn, "p", 31) == []  # under the threshold
+    assert index_plan(conn, "p", 10**9) == []
+    [(action, online)] = index_plan(conn, "p", 20)
+    assert action == "build" and online.startswith(
+        "CREATE INDEX CONCURRENTLY IF NOT EXISTS embeddings_hnsw_m"
+    )
+    [(_, inline)] = index_plan(conn, "p", 20, False)
+    assert inline == online.replace("CONCURRENTLY ", "") and "tenant = 'p'" in inline
+    conn.execute(inline)
+    name = inline.split()[5]
+    assert index_plan(conn, "p", 20) == []
+    assert index_plan(conn, "p", 60) == []  # 30 vectors: not under half of 60, kept
+    assert index_plan(conn, "p", 61) == [("drop", f"DROP INDEX CONCURRENTLY IF EXISTS spark.{name}")]
+    assert index_plan(conn, "p", 61, False) == [("drop", f"DROP INDEX IF EXISTS spark.{name}")]
+    # what an interrupted CONCURRENTLY build leaves: dropped and built again
+    conn.execute(
+        "UPDATE pg_index SET indisvalid = false WHERE indexrelid = to_regclass(%s)", (f"spark.{name}",)
+    )
+    assert [a for a, _ in index_plan(conn, "p", 20)] == ["drop", "build"]
+    assert refresh(conn, "p", index_min=20) == 1  # the refresh does the same, inline, and records it
+    assert conn.execute(
+        "SELECT i.indisvalid, v.index_name FROM pg_index i, spark.tenant_vector_indexes v "
+        "WHERE i.indexrelid = to_regclass(%s) AND v.tenant = 'p'",
+        (f"spark.{name}",),
+    ).fetchone() == (True, name)
+
+
+@pytest.mark.parametrize(
+    ("args", "error"),
+    [
+        ((None, 1500, True), errors.NullValueNotAllowed),
+        (("", 1500, True), errors.InvalidParameterValue),
+        (("x" * 129, 1500, True), errors.InvalidParameterValue),
+        (("p", None, True), errors.NullValueNotAllowed),
+        (("p", 0, True), errors.InvalidParameterValue),
+        (("p", 1500, None), errors.NullValueNotAllowed),
+    ],
+)
+def test_the_index_plan_refuses_bad_arguments(
+    conn: Conn, args: tuple[Any, ...], error: type[Exception]
+) -> None:
+    with pytest.raises(error):
+        index_plan(conn, *args)
+
+
+def test_refresh_leaves_a_tenant_whose_builder_lock_is_held(conn: Conn, stats_db: str) -> None:
+    mid = model(conn)
+    add(conn, "held", [f"note {n}" for n in range(30)], mid)
+    with connect(stats_db, autocommit=True) as builder:
+        builder.execute("SELECT pg_advisory_lock(hashtextextended('spark.tenant_index:held', 0))")
+        refresh(conn, "held", index_min=20)
+        assert [a for a, _ in index_plan(conn, "held", 20)] == ["build"]  # left to the builder
+        assert conn.execute("SELECT count(*) FROM spark.tenant_vector_indexes").fetchone() == (0,)
+    refresh(conn, "held", index_min=20)  # the builder is gone (its lock with it): built here
+    assert index_plan(conn, "held", 20) == []
+    assert conn.execute("SELECT tenant FROM spark.tenant_vector_indexes").fetchall() == [("held",)]
+
+
+def test_a_write_builds_the_tenants_index_concurrently_while_other_tenants_write(server_url: str) -> None:
+    """Built by spark.refresh_tenant_stats, the index held every tenant's vector writes until it committed
+    (40 s for a tenant the worker filled to 20,000 vectors). Built CONCURRENTLY, a writer goes on: here the
+    build waits for an older transaction to end, and meanwhile another tenant stores a vector."""
+    with temp_database(server_url, install=True) as url, connect(url, autocommit=True) as c:
+        mid = model(c)
+        add(c, "grown", [f"note {n}" for n in range(1500)], mid)  # the default threshold
+        older = connect(url)
+        older.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
+        older.execute("SELECT 1")  # a snapshot the build must wait out
+        done: list[int] = []
+        builder = threading.Thread(target=lambda: done.append(build_in(url, ["grown"])))
+        builder.start()
+        try:
+            with connect(url, autocommit=True) as watch:
+                waiting = None
+                for _ in range(600):
+                    waiting = watch.execute(
+                        "SELECT wait_event_type FROM pg_stat_activity "
+                        "WHERE query LIKE 'CREATE INDEX CONCURRENTLY%' AND wait_event_type = 'Lock'"
+                    ).fetchone()
+                    if waiting is not None or not builder.is_alive():
+                        break
+                    time.sleep(0.05)
+                assert waiting is not None, "the build never waited for the older transaction"
+                with connect(url) as writer, writer.transaction():
+                    writer.execute("SET LOCAL lock_timeout = '2s'")
+                    add(writer, "other", ["a vector stored while the index is built"], mid)
+        finally:
+            older.close()
+            builder.join(60)
+        assert done == [1]
+        assert c.execute(
+            "SELECT i.indisvalid FROM pg_index i JOIN pg_class r ON r.oid = i.indexrelid "
+            "WHERE r.relname LIKE 'embeddings_hnsw_m%%_t%%'"
+        ).fetchall() == [(True,)]
+        assert refresh(c, "grown") == 1
+        assert c.execute("SELECT tenant, vectors FROM spark.tenant_vector_indexes").fetchall() == [
+            ("grown", 1500)
+        ]
+
+
+def build_in(url: str, tenants: list[str]) -> int:
+    with connect(url, statement_timeout_ms=1000) as conn:  # lifted for the build
+        return build_concurrently(conn, tenants)

@@ -682,3 +682,28 @@ def test_a_wake_up_takes_every_notification_already_waiting(wdb: str) -> None:
         _wait(listener, 5.0, threading.Event())
         left = sum(1 for _ in listener.notifies(timeout=0.2))
     assert left == 0
+
+
+def test_a_tenant_the_worker_fills_gets_its_index_when_the_queue_drains(wdb: str, embedder: Embedder) -> None:
+    """The worker never refreshed the tenants it wrote: one it filled past the threshold had no index of its
+    own until its next write, which then built it with every tenant's vector writes held (40 s at 20,000)."""
+    with connect(wdb) as c:
+        ingest(c, records("filled", 1500), None)  # deferred: queued, no vectors
+        model_id = ensure_model(c, embedder)
+        dim = embedder.spec.dim
+        # 1,499 of them stored as if embedded earlier (the index does not care where vectors come from)
+        c.execute(
+            """INSERT INTO spark.embeddings (tenant, memory_id, model_id, created_at, embedding)
+               SELECT m.tenant, m.id, %(model_id)s, m.created_at,
+                      (SELECT array_agg(sin(m.id * 7.31 + g * 0.37))::vector
+                       FROM generate_series(1, %(dim)s) g)
+               FROM spark.memories m WHERE m.tenant = 'filled' AND m.key <> 'm0'""",
+            {"model_id": model_id, "dim": dim},
+        )
+        c.commit()
+    assert counts(wdb) == (1, 1499)
+    assert work(wdb, embedder).embedded == 1
+    with connect(wdb) as c:
+        assert c.execute("SELECT tenant, vectors FROM spark.tenant_vector_indexes").fetchall() == [
+            ("filled", 1500)
+        ]

@@ -1,0 +1,81 @@
+"""Per-tenant HNSW indexes built and dropped CONCURRENTLY, before spark.refresh_tenant_stats records them.
+
+spark.refresh_tenant_stats can build a tenant's index itself, but a plain CREATE INDEX holds a lock that stops
+every tenant's vector writes (ingest, the worker, edits) until the refresh commits: about 40 s for a tenant
+the worker filled to 20,000 vectors before its next write. Run from here, the statements of
+spark.tenant_index_plan use CONCURRENTLY: writers go on, and retrieval uses the shared index until the
+tenant's is valid. The builder holds the tenant's advisory lock (the refresh leaves a tenant so held to it);
+a tenant another builder holds is skipped. A build that is interrupted leaves an invalid index, which the
+next plan drops and builds again.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+import psycopg
+from psycopg.pq import TransactionStatus
+
+from spark_pg import queries
+from spark_pg.refusals import one_line
+
+log = logging.getLogger(__name__)
+
+
+@contextmanager
+def _autocommit(conn: psycopg.Connection[Any]) -> Iterator[None]:
+    """The block in autocommit mode (CONCURRENTLY runs outside a transaction), then the mode before."""
+    if conn.autocommit:
+        yield
+        return
+    conn.autocommit = True
+    try:
+        yield
+    finally:
+        # a lost connection cannot take the setting back; its own error is the one to see
+        if not conn.closed and conn.info.transaction_status == TransactionStatus.IDLE:
+            conn.autocommit = False
+
+
+@contextmanager
+def _no_statement_timeout(conn: psycopg.Connection[Any]) -> Iterator[None]:
+    """No statement timeout for the block (a build at 100,000 vectors takes minutes), then the one before."""
+    row = conn.execute(queries.SESSION_STATEMENT_TIMEOUT).fetchone()
+    assert row is not None
+    try:
+        yield
+    finally:
+        if not conn.closed and conn.info.transaction_status == TransactionStatus.IDLE:
+            conn.execute(queries.RESTORE_SESSION_STATEMENT_TIMEOUT, {"value": row[0]})
+
+
+def build_concurrently(conn: psycopg.Connection[Any], tenants: Sequence[str]) -> int:
+    """Run spark.tenant_index_plan's CONCURRENTLY statements for ``tenants``; returns how many ran.
+
+    Only on a connection outside a transaction (CONCURRENTLY cannot run inside one): inside a caller's
+    transaction nothing runs here and the refresh builds the indexes itself. A lock or statement timeout, or
+    a cancel, is logged and leaves the tenant to the next refresh."""
+    if conn.info.transaction_status != TransactionStatus.IDLE:
+        return 0
+    ran = 0
+    with _autocommit(conn), _no_statement_timeout(conn):
+        for tenant in tenants:
+            held = conn.execute(queries.TRY_TENANT_INDEX_LOCK, {"tenant": tenant}).fetchone()
+            if held is None or not held[0]:
+                continue  # another builder is at work on this tenant
+            try:
+                steps = conn.execute(queries.TENANT_INDEX_PLAN, {"tenant": tenant}).fetchall()
+                for _, name, action, statement in steps:
+                    log.info("%s the HNSW index %s of tenant %s (concurrently)", action, name, tenant)
+                    conn.execute(statement)
+                    ran += 1
+            except psycopg.errors.OperationalError as exc:  # a lock timeout, a cancel
+                log.warning("the HNSW index of tenant %s was not built (%s); the next write tries again",
+                            tenant, one_line(exc))  # fmt: skip
+            finally:
+                if not conn.closed and conn.info.transaction_status == TransactionStatus.IDLE:
+                    conn.execute(queries.TENANT_INDEX_UNLOCK, {"tenant": tenant})
+    return ran
