@@ -93,7 +93,8 @@ class _Soak:
         self.lock = threading.Lock()
         self.expected: dict[tuple[str, str], str] = {}  # (tenant, key) -> the last text written
         self.texts = synthetic.texts(5000, seed=11)
-        self.queries = [embedder.embed_query(t) for t in synthetic.texts(40, seed=12)]
+        self.query_texts = synthetic.texts(40, seed=12)
+        self.queries = [embedder.embed_query(t) for t in self.query_texts]
 
     def _fail(self, where: str, exc: BaseException) -> None:
         with self.lock:
@@ -140,16 +141,16 @@ class _Soak:
     def reader(self, n: int) -> None:
         rng = random.Random(100 + n)
         try:
-            with connect(self.url) as conn:
+            # autocommit: the timer holds the statement's one round trip, not a BEGIN and a ROLLBACK too
+            with connect(self.url, autocommit=True) as conn:
                 while time.monotonic() < self.deadline:
                     tenant = f"t{rng.randrange(TENANTS)}"
                     q = rng.randrange(len(self.queries))
                     started = time.perf_counter()
                     rows = conn.execute(
                         queries.SOAK_READ,
-                        {"tenant": tenant, "query": f"query {q}", "embedding": self.queries[q]},
+                        {"tenant": tenant, "query": self.query_texts[q], "embedding": self.queries[q]},
                     ).fetchall()
-                    conn.rollback()
                     elapsed = (time.perf_counter() - started) * 1000
                     if any(t not in (tenant, "_system") for (t,) in rows):
                         raise AssertionError(f"another tenant's memory in {tenant}'s results")
@@ -161,6 +162,7 @@ class _Soak:
 
 
 MAX_SECONDS = 86_400.0  # a day
+STOP_WAIT_S = 10.0  # after an interrupt, how long each thread gets to end its step
 MAX_THREADS = 64  # writers + readers + workers (each holds a connection)
 
 
@@ -229,17 +231,27 @@ def run_soak(
             except Exception as exc:
                 soak._fail("worker", exc)
 
-        threads = [threading.Thread(target=soak.writer, args=(i,)) for i in range(writers)]
-        threads += [threading.Thread(target=soak.reader, args=(i,)) for i in range(readers)]
-        background = [threading.Thread(target=worker) for _ in range(workers)]
+        # daemon threads: a thread stuck in a call cannot keep the process alive after an interrupt
+        threads = [threading.Thread(target=soak.writer, args=(i,), daemon=True) for i in range(writers)]
+        threads += [threading.Thread(target=soak.reader, args=(i,), daemon=True) for i in range(readers)]
+        background = [threading.Thread(target=worker, daemon=True) for _ in range(workers)]
         started = time.monotonic()
         for t in threads + background:
             t.start()
-        with tqdm(total=int(seconds), desc="soak", unit="s", disable=not progress) as bar:
-            while any(t.is_alive() for t in threads):
-                time.sleep(1)
-                bar.n = min(int(time.monotonic() - started), int(seconds))
-                bar.refresh()
+        try:
+            with tqdm(total=int(seconds), desc="soak", unit="s", disable=not progress) as bar:
+                while any(t.is_alive() for t in threads):
+                    time.sleep(1)
+                    bar.n = min(int(time.monotonic() - started), int(seconds))
+                    bar.refresh()
+        except BaseException:
+            # Ctrl-C: writers and readers end after their current step, the workers at their next wake; with
+            # --keep nothing else ended them (the drop's FORCE did), and the process never exited
+            soak.deadline = 0.0
+            stop.set()
+            for t in threads + background:
+                t.join(timeout=STOP_WAIT_S)
+            raise
         soak.report.seconds = time.monotonic() - started
         stop.set()
         for t in background:

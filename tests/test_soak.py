@@ -3,7 +3,10 @@ workers together, then every count must agree (the full run is `spark-pg soak`, 
 
 from __future__ import annotations
 
+import _thread
 import re
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -79,5 +82,36 @@ def test_a_kept_database_is_named_even_when_the_run_fails(
     assert named, "the kept database is not named"
     try:
         assert scratch.exists(server_url, named[1])  # and it is there
+    finally:
+        scratch.drop(server_url, named[1])
+
+
+def test_an_interrupted_kept_soak_stops_its_threads(
+    server_url: str, embedder: Embedder, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Ctrl-C with --keep: nothing told the writers, readers and workers to stop (the drop's FORCE ended their
+    connections without --keep), so the process outlived the interrupt until the end of --seconds, and the
+    workers' loops for ever."""
+    timer = threading.Timer(6.0, _thread.interrupt_main)
+    timer.start()
+    started = time.monotonic()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            run_soak(server_url, embedder, seconds=120, writers=1, readers=1, workers=1, batch=5, keep=True)
+    finally:
+        timer.cancel()
+    assert time.monotonic() - started < 60
+    named = re.search(r"scratch database (spark_soak_\w+) \(kept", capsys.readouterr().err)
+    assert named
+    try:
+        with connect(server_url, autocommit=True) as admin:
+            for _ in range(50):
+                row = admin.execute(
+                    "SELECT count(*) FROM pg_stat_activity WHERE datname = %s", (named[1],)
+                ).fetchone()
+                if row == (0,):
+                    break
+                time.sleep(0.2)
+            assert row == (0,), f"{row} sessions of the soak still open after the interrupt"
     finally:
         scratch.drop(server_url, named[1])
