@@ -74,9 +74,14 @@ class Derivation:
         }
 
 
-def embed_cached(embedder: Embedder, texts: list[str], cache: Path, label: str, progress: bool) -> np.ndarray:
-    """Embed ``texts`` (documents) once; later runs load the .npy file."""
-    digest = hashlib.sha256(("\n".join(texts) + embedder.spec.name).encode()).hexdigest()[:16]
+def embed_cached(
+    embedder: Embedder, texts: list[str], cache: Path, label: str, progress: bool, *, queries: bool = False
+) -> np.ndarray:
+    """Embed ``texts`` once, as documents or (``queries``) as the product embeds a query (the model's query
+    prefix: a BGE query embedded as a document is a vector retrieval never sees); later runs load the .npy
+    file."""
+    mode = f"\nquery:{embedder.spec.query_prefix}" if queries else ""  # a mode of its own, a file of its own
+    digest = hashlib.sha256(("\n".join(texts) + embedder.spec.name + mode).encode()).hexdigest()[:16]
     path = cache / f"{label}-{len(texts)}-{digest}.npy"
     if path.exists():
         cached: np.ndarray = np.load(path)
@@ -87,7 +92,10 @@ def embed_cached(embedder: Embedder, texts: list[str], cache: Path, label: str, 
     with tqdm(total=len(texts), desc=f"embed {label}", unit="text", disable=not progress) as bar:
         for start in range(0, len(texts), step):
             batch = texts[start : start + step]
-            out[start : start + len(batch)] = np.stack(embedder.embed_documents(batch, batch_size=32))
+            if queries:
+                out[start : start + len(batch)] = np.stack([embedder.embed_query(t) for t in batch])
+            else:
+                out[start : start + len(batch)] = np.stack(embedder.embed_documents(batch, batch_size=32))
             bar.update(len(batch))
     tmp = path.with_suffix(".tmp.npy")
     np.save(tmp, out)

@@ -17,7 +17,7 @@ import psycopg
 from spark_pg import synthetic
 from spark_pg.client import SparkClient
 from spark_pg.embedding import Embedder
-from spark_pg.ingest import ingest
+from spark_pg.ingest import ingest, refresh_after_write
 from spark_pg.records import MemoryIn
 
 
@@ -60,9 +60,10 @@ def timed_ingest(
     finally:
         with conn.transaction():
             conn.execute("DELETE FROM spark.memories WHERE tenant = %s", (tenant,))
-            # an emptied tenant's statistics go, and the per-tenant HNSW index its vectors got past
-            # index_min_vectors with them (a plain delete of the statistics row left the index behind)
-            conn.execute("SELECT spark.refresh_tenant_stats(%s)", (tenant,))
+        # an emptied tenant's statistics go, and the per-tenant HNSW index its vectors got past
+        # index_min_vectors with them, dropped CONCURRENTLY (a plain delete of the statistics row left the
+        # index behind)
+        refresh_after_write(conn, [tenant])
     return IngestBench(result.total, elapsed)
 
 

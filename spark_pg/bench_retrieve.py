@@ -353,7 +353,7 @@ def workload(
 ) -> tuple[list[str], list[str], list[Vector]]:
     """The measured calls: (tenant, query text, query vector) each; tenants drawn by size."""
     query_texts = synthetic.queries(spec.queries, spec.seed + 1)
-    qvecs: list[Vector] = list(embed_cached(embedder, query_texts, cache, "queries", progress))
+    qvecs: list[Vector] = list(embed_cached(embedder, query_texts, cache, "queries", progress, queries=True))
     rng = random.Random(spec.seed + 2)
     names = [f"tenant-{t:04d}" for t in range(spec.tenants)]
     return rng.choices(names, weights=tenant_sizes(spec), k=spec.queries), query_texts, qvecs
@@ -369,8 +369,29 @@ def run(
     fresh: bool = False,
     baseline: bool = False,
 ) -> dict[str, Any]:
-    started = time.perf_counter()
     tenant_sizes(spec)  # memories too few for the tenants: refused before anything is embedded or loaded
+    # one run per corpus database at a time: a second one read a half-built corpus as damaged, failed to
+    # create it, or (--fresh) dropped it under the first one's measurement
+    with scratch.claimed(server_url, spec.db_name) as mine:
+        if not mine:
+            raise InputError(
+                f"another spark-pg bench is building or measuring the corpus database {spec.db_name}: "
+                "let it finish, or run this one with another --memories or --tenants"
+            )
+        return _run(settings, server_url, embedder, spec, progress=progress, fresh=fresh, baseline=baseline)
+
+
+def _run(
+    settings: Settings,
+    server_url: str,
+    embedder: Embedder,
+    spec: BenchSpec,
+    *,
+    progress: bool,
+    fresh: bool,
+    baseline: bool,
+) -> dict[str, Any]:
+    started = time.perf_counter()
     cache = settings.home / "bench"
     texts, vectors, derivation = corpus_vectors(
         embedder, spec.memories, spec.seed, cache, spec.real, progress

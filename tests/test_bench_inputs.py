@@ -193,3 +193,14 @@ def test_bench_ingest_leaves_no_vector_index_of_its_tenant(
             {"t": seen[0]},
         ).fetchone()
     assert left == (0, 0, 0, 0)
+
+
+def test_a_corpus_another_bench_holds_is_refused_not_read_or_dropped(
+    model_settings: Settings, server_url: str, embedder: Embedder, tiny_corpus: BenchSpec
+) -> None:
+    """Two runs on one corpus: the second read the first's half-built corpus as damaged, failed to create
+    the database, or with --fresh dropped it under the first one's measurement."""
+    with scratch.claimed(server_url, tiny_corpus.db_name) as mine:
+        assert mine
+        with pytest.raises(InputError, match=f"another spark-pg bench .* {tiny_corpus.db_name}"):
+            bench_retrieve.run(model_settings, server_url, embedder, tiny_corpus, progress=False, fresh=True)

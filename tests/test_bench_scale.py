@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -10,10 +11,10 @@ import numpy as np
 import pytest
 
 from spark_pg import bench_scale, scratch, synthetic
-from spark_pg.bench_corpus import LEVELS, derive
+from spark_pg.bench_corpus import LEVELS, derive, embed_cached
 from spark_pg.bench_retrieve import BenchSpec
 from spark_pg.config import Settings
-from spark_pg.embedding import load_embedder
+from spark_pg.embedding import Embedder, load_embedder
 
 
 def _fake_real(templates: list[tuple[str, str, str, str]], dim: int = 64) -> np.ndarray:
@@ -125,3 +126,21 @@ def test_a_corpus_larger_than_the_cache_gets_a_hint() -> None:
     (hint,) = bench_scale.cache_hints({"sizes": [row, {**row, "server": {"shared_buffers": "4GB"}}]})
     assert "1,000,000 memories: 6,200 MB" in hint and "shared_buffers 512MB" in hint
     assert bench_scale.cache_hints({"sizes": [{**row, "build": None}]}) == []
+
+
+def test_bench_queries_are_embedded_as_queries_with_the_models_prefix(
+    embedder: Embedder, tmp_path: Path
+) -> None:
+    """The bench embedded its queries as documents: for a model with a query instruction (BGE) it searched
+    with vectors the product never makes. A query file is also never the documents' file."""
+    bge_like = Embedder(replace(embedder.spec, query_prefix="Represent this sentence: "), embedder._model)
+    texts = ["fix the flaky login test", "deploy the service to staging"]
+    queries = embed_cached(bge_like, texts, tmp_path, "queries", False, queries=True)
+    documents = embed_cached(bge_like, texts, tmp_path, "queries", False)
+    for i, text in enumerate(texts):
+        assert np.allclose(queries[i], bge_like.embed_query(text), atol=1e-5)
+        assert np.allclose(documents[i], bge_like.embed_documents([text])[0], atol=1e-5)
+    assert not np.allclose(queries, documents, atol=1e-3)
+    assert len(list(tmp_path.glob("queries-2-*.npy"))) == 2
+    again = embed_cached(bge_like, texts, tmp_path, "queries", False, queries=True)  # from its file
+    assert np.array_equal(again, queries)
