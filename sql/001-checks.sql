@@ -218,21 +218,18 @@ BEGIN
             CASE WHEN (rng ->> 2) = '1' THEN 'an integer' ELSE 'a number' END, rng ->> 0, rng ->> 1, num
             USING ERRCODE = 'invalid_parameter_value';
     END IF;
-    -- numeric holds 1e-400, double precision does not: the callers' cast would fail without naming the key
-    -- (the block, a subtransaction, is entered only for the rare value that tiny)
-    IF num <> 0 AND abs(num) < 1e-300 THEN
-        BEGIN
-            PERFORM num::double precision;
-        EXCEPTION WHEN numeric_value_out_of_range THEN
-            RAISE EXCEPTION 'params.% is too close to 0 for a double precision number (write 0), got %', key,
-                value USING ERRCODE = 'invalid_parameter_value';
-        END;
+    -- numeric holds 1e-400, double precision does not, and a value that passes the cast can still break
+    -- the arithmetic (decay_half_life_days 1e-310: an overflow dividing by it; w_recency 1e-300: an
+    -- underflow): no parameter means anything below 1e-9 but 0, so the key is named instead of a 22003
+    IF num <> 0 AND abs(num) < 1e-9 THEN
+        RAISE EXCEPTION 'params.% is too close to 0 (below 1e-9: write 0), got %', key, value
+            USING ERRCODE = 'invalid_parameter_value';
     END IF;
     RETURN true;
 END
 $fn$;
 COMMENT ON FUNCTION spark._check_param(text, jsonb, jsonb, jsonb) IS
     'Internal: one key of a params object. 22023 for a key not in defaults, a ranged key (ranges: '
-    '{"key": [min, max, integer 0|1]}) whose value is not a number in its range (or one so close to 0 that '
-    'double precision cannot hold it), or an as_of that is not an ISO 8601 time from year 1 to 9999; '
+    '{"key": [min, max, integer 0|1]}) whose value is not a number in its range (or one not 0 but below '
+    '1e-9 in size), or an as_of that is not an ISO 8601 time from year 1 to 9999; '
     'true for a key that passed, false for a known key the caller checks itself.';
