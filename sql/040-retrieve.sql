@@ -113,12 +113,19 @@ AS $fn$
 -- plpgsql, not sql: a SQL function called per output row sets up an executor each time (~50-150 us)
 DECLARE
     t jsonb;
+    norm double precision;
 BEGIN
     -- computed for the rows returned only (spark._candidates ranks without it)
     IF p ->> 'fusion' = 'rrf' THEN
-        t := (SELECT jsonb_object_agg(e.key, round((spark._pool_weight(p, e.key)
-                                                     / ((p ->> 'rrf_k')::double precision
-                                                        + e.value::double precision))::numeric, 5))
+        -- each pool's rrf_w / (rrf_k + rank), divided by the score's normaliser (an item first in every kind
+        -- of pool scores 1), so that the terms add up to the score as the weighted ones do
+        norm := (spark._pool_weight(p, 'semantic') + spark._pool_weight(p, 'keyword_old')
+                 + spark._pool_weight(p, 'recent') + spark._pool_weight(p, 'pinned'))
+                / ((p ->> 'rrf_k')::double precision + 1);
+        t := (SELECT jsonb_object_agg(e.key, round(coalesce(spark._pool_weight(p, e.key)
+                                                            / ((p ->> 'rrf_k')::double precision
+                                                               + e.value::double precision)
+                                                            / nullif(norm, 0), 0)::numeric, 5))
               FROM jsonb_each_text(pool_ranks) e);
     ELSE
         t := jsonb_build_object(

@@ -441,3 +441,19 @@ def test_why_lists_every_matching_trigger_rule_and_each_counts(conn: Conn) -> No
     # the surest rule's confidence, and the interrupt of a less sure one, which the surest used to hide
     assert trigger["confidence"] == pytest.approx(0.9) and trigger["interrupt"] is True
     assert trigger["interrupt_confidence"] == pytest.approx(0.5)
+
+
+@pytest.mark.parametrize("fusion", ["weighted", "rrf"])
+def test_why_terms_add_up_to_the_score_under_either_fusion(
+    conn: Conn, embedder: Embedder, fusion: str
+) -> None:
+    """Under rrf the terms left out the normaliser: they summed to a twentieth of the score."""
+    rows = retrieve(
+        conn, embedder, "git push origin main deploy token", k=8, fusion=fusion, min_fusion_score=0
+    )
+    assert len(rows) >= 3
+    for row in rows:
+        terms = dict(row["why"]["terms"])
+        factor = terms.pop("priority_factor") * terms.pop("pack_factor", 1)
+        terms.pop("mmr_penalty")  # what MMR weighed the pick by, not part of the score
+        assert sum(terms.values()) * factor == pytest.approx(row["score"], abs=2e-3), (row["key"], terms)
