@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import re
+import time
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -138,6 +139,47 @@ def test_fields_are_bounded_and_the_separator_cannot_be_forged() -> None:
 def test_a_secret_the_squashing_would_join_is_scrubbed(raw: str, secret: str) -> None:
     trace = make_trace(raw, "failure", issue=raw)
     assert secret not in trace.descriptor and "[REDACTED" in trace.intent
+
+
+@pytest.mark.parametrize(
+    ("raw", "secret"),
+    [
+        ("password: |\n  hunter2xyz", "hunter2xyz"),  # "|" is written "/" before scrubbing
+        ("password: |\n  correcthorse", "correcthorse"),
+        ("db:\n  password: >-\n    Tr0ub4dor-3x", "Tr0ub4dor-3x"),
+        ("token: |+\n  Zx9Yw8Vu7Ts6", "Zx9Yw8Vu7Ts6"),
+    ],
+)
+def test_a_yaml_block_scalar_secret_is_scrubbed(raw: str, secret: str) -> None:
+    trace = make_trace(raw, "failure", issue=raw, tags=raw)
+    assert secret not in trace.descriptor and secret.lower() not in trace.descriptor
+    assert "[REDACTED" in trace.intent and "[REDACTED" in trace.issue
+
+
+def test_pathological_files_and_tags_are_scrubbed_in_bounded_time() -> None:
+    # a bound on hostile input, not a benchmark: 1,000 paths and 1,000 tags of 20,000 characters each were
+    # 40 million characters to scrub (about a minute of CPU); each is now cut to 4 times its limit first
+    started = time.perf_counter()
+    trace = make_trace(
+        "x",
+        "failure",
+        files=[f"src/{i}/" + "a" * 20_000 for i in range(1000)],
+        tags=[f"t{i} " + "word " * 4_000 for i in range(1000)],
+    )
+    assert time.perf_counter() - started < 5
+    assert len(trace.files) == MAX_FILES and trace.more_files == 990 and len(trace.tags) == 12
+
+
+def test_a_secret_running_across_a_files_or_tags_limit_is_still_recognised() -> None:
+    # a path or tag is scrubbed 4 times its limit deep, then cut: a secret that starts before the limit
+    # and runs past it is seen whole (or, for a JWT cut before its signature, still by its shape)
+    pw = "Tr0ub4dor" * 40
+    url = "x" * 150 + " postgres://shop:" + pw + "@db.internal/shop"
+    payload = "eyJ" + "c3ViIjoiMTIzNDU2Nzg5MCIsIm5hbWUiOiJKYW5lIERvZSJ9" * 8
+    jwt = "eyJhbGciOiJIUzI1NiIsInR5cCI6IkpXVCJ9." + payload + ".SflKxwRJSMeKKF2QT4fwpMeJf36POk6yJV_adQssw5c"
+    trace = make_trace("x", "failure", files=[url], tags=["x" * 10 + " " + jwt])
+    assert pw[:9] not in trace.files[0] and trace.files[0].endswith(" postgres:/[REDACTED]@db.internal/shop")
+    assert trace.tags == ("x" * 10 + "-[REDACTED:jwt]",)
 
 
 def test_invisible_and_control_characters_are_dropped_not_refused() -> None:

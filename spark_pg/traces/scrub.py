@@ -10,12 +10,19 @@ stay); personal data becomes ``[EMAIL]``, ``[PHONE]`` or ``[IP]``. A named assig
 (``DB_PASSWORD=[REDACTED:password]``). The rules run in the order of :data:`RULES`, most specific first, so
 a token inside a URL or after ``Bearer`` is named by its vendor when it has one.
 
+A key name's value may be quoted with escaped quotes (``{\\"password\\": \\"...\\"}``), follow a YAML
+block indicator (``password: |`` and the value on the next line), or open a quote never closed (the value
+runs to the next space); a match declined as prose is searched again from just after its name, so
+``secret: password: hunter2x9`` is caught.
+
 What is left alone on purpose (each a test case): git SHAs and other hex digests, UUIDs, file paths, version
-strings (``v2.31.0``, ``react@18.2.0``), ordinary words after a key name in prose (``the password: field``),
-``max_tokens=512``, ``git@github.com:org/repo.git`` (an SSH remote, not a person), private, loopback and
-link-local IP addresses, and Stripe **publishable** keys (``pk_live_...``: public by design, shipped in
-every checkout page). Not detected: credit-card numbers (test cards such as 4242... are common in code),
-IPv6 addresses, secrets with no recognisable shape and no key name in front of them.
+strings (``v2.31.0``, ``react@18.2.0``), ordinary words after a key name in prose (``the password: field``)
+or after a flag (``the --token flag``), language keywords (``token = await getToken()``), references
+(``${ANY}``, ``$ALL_CAPS``, ``%ALL_CAPS%``, ``<your-password>``, ``%s``), ``max_tokens=512``,
+``git@github.com:org/repo.git`` (an SSH remote, not a person), private, loopback and link-local IP addresses,
+and Stripe **publishable** keys (``pk_live_...``: public by design, shipped in every checkout page). Not
+detected: credit-card numbers (test cards such as 4242... are common in code), IPv6 addresses, secrets with
+no recognisable shape and no key name in front of them.
 
 Performance: every pattern is a flat sequence of bounded character-class repetitions (no nested
 quantifiers, no backreferences), and the few heuristics that need more than a regex (the shape of an AWS
@@ -35,8 +42,19 @@ MAX_INPUT = 100_000  # characters; scrub() refuses more (callers bound their fie
 
 # an unquoted value after a key name: up to whitespace, a quote, or a list / query-string separator
 _VALUE = r"[^\s\"'`,;&]{1,400}"
-# a quoted one: up to the closing quote (on the same line)
-_QUOTED = r"\"[^\"\r\n]{1,400}\"|'[^'\r\n]{1,400}'"
+# a quoted one: up to the closing quote (on the same line); the quotes may be escaped, as in a JSON string
+# inside a JSON string or a log line ({\"password\": \"hunter2\"}, one or more backslashes)
+_QUOTED = (
+    r"\"[^\"\r\n]{1,400}\"|'[^'\r\n]{1,400}'"
+    r"|\\{1,4}\"[^\"\r\n]{1,400}?\\{1,4}\"|\\{1,4}'[^'\r\n]{1,400}?\\{1,4}'"
+)
+# an opening quote never closed on its line (a cut text, a multi-line or very long string): the value runs
+# to the next whitespace
+_UNTERMINATED = r"(?P<open>\\{0,4}[\"'])(?P<bare>[^\s\"'`]{1,400})"
+# a YAML block-scalar indicator (| > |- >- |+ >+, with an indentation digit; / is what the descriptor writes
+# for |) between a key name and its value, the value on the next line or after the space
+_BLOCK = r"(?P<block>[|>/][1-9]?[-+]?[1-9]?(?:[ \t]{0,5}\r?\n[ \t]{0,40}|[ \t]{1,5}))"
+_BLOCK_ONLY = re.compile(r"[|>/][1-9]?[-+]?[1-9]?")
 # key names whose value is a secret; matched as the last part of a name (DB_PASSWORD, x-api-key, aws.token)
 _SECRET_NAMES = (
     r"api[_-]?key|apikey|api[_-]?secret|api[_-]?token|access[_-]?key(?:[_-]?id)?|secret[_-]?access[_-]?key"
@@ -45,9 +63,28 @@ _SECRET_NAMES = (
     r"|passphrase|pwd|pass"
 )
 _PASSWORD_NAMES = frozenset({"passwd", "password", "passphrase", "pwd", "pass"})
-# values after a key name that are references or empties, not secrets
+# values after a key name that are empties, masks or language keywords (token = await getToken()), not secrets
 _NOT_SECRET = re.compile(
-    r"(?i)^(?:none|null|nil|true|false|undefined|redacted|\*+|x+|\.\.\.|<.*|\$.*|%.*|\{\{.*)$"
+    r"(?i)^(?:none|null|nil|nullptr|true|false|undefined|redacted|await|async|new|yield|self|this|lambda"
+    r"|function|return|typeof|void|\*+|x+|\.\.\.)$"
+)
+# values that name where the secret comes from (matched whole, case-sensitive): ${NAME} (any name in the
+# braces, ${{ secrets.X }}), $(command), $NAME and %NAME% (ALL_CAPS: $ecretP4ss and %Ab12cd are secrets),
+# <your-password> (closed), {{ template }}, {name}, %s and %(name)s
+_REFERENCE = re.compile(
+    r"\$\{[^{}\s]{1,200}\}|\$\{\{.*|\$\(.*|\$[A-Z_][A-Z0-9_]*|%[A-Z_][A-Z0-9_]*%|<[^<>]{1,200}>|\{\{.*"
+    r"|\{[A-Za-z_][A-Za-z0-9_.]{0,100}\}|%(?:\([A-Za-z_][A-Za-z0-9_]{0,100}\))?[sdr]"
+)
+# <your password>: a placeholder in angle brackets that the value (cut at the space) only begins
+_ANGLE = re.compile(r"<[^<>\r\n]{1,100}>")
+# words that follow a flag's name in prose ("the --password flag", "--password is required")
+_PROSE_AFTER_FLAG = frozenset(
+    re.findall(
+        r"\w+",
+        "flag flags option options argument arguments arg args parameter parameters param switch value "
+        "values is was are were and or to in on for with the a an from instead only must should can will has "
+        "not when if but as at by of",
+    )
 )
 
 
@@ -59,6 +96,9 @@ class Rule:
     pattern: re.Pattern[str]
     replace: Callable[[re.Match[str]], str | None]
     doc: str = ""
+    # a declined match: the search resumes at the end of this group (not after the whole match), so that
+    # "secret: password: hunter2" looks at "password: hunter2" after declining "secret: password:"
+    resume: str | None = None
 
 
 @dataclass(frozen=True)
@@ -121,12 +161,34 @@ def _basic(m: re.Match[str]) -> str | None:
     import binascii
 
     try:
-        decoded = base64.b64decode(m.group("value"), validate=True)
-    except (binascii.Error, ValueError):
+        decoded = base64.b64decode(m.group("value"), validate=True).decode("utf-8")
+    except (binascii.Error, ValueError):  # UnicodeDecodeError is a ValueError
         return None
-    if b":" not in decoded:
+    # user:password, printable, no space in the user name (a random word after "Basic " decodes to bytes
+    # that hold a ':' about once in 25, but almost never to printable UTF-8 of that shape)
+    user, colon, password = decoded.partition(":")
+    if not colon or not password or not decoded.isprintable() or any(c.isspace() for c in user):
         return None
     return f"{m.group('scheme')}{m.group('sp')}[REDACTED:basic_auth]"
+
+
+def _split_quoted(quoted: str) -> tuple[str, str, str]:
+    """A quoted value as (opening quote, value, closing quote); escaped quotes (``\\"``) keep their
+    backslashes in the quotes."""
+    escapes = len(quoted) - len(quoted.lstrip("\\"))
+    end = len(quoted) - 1
+    if escapes:
+        while end > escapes + 1 and quoted[end - 1] == "\\":
+            end -= 1
+    return quoted[: escapes + 1], quoted[escapes + 1 : end], quoted[end:]
+
+
+def _referenced(value: str, text: str = "", start: int = -1) -> bool:
+    """A reference to a secret, not the secret: ``${API_KEY}``, ``$API_KEY``, ``%API_KEY%``,
+    ``<your-password>`` (also ``<your password>``, whose first word is ``value`` at ``text[start:]``)."""
+    if _REFERENCE.fullmatch(value):
+        return True
+    return value.startswith("<") and start >= 0 and _ANGLE.match(text, start) is not None
 
 
 def _reference(value: str) -> bool:
@@ -144,7 +206,7 @@ def _secret_name(name: str, secret: str) -> bool:
     camelCase part (``dbPassword``, ``githubToken``), or is a long word glued on (``adminpassword``,
     ``appsecret``); ``bypass`` and ``compass`` are words, not names of a pass."""
     prefix = name[: len(name) - len(secret)]
-    if not prefix.strip("-") or prefix[-1] in "_.-":
+    if not prefix.strip("-") or prefix[-1] in "_.-:":
         return True
     if name.isupper():
         return True
@@ -163,37 +225,83 @@ def _assignment(m: re.Match[str]) -> str | None:
     leaf = m.group("secret").lower()
     kind = "password" if leaf in _PASSWORD_NAMES else "secret"
     if quoted:
-        value = quoted[1:-1].strip()
-        if not value or value.startswith("[REDACTED") or _NOT_SECRET.match(value):
+        opening, value, closing = _split_quoted(quoted)
+        value = value.strip()
+        if not value or value.startswith("[REDACTED") or _NOT_SECRET.match(value) or _referenced(value):
             return None
-        return f"{name}{sep}{quoted[0]}[REDACTED:{kind}]{quoted[0]}"
-    value, trail = m.group("value"), ""
-    while value and value[-1] in ".:)":  # end-of-sentence punctuation is not part of the secret
+        return f"{name}{sep}{opening}[REDACTED:{kind}]{closing}"
+    block, opening = m.group("block") or "", m.group("open") or ""
+    value_group = "bvalue" if block else "bare" if opening else "value"
+    value, trail = m.group(value_group), ""
+    while value and value[-1] in ".:),;\\":  # end-of-sentence punctuation is not part of the secret
         trail = value[-1] + trail
         value = value[:-1]
     if not value or value.startswith("[") or _NOT_SECRET.match(value) or _reference(value):
         return None
-    if leaf == "pwd" and value[:1] in "/~.":
+    if _referenced(value, m.string, m.start(value_group)) or _BLOCK_ONLY.fullmatch(value):
+        return None  # a reference, or a block indicator with its value past the end (password: |)
+    if leaf == "pwd" and value[:1] in "/~." and not block:
         return None  # PWD=/home/...: the working directory, not a password
     if kind != "password" and value.isdigit() and len(value) < 5:
         return None  # max_token=512, token_limit: 4096
-    if ":" in sep and "=" not in sep and not name.isupper():
-        # a bare colon in prose ("the password: field"); an ENV_STYLE name is always an assignment
-        if value.isalpha() and (value.islower() or value[1:].islower()):
+    if block or (":" in sep and "=" not in sep and not name.isupper()):
+        # a bare colon in prose ("the password: field"); an ENV_STYLE name is always an assignment, and
+        # so is a YAML block scalar ("password: |" and the value on the next line)
+        if not block and value.isalpha() and (value.islower() or value[1:].islower()):
             return None
         if value.isdigit() and len(value) < 8:
             return None
-    return f"{name}{sep}[REDACTED:{kind}]{trail}"
+    return f"{name}{sep}{block}{opening}[REDACTED:{kind}]{trail}"
 
 
 def _cli_flag(m: re.Match[str]) -> str | None:
-    quoted = m.group("quoted")
-    value = quoted[1:-1].strip() if quoted else m.group("value")
+    quoted, opening, closing = m.group("quoted"), m.group("open") or "", ""
+    group = "quoted" if quoted else "bare" if opening else "value"
+    if quoted:
+        opening, value, closing = _split_quoted(quoted)
+        value = value.strip()
+    else:
+        value = m.group(group)
     if not value or value.startswith("[REDACTED") or _NOT_SECRET.match(value):
         return None
+    if _referenced(value, m.string, m.start(group)):  # --token <value>, --token $GITHUB_TOKEN
+        return None
     kind = "password" if "pass" in m.group("flag").lower() else "secret"
-    quote = quoted[0] if quoted else ""
-    return f"{m.group('flag')}{m.group('sp')}{quote}[REDACTED:{kind}]{quote}"
+    # prose ("the --token flag is deprecated"): a token is never a plain word; a password may be one
+    # (--password letmein), so after a password flag only the words prose puts there are declined
+    word = not quoted and value.isalpha() and (value.islower() or value[1:].islower())
+    if word and (kind == "secret" or value.lower() in _PROSE_AFTER_FLAG):
+        return None
+    return f"{m.group('flag')}{m.group('sp')}{opening}[REDACTED:{kind}]{closing}"
+
+
+def _xml_element(m: re.Match[str]) -> str | None:
+    """``<password>hunter2</password>``: an element named like a secret (closed by the same name)."""
+    name, value = m.group("name"), m.group("value").strip()
+    if m.group("close").lower() != name.lower() or not _secret_name(name, m.group("secret")):
+        return None
+    if not value or value.startswith("[REDACTED") or _NOT_SECRET.match(value) or _referenced(value):
+        return None
+    kind = "password" if m.group("secret").lower() in _PASSWORD_NAMES else "secret"
+    return f"<{name}{m.group('attrs') or ''}>[REDACTED:{kind}]</{m.group('close')}>"
+
+
+def _user_flag(m: re.Match[str]) -> str | None:
+    """``curl -u admin:hunter2``, ``--user admin:hunter2``: the user name stays, the password goes.
+    ``-u`` only on a line that runs curl (docker run -u app:app is a user and a group); a numeric
+    uid:gid or a name twice (``node:node``) is not a password."""
+    user, password = m.group("user"), m.group("password").rstrip(".,;:)")
+    trail = m.group("password")[len(password) :]
+    if not password or password.startswith("[REDACTED") or user == password:
+        return None
+    if user.isdigit() and password.isdigit():
+        return None
+    if m.group("flag") == "-u":
+        text, start = m.string, m.start()
+        line = text[text.rfind("\n", max(0, start - 300), start) + 1 : start]
+        if "curl" not in line.lower():
+            return None
+    return f"{m.group('flag')}{m.group('sp')}{m.group('q')}{user}:[REDACTED:password]{trail}"
 
 
 def _email(m: re.Match[str]) -> str | None:
@@ -245,9 +353,11 @@ RULES: tuple[Rule, ...] = (
     ),
     Rule(
         "jwt",
-        _b(r"(?<![A-Za-z0-9_-])eyJ[A-Za-z0-9_-]{8,4000}\.eyJ[A-Za-z0-9_-]{8,8000}\.[A-Za-z0-9_-]{0,4000}"),
+        _b(
+            r"(?<![A-Za-z0-9_-])eyJ[A-Za-z0-9_-]{8,4000}\.eyJ[A-Za-z0-9_-]{8,8000}(?:\.[A-Za-z0-9_-]{0,4000})?"
+        ),
         _fixed("[REDACTED:jwt]"),
-        "JSON Web Token: eyJ<header>.eyJ<payload>.<signature>",
+        "JSON Web Token: eyJ<header>.eyJ<payload>.<signature> (also cut before its signature)",
     ),
     Rule(
         "anthropic_key",
@@ -277,9 +387,10 @@ RULES: tuple[Rule, ...] = (
     ),
     Rule(
         "slack_token",
-        _b(r"(?<![A-Za-z0-9_-])(?:xox[abposre]-[A-Za-z0-9-]{10,250}|xapp-[0-9]-[A-Za-z0-9-]{10,250})"),
+        _b(r"(?<![A-Za-z0-9_-])(?:xox[abposrecd]-[A-Za-z0-9%-]{10,250}|xapp-[0-9]-[A-Za-z0-9-]{10,250})"),
         _fixed("[REDACTED:slack_token]"),
-        "Slack tokens: xoxb-, xoxp-, xoxa-, xoxo-, xoxs-, xoxr-, xoxe-, xapp-",
+        "Slack tokens: xoxb-, xoxp-, xoxa-, xoxo-, xoxs-, xoxr-, xoxe-, xapp-, and the browser session's "
+        "xoxc- token and xoxd- cookie",
     ),
     Rule(
         "stripe_key",
@@ -293,6 +404,12 @@ RULES: tuple[Rule, ...] = (
         _b(r"(?<![A-Za-z0-9_-])(?:AIza[0-9A-Za-z_-]{35}|GOCSPX-[A-Za-z0-9_-]{28})(?![A-Za-z0-9_-])"),
         _fixed("[REDACTED:google_api_key]"),
         "Google API key (AIza...) and OAuth client secret (GOCSPX-...)",
+    ),
+    Rule(
+        "google_oauth_token",
+        _b(r"(?<![A-Za-z0-9_-])ya29\.[A-Za-z0-9_-]{20,2048}"),
+        _fixed("[REDACTED:google_oauth_token]"),
+        "Google OAuth access token: ya29.",
     ),
     Rule(
         "aws_access_key",
@@ -325,6 +442,12 @@ RULES: tuple[Rule, ...] = (
         "SendGrid API key: SG.<22>.<43>",
     ),
     Rule(
+        "azure_key",
+        _b(r"(?<![A-Za-z0-9])(?P<name>AccountKey|SharedAccessKey)=[A-Za-z0-9+/]{20,200}={0,2}"),
+        lambda m: f"{m.group('name')}=[REDACTED:azure_key]",
+        "Azure storage / Service Bus connection-string keys: AccountKey=..., SharedAccessKey=...",
+    ),
+    Rule(
         "bearer_token",
         _b(r"(?i)(?<![A-Za-z0-9])(?P<scheme>bearer)(?P<sp>\s{1,5})(?P<value>[A-Za-z0-9._~+/-]{16,4096}=*)"),
         _bearer,
@@ -342,15 +465,34 @@ RULES: tuple[Rule, ...] = (
         _b(
             r"(?i)(?P<name>(?<![A-Za-z0-9_.-])[A-Za-z0-9_.-]{0,60}?(?P<secret>"
             + _SECRET_NAMES
-            + r")(?![A-Za-z0-9]))(?P<sep>[\"']?[ \t]{0,5}(?::=|=>|[:=])[ \t]{0,5})(?:(?P<quoted>"
+            + r")(?![A-Za-z0-9]))(?P<sep>(?:\\{0,4}[\"'])?[ \t]{0,5}(?::=|=>|[:=])[ \t]{0,5})(?:"
+            + _BLOCK
+            + r"(?P<bvalue>"
+            + _VALUE
+            + r")|(?P<quoted>"
             + _QUOTED
-            + r")|(?P<value>"
+            + r")|"
+            + _UNTERMINATED
+            + r"|(?P<value>"
             + _VALUE
             + r"))"
         ),
         _assignment,
         "a secret-named key and its value: api_key=..., DB_PASSWORD=..., PGPASSWORD=..., dbPassword: ..., "
-        'token: ..., "secret": "..." (placeholder password for password-like names, else secret)',
+        'token: ..., "secret": "...", {\\"secret\\": \\"...\\"}, password: | (a YAML block) '
+        "(placeholder password for password-like names, else secret)",
+        resume="name",
+    ),
+    Rule(
+        "xml_element",
+        _b(
+            r"(?i)<(?P<name>[A-Za-z0-9_.:-]{0,60}?(?P<secret>"
+            + _SECRET_NAMES
+            + r"))(?P<attrs>[ \t][^<>\r\n]{0,200})?>(?P<value>[^<>\r\n]{1,400})"
+            r"</(?P<close>[A-Za-z0-9_.:-]{1,80})>"
+        ),
+        _xml_element,
+        "an XML element named like a secret: <password>...</password>, <ApiKey>...</ApiKey>",
     ),
     Rule(
         "cli_flag",
@@ -358,10 +500,22 @@ RULES: tuple[Rule, ...] = (
             r"(?i)(?<![A-Za-z0-9_-])(?P<flag>--?(?:password|passwd|pass|token|api-key|apikey|secret"
             r"|client-secret|access-token|auth-token))(?P<sp>[ \t]{1,5})(?:(?P<quoted>"
             + _QUOTED
-            + r")|(?P<value>[^\s\"'-][^\s\"']{0,399}))"
+            + r")|"
+            + _UNTERMINATED
+            + r"|(?P<value>[^\s\"'-][^\s\"']{0,399}))"
         ),
         _cli_flag,
-        "a command-line flag and its value: --password hunter2, --token abc, --password 'hunter2'",
+        "a command-line flag and its value: --password hunter2, --token abc, --password 'hunter2' (not a "
+        "word of prose: the --token flag)",
+    ),
+    Rule(
+        "user_flag",
+        _b(
+            r"(?<![A-Za-z0-9_-])(?P<flag>-u|--user)(?P<sp>[ \t]{1,5}|=)(?P<q>[\"']?)"
+            r"(?P<user>[^\s\"'`:/]{1,256}):(?P<password>[^\s\"'`]{1,512})"
+        ),
+        _user_flag,
+        "curl -u user:password, --user user:password (the user name stays)",
     ),
     Rule(
         "email",
@@ -439,7 +593,20 @@ def _apply(rule: Rule, text: str, found: Counter[str]) -> str:
         found[rule.name] += 1
         return new
 
-    return rule.pattern.sub(replace, text)
+    if rule.resume is None:
+        return rule.pattern.sub(replace, text)
+    out: list[str] = []
+    pos = at = 0
+    while (m := rule.pattern.search(text, at)) is not None:
+        new = rule.replace(m)
+        if new is None:
+            at = m.end(rule.resume)  # the rest of a declined match is looked at again
+            continue
+        found[rule.name] += 1
+        out += [text[pos : m.start()], new]
+        pos = at = m.end()
+    out.append(text[pos:])
+    return "".join(out)
 
 
 def scrub_report(text: str) -> Scrubbed:
@@ -475,11 +642,13 @@ PLACEHOLDERS: tuple[str, ...] = (
     "[REDACTED:slack_token]",
     "[REDACTED:stripe_key]",
     "[REDACTED:google_api_key]",
+    "[REDACTED:google_oauth_token]",
     "[REDACTED:aws_access_key]",
     "[REDACTED:npm_token]",
     "[REDACTED:pypi_token]",
     "[REDACTED:huggingface_token]",
     "[REDACTED:sendgrid_key]",
+    "[REDACTED:azure_key]",
     "[REDACTED:aws_secret_key]",
     "[REDACTED:bearer_token]",
     "[REDACTED:basic_auth]",
