@@ -641,16 +641,18 @@ def main(argv: Sequence[str] | None = None) -> int:
 
             os._exit(status)
         return status
-    for arg in argv:  # bytes that are not UTF-8 arrive as lone surrogates (PEP 383): refuse them once, here
+    for n, arg in enumerate(argv, 1):  # bytes not UTF-8 arrive as lone surrogates (PEP 383): refused here
         try:
             arg.encode("utf-8")
-        except UnicodeEncodeError:
-            try:  # show the bytes as given: '\udcff' was the byte 0xff
-                raw = arg.encode("utf-8", "surrogateescape")
-            except UnicodeEncodeError:
-                raw = arg.encode("utf-8", "backslashreplace")
-            shown = raw.decode("utf-8", "backslashreplace")
-            print(f"spark-pg: error: argument '{shown}' is not valid UTF-8", file=sys.stderr)
+        except UnicodeEncodeError as exc:
+            # where, not what: the argument may hold a secret (`trace add --intent 'PGPASSWORD=...'`), and
+            # this line goes to a terminal or a log unscrubbed. '\udcff' was the byte 0xff
+            bad = arg[exc.start]
+            byte = f"byte 0x{ord(bad) - 0xDC00:02x}" if 0xDC80 <= ord(bad) <= 0xDCFF else "a lone surrogate"
+            offset = len(arg[: exc.start].encode("utf-8", "surrogateescape"))
+            print(
+                f"spark-pg: error: argument {n} is not valid UTF-8 ({byte} at byte {offset})", file=sys.stderr
+            )
             return 2
     import psycopg
 
