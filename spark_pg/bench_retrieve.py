@@ -273,6 +273,15 @@ def _cached_build(url: str, spec: BenchSpec, texts: list[str], embedder: Embedde
     return figures
 
 
+def few_samples_note(calls: int) -> str | None:
+    """What the percentiles of ``calls`` measured calls can't say, or None: a p99 of fewer than 100 calls is
+    (close to) the slowest one, a p95 of fewer than 20 too (a bench with --queries 3 reported both)."""
+    if calls >= 100:
+        return None
+    which = "p95 and p99 are" if calls < 20 else "p99 is"
+    return f"{which} taken from {calls} calls, close to the slowest one: measure 100 or more (--queries)"
+
+
 def _percentiles(values: list[float]) -> dict[str, float]:
     ms = np.array(values)
     return {p: round(float(np.percentile(ms, q)), 2) for p, q in PERCENTILES} | {

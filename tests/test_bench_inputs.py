@@ -204,3 +204,10 @@ def test_a_corpus_another_bench_holds_is_refused_not_read_or_dropped(
         assert mine
         with pytest.raises(InputError, match=f"another spark-pg bench .* {tiny_corpus.db_name}"):
             bench_retrieve.run(model_settings, server_url, embedder, tiny_corpus, progress=False, fresh=True)
+
+
+def test_percentiles_of_too_few_calls_come_with_a_note() -> None:
+    # `bench --queries 3` reported a p99 and a baseline ratio at p99 from 3 calls, with nothing said
+    assert "p95 and p99 are taken from 3 calls" in (bench_retrieve.few_samples_note(3) or "")
+    assert (bench_retrieve.few_samples_note(50) or "").startswith("p99 is taken from 50 calls")
+    assert bench_retrieve.few_samples_note(100) is None
