@@ -26,7 +26,8 @@ def cmd_fit_weights(args: argparse.Namespace) -> int:
 def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = subparsers.add_parser(
         "fit-weights",
-        help="fit a tenant's fusion weights from advise outcomes; used only if they beat the defaults",
+        help="fit a tenant's fusion weights from advise outcomes; used only if they surely beat the defaults "
+        "on the newest calls (held out)",
     )
     p.add_argument("--tenant", required=True)
     p.add_argument("--min-samples", type=int, default=40, help="labelled training items needed (default 40)")
