@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import psycopg
@@ -45,6 +45,7 @@ REFLECT_K = 5
 TRIGGER_FIELDS = ("sql", "statement", "query", "file_path", "path", "pattern", "url", "description", "prompt")
 MAX_TRIGGER_TEXT = 1000
 MAX_TOOL_NAME = 256  # what spark.advise records (spark.retrievals.tool_name)
+INTERRUPT_AGAIN_AFTER_S = 3600  # the same call of a session within this after a deny passes, as advice
 
 
 @dataclass(frozen=True)
@@ -209,10 +210,33 @@ class Advisor:
         with one_statement(conn), conn.cursor(row_factory=dict_row) as cur:
             rows = cur.execute(sql, args).fetchall()
         advice = [self._advice(row) for row in rows]
+        if self.session_id is not None and any(a.blocking for a in advice):
+            advice = self._denied_once(advice)
         # warnings first; a warned trace is not repeated as advice (traces score 0 on actionability anyway)
         warnings = [a for a in advice if a.warning]
         warned = {a.memory_id for a in warnings}
         return warnings + [a for a in advice if not a.warning and a.memory_id not in warned]
+
+    def _denied_once(self, advice: list[Advice]) -> list[Advice]:
+        """An interrupt stops a call once per session: a blocking item this session already surfaced for the
+        same call (the same logged query, within INTERRUPT_AGAIN_AFTER) comes as advice instead. The deny
+        tells the agent to take the backup and try again; denied every time, the retry never ran."""
+        blocking = [a for a in advice if a.blocking]
+        with one_statement(self.conn), self.conn.cursor() as cur:
+            seen = {
+                int(r[0])
+                for r in cur.execute(
+                    queries.SURFACED_BEFORE_IN_SESSION,
+                    {
+                        "tenant": self.tenant,
+                        "session": self.session_id,
+                        "retrieval_id": blocking[0].retrieval_id,
+                        "memory_ids": [a.memory_id for a in blocking],
+                        "within": f"{INTERRUPT_AGAIN_AFTER_S} seconds",
+                    },
+                ).fetchall()
+            }
+        return [replace(a, blocking=False) if a.blocking and a.memory_id in seen else a for a in advice]
 
     def reflect(
         self, intent_or_text: Intent | str, *, k: int | None = None, params: Mapping[str, Any] | None = None

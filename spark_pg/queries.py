@@ -559,3 +559,16 @@ SELECT current_setting('max_connections')::int - current_setting('superuser_rese
        - coalesce(current_setting('reserved_connections', true)::int, 0)
        - (SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'client backend')
 """
+
+# the memories among %(memory_ids)s that an earlier advise call of this session surfaced for the same logged
+# query, lately (an interrupt stops a call once: spark_pg.advisor.Advisor._denied_once)
+SURFACED_BEFORE_IN_SESSION = """
+SELECT DISTINCT i.memory_id
+FROM spark.retrievals now_r
+JOIN spark.retrievals r ON r.tenant = now_r.tenant AND r.session_id = now_r.session_id
+                       AND r.query_text = now_r.query_text AND r.id < now_r.id
+                       AND r.created_at > now_r.created_at - %(within)s::interval
+JOIN spark.retrieval_items i ON i.tenant = r.tenant AND i.retrieval_id = r.id
+WHERE now_r.tenant = %(tenant)s AND now_r.id = %(retrieval_id)s AND now_r.session_id = %(session)s
+  AND i.memory_id = ANY(%(memory_ids)s::bigint[])
+"""

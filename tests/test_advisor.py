@@ -343,3 +343,18 @@ def test_the_pack_yields_as_own_memories_grow_counted_without_statistics(conn: C
     assert pack_factor(conn, tenant, 10) == pytest.approx(1 / (1 + 50 / 10), abs=1e-3)
     assert pack_factor(conn, tenant, 1) == pytest.approx(1 / 21, abs=1e-3)  # the count stops at 20
     assert pack_factor(conn, "nobody-here", 1) == pytest.approx(1.0)
+
+
+def test_an_interrupt_denies_a_call_once_per_session(conn: Conn, embedder: Embedder) -> None:
+    """The deny tells the agent to take the backup and try again; the retry was denied too, for ever."""
+    call = ("Bash", {"command": "psql -c 'DROP TABLE orders'", "description": "clean up"})
+    loud = AdvisorOptions(interrupts=True)
+    first = Advisor(conn, embedder, T, session_id="deny-once", options=loud).advise(*call)
+    assert blocking(first) is not None
+    retry = Advisor(conn, embedder, T, session_id="deny-once", options=loud).advise(*call)
+    assert blocking(retry) is None and "seed:safety-destructive-ops" in keys(retry)  # advice, not a deny
+    other = ("Bash", {"command": "psql -c 'DROP TABLE customers'", "description": "clean up"})
+    assert blocking(Advisor(conn, embedder, T, session_id="deny-once", options=loud).advise(*other))
+    assert blocking(Advisor(conn, embedder, T, session_id="another", options=loud).advise(*call))
+    assert blocking(Advisor(conn, embedder, T, options=loud).advise(*call))  # no session: every time
+    assert blocking(Advisor(conn, embedder, T, options=loud).advise(*call))
