@@ -570,6 +570,7 @@ DECLARE
     srank integer[] := '{}';
     maxsim double precision[] := '{}';
     penalty double precision[] := '{}';
+    prio_order constant text[] := ARRAY['background', 'normal', 'high', 'critical'];
     simm double precision[];
     i integer; j integer; pass integer;
     chosen integer := 0; pick integer; val double precision; pick_val double precision; s double precision;
@@ -834,7 +835,10 @@ BEGIN
                           spark._terms(p, sims[i], kws[i], recs[i], outs[i], trigs[i], prios[i], sysd[i],
                                        pool_ranks[i])
                           || jsonb_build_object('mmr_penalty', round(penalty[j]::numeric, 4)),
-                          min_sim, passed[i], min_fuse, ratio, prio_labels[i], created[i], qsource, mode)
+                          min_sim, passed[i], min_fuse, ratio,
+                          -- the priority applied: a matching rule can raise the memory's own label
+                          CASE WHEN array_position(prio_order, t_prio[i]) > array_position(prio_order, prio_labels[i])
+                               THEN t_prio[i] ELSE prio_labels[i] END, created[i], qsource, mode)
                || why_extra || spark._why_advice(trigs[i], t_rules[i], t_prio[i], t_int[i], adomains[i], acts[i]);
         RETURN NEXT;
     END LOOP;
@@ -858,7 +862,10 @@ BEGIN
         why := spark._why(NULL, status, pool_ranks[i], p ->> 'fusion', scores_all[i],
                           spark._terms(p, sims[i], kws[i], recs[i], outs[i], trigs[i], prios[i], sysd[i],
                                        pool_ranks[i]),
-                          min_sim, passed[i], min_fuse, ratio, prio_labels[i], created[i], qsource, mode)
+                          min_sim, passed[i], min_fuse, ratio,
+                          -- the priority applied: a matching rule can raise the memory's own label
+                          CASE WHEN array_position(prio_order, t_prio[i]) > array_position(prio_order, prio_labels[i])
+                               THEN t_prio[i] ELSE prio_labels[i] END, created[i], qsource, mode)
                || why_extra || spark._why_advice(trigs[i], t_rules[i], t_prio[i], t_int[i], adomains[i], acts[i]);
         RETURN NEXT;
     END LOOP;

@@ -199,7 +199,10 @@ def test_rrf_fusion_and_huge_k(conn: Conn, embedder: Embedder) -> None:
     assert rows[0]["why"]["fusion"] == "rrf"
     terms = rows[0]["why"]["terms"]
     assert set(rows[0]["pools"]) <= set(terms)  # one reciprocal-rank contribution per pool that found it
-    assert terms["semantic"] == pytest.approx(1 / (60 + rows[0]["why"]["pools"]["semantic"]), abs=1e-5)
+    # rrf_w_semantic / (rrf_k + rank), over the normaliser: (semantic 1 + keyword 1 + recent 0.2 + pinned 0.5)
+    # / (rrf_k + 1), what an item first in every kind of pool would get
+    norm = (1 + 1 + 0.2 + 0.5) / 61
+    assert terms["semantic"] == pytest.approx(1 / (60 + rows[0]["why"]["pools"]["semantic"]) / norm, abs=1e-4)
     heavy = retrieve(
         conn, embedder, "Edit src/auth/login.py to check the token", fusion="rrf", rrf_w_semantic=3
     )
@@ -441,6 +444,25 @@ def test_why_lists_every_matching_trigger_rule_and_each_counts(conn: Conn) -> No
     # the surest rule's confidence, and the interrupt of a less sure one, which the surest used to hide
     assert trigger["confidence"] == pytest.approx(0.9) and trigger["interrupt"] is True
     assert trigger["interrupt_confidence"] == pytest.approx(0.5)
+    assert rows[0]["why"]["priority"] == "normal"  # no rule raised it
+
+
+def test_why_priority_is_the_priority_applied(conn: Conn) -> None:
+    """A rule raised the memory to critical (priority 0.3), and why.priority still said normal."""
+    tenant = "raised"
+    conn.execute(
+        """INSERT INTO spark.memories (tenant, key, text, descriptor, content_hash, created_at, priority)
+           VALUES (%s, 'backup', 'Take a snapshot first.', 'Take a snapshot first.', '\\x00', %s, 'high')""",
+        (tenant, NOW - timedelta(days=2)),
+    )
+    conn.execute(
+        "SELECT spark.put_trigger_rule(%s, 'r', 'rm -rf', ARRAY['backup'], priority => 'critical')", (tenant,)
+    )
+    [row] = retrieve(conn, None, "Bash rm -rf ./build", tenant=tenant, include_system=False)
+    assert row["why"]["priority"] == "critical" and row["why"]["trigger"]["priority"] == "critical"
+    conn.execute("UPDATE spark.trigger_rules SET priority = 'background' WHERE tenant = %s", (tenant,))
+    [row] = retrieve(conn, None, "Bash rm -rf ./build", tenant=tenant, include_system=False)
+    assert row["why"]["priority"] == "high"  # never lowered
 
 
 @pytest.mark.parametrize("fusion", ["weighted", "rrf"])
