@@ -570,6 +570,7 @@ DECLARE
     srank integer[] := '{}';
     maxsim double precision[] := '{}';
     penalty double precision[] := '{}';
+    supp jsonb[] := '{}';
     prio_order constant text[] := ARRAY['background', 'normal', 'high', 'critical'];
     simm double precision[];
     i integer; j integer; pass integer;
@@ -752,6 +753,7 @@ BEGIN
     sstatus := array_fill(NULL::text, ARRAY[ns]);
     maxsim := array_fill(0::double precision, ARRAY[ns]);
     penalty := array_fill(0::double precision, ARRAY[ns]);
+    supp := array_fill('[]'::jsonb, ARRAY[ns]);
 
     IF ns > 0 THEN
         -- pairwise similarity of the survivors in one statement (NULL where a vector is missing): the upper
@@ -807,12 +809,14 @@ BEGIN
                 IF s >= dup THEN
                     sstatus[j] := format('dropped: near-duplicate of %s (similarity %s to %s)',
                                          keys[surv[pick]], round(s::numeric, 3), keys[surv[a]]);
+                    supp[pick] := supp[pick] || to_jsonb(keys[surv[j]]);
                     anchors := anchors || j;
                 ELSIF s >= restate_sim AND s >= coalesce(sims[surv[j]], 1) + restate_margin THEN
                     -- far closer to something already surfaced than to the query: it restates, not answers
                     sstatus[j] := format('dropped: restates %s (similarity %s to %s, %s to the query)',
                                          keys[surv[pick]], round(s::numeric, 3), keys[surv[a]],
                                          round(sims[surv[j]]::numeric, 3));
+                    supp[pick] := supp[pick] || to_jsonb(keys[surv[j]]);
                     anchors := anchors || j;
                 END IF;
             END LOOP;
@@ -839,7 +843,9 @@ BEGIN
                           -- the priority applied: a matching rule can raise the memory's own label
                           CASE WHEN array_position(prio_order, t_prio[i]) > array_position(prio_order, prio_labels[i])
                                THEN t_prio[i] ELSE prio_labels[i] END, created[i], qsource, mode)
-               || why_extra || spark._why_advice(trigs[i], t_rules[i], t_prio[i], t_int[i], adomains[i], acts[i]);
+               || why_extra || spark._why_advice(trigs[i], t_rules[i], t_prio[i], t_int[i], adomains[i], acts[i])
+               -- the near-duplicates and restatements dropped for it (spark.explain says why each one)
+               || jsonb_build_object('suppressed', supp[j]);
         RETURN NEXT;
     END LOOP;
     IF NOT full_report THEN

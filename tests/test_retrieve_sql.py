@@ -128,6 +128,10 @@ def test_paraphrases_collapse_to_one_plus_other_useful_items(conn: Conn, embedde
     ).fetchall()
     dropped = [s for _, s in explained if s.startswith(("dropped: near-duplicate", "dropped: restates"))]
     assert len(dropped) == 4, explained
+    # and the surfaced one names them (design.md: why names what was suppressed)
+    [kept] = [r for r in rows if r["key"].startswith("para")]
+    assert sorted(kept["why"]["suppressed"]) == sorted(k for k, s in explained if s in dropped)
+    assert all(r["why"]["suppressed"] == [] for r in rows if r is not kept)
 
 
 def test_nonsense_query_returns_nothing(conn: Conn, embedder: Embedder) -> None:
