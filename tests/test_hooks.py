@@ -364,6 +364,35 @@ def test_default_socket_path(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) ->
     assert wire.default_socket_path() == str(tmp_path / "spark_pg" / "hooks.sock")
 
 
+def test_default_socket_path_in_a_runtime_folder_platformdirs_refuses(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, cli_env: str
+) -> None:
+    """Was: a PermissionError traceback from `spark-pg serve` (exit 1) when XDG_RUNTIME_DIR is unset and
+    $TMPDIR/runtime-<uid> is a symlink."""
+    import platformdirs
+
+    def refuse(appname: str) -> str:
+        raise PermissionError(
+            f"runtime directory {tmp_path}/runtime-0 is a symlink; set XDG_RUNTIME_DIR instead"
+        )
+
+    monkeypatch.delenv(wire.SOCKET_ENV, raising=False)
+    monkeypatch.delenv("XDG_RUNTIME_DIR", raising=False)
+    monkeypatch.setattr(platformdirs, "user_runtime_dir", refuse)
+    with pytest.raises(wire.SocketPathError, match=rf"{tmp_path}/runtime-0 is a symlink.*pass --socket"):
+        wire.default_socket_path()
+    if os.path.isdir(f"/run/user/{os.getuid()}"):
+        return  # platformdirs would use that folder: the real case below cannot happen here
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / f"runtime-{os.getuid()}").symlink_to(tmp_path / "elsewhere")
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    proc = subprocess.run([str(SPARK_PG), "serve"], capture_output=True, text=True, timeout=30, check=False)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    assert proc.stderr.count("\n") == 1 and f"runtime-{os.getuid()}" in proc.stderr
+    assert "XDG_RUNTIME_DIR" in proc.stderr and "--socket" in proc.stderr
+    assert not any((tmp_path / "elsewhere").iterdir())
+
+
 def test_server_lifecycle_stale_socket_refusal_round_trip_and_sigterm(cli_env: str, tmp_path: Path) -> None:
     path = tmp_path / "h.sock"
     stale = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -649,12 +678,22 @@ def test_the_lock_file_is_neither_truncated_nor_followed(tmp_path: Path) -> None
 
 
 def test_a_server_whose_socket_was_removed_is_named_with_its_pid(tmp_path: Path) -> None:
-    """Was: "another spark-pg serve holds ..." with no pid, and nothing said that no hook reached it."""
-    claim = SocketClaim(tmp_path / "a.sock")  # a server that holds the lock; its socket file is gone
+    """Was: "another spark-pg serve holds ..." with no pid, and nothing said that no hook reached it; and a
+    server still loading its model (the lock held, no socket yet) was reported the same way, with the advice
+    to kill it."""
+    path = tmp_path / "a.sock"
+    claim = SocketClaim(path)  # a server that holds the lock and loads its model: no socket yet
     try:
         me = os.getpid()
-        with pytest.raises(HookServerError, match=rf"\(pid {me}\) holds .*socket is gone.*\(kill {me}\)"):
-            SocketClaim(tmp_path / "a.sock")
+        with pytest.raises(HookServerError, match=rf"\(pid {me}\) holds .* is still starting") as starting:
+            SocketClaim(path)
+        assert "kill" not in str(starting.value) and "gone" not in str(starting.value)
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as listener:
+            listener.bind(str(path))  # it listened ...
+            listener.listen(1)
+            path.unlink()  # ... and then its socket file was deleted
+            with pytest.raises(HookServerError, match=rf"\(pid {me}\) holds .*socket is gone.*\(kill {me}\)"):
+                SocketClaim(path)
     finally:
         claim.release()
 
@@ -824,3 +863,177 @@ def test_recording_an_outcome_waits_a_bounded_time_for_a_connection() -> None:
     answer = service.respond({"v": wire.VERSION, "op": "hook", "tenant": "t", "event": post.to_wire()})
     assert not answer["ok"] and "TimeoutError" in answer["error"]
     assert waits == [POST_WAIT_S]
+
+
+def _raw_request(path: Path, request: dict[str, Any]) -> str:
+    """Send one request on a socket of our own and sort what comes back: "answer" (one whole JSON object
+    and its newline), "closed" (the connection closed or refused without a byte), else what was cut."""
+    try:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+            s.settimeout(30)
+            s.connect(str(path))
+            s.sendall(wire.encode(request))
+            s.shutdown(socket.SHUT_WR)
+            data = b""
+            while chunk := s.recv(65536):
+                data += chunk
+    except (ConnectionError, FileNotFoundError):  # refused, reset before a byte came, or no socket any more
+        return "closed"
+    if not data:
+        return "closed"
+    try:
+        answer = json.loads(data)
+    except ValueError:
+        return f"cut: {data[:80]!r}"
+    return (
+        "answer" if data.endswith(b"\n") and isinstance(answer, dict) and "ok" in answer else f"odd: {data!r}"
+    )
+
+
+def test_sigterm_while_requests_run_answers_or_closes_them_and_exits_0(cli_env: str, tmp_path: Path) -> None:
+    """Was: SIGTERM during a burst closed the pool under the running handlers (PoolClosed answers) and let
+    the interpreter exit under threads in the model: "terminate called without an active exception",
+    exit 134 (-6 from Popen)."""
+    path = tmp_path / "h.sock"
+    log = tmp_path / "serve.log"
+    with log.open("wb") as out:
+        server = subprocess.Popen([str(SPARK_PG), "serve", "--socket", str(path)], stderr=out)
+    try:
+        first_ping(path, server, log)
+        results: list[str] = []
+        first = threading.Event()
+
+        def one(i: int) -> None:
+            call = parse_event(
+                PRE, json.loads(event(PRE, "sess-stop", "Bash", {"command": f"make deploy-{i}"}))
+            )
+            request = {"v": wire.VERSION, "op": "hook", "tenant": "t-stop", "deadline_ms": 10_000}
+            results.append(_raw_request(path, request | {"event": call.to_wire()}))
+            first.set()
+
+        threads = [threading.Thread(target=one, args=(i,)) for i in range(20)]
+        for th in threads:
+            th.start()
+        first.wait(10)  # the first answer is out: the others are being read, embedded, looked up
+        server.send_signal(signal.SIGTERM)
+        for th in threads:
+            th.join(30)
+        code = server.wait(30)
+        text = log.read_text()
+        assert code == 0 and "terminate called" not in text, text
+        assert len(results) == 20 and set(results) <= {"answer", "closed"}, results
+        assert not path.exists()
+        lines = text.splitlines()
+        assert all(line.startswith("spark-pg serve: ") for line in lines), text  # one line per event
+        assert "PoolClosed" not in text and lines[-1].startswith("spark-pg serve: stopped after"), text
+    finally:
+        if server.poll() is None:
+            server.kill()
+            server.wait()
+
+
+class _NoService(HookService):
+    def __init__(self) -> None:
+        super().__init__(None, lambda: None)  # type: ignore[arg-type]
+
+    def respond(self, request: Any, received: float | None = None, client_left: Any = None) -> dict[str, Any]:
+        return {"ok": True, "output": None, "ms": 0.0}
+
+
+def test_the_whole_request_has_one_read_deadline_and_an_empty_connection_is_named(tmp_path: Path) -> None:
+    """Was: the 10 s timeout applied to each read (a client sending a byte every 6 s held a handler for as
+    long as it liked), and a client that connected and closed without a byte was logged as "answer not
+    delivered ... the client left"."""
+    path = tmp_path / "s.sock"
+    lines: list[str] = []
+    server = HookServer(path, _NoService(), lines.append)
+    server.read_timeout = 1.5
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+    thread.start()
+    try:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as slow:
+            slow.connect(str(path))
+            started = time.monotonic()
+            closed = None
+            while closed is None and time.monotonic() - started < 6:
+                try:
+                    slow.sendall(b"{")  # one byte every 0.3 s: each read is quick, the request never ends
+                    slow.settimeout(0.3)
+                    if slow.recv(100) == b"":
+                        closed = time.monotonic() - started
+                except TimeoutError:
+                    continue
+                except OSError:
+                    closed = time.monotonic() - started
+        assert closed is not None and 1.3 < closed < 3.0, closed
+        assert any("request not read: TimeoutError" in line for line in lines), lines
+        lines.clear()
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as empty:
+            empty.connect(str(path))
+        deadline = time.monotonic() + 5
+        while not lines and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert lines == ["request not read (the client closed without sending)"]
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as blank:  # an empty line is a request
+            blank.connect(str(path))
+            blank.sendall(b"\n")
+            blank.shutdown(socket.SHUT_WR)
+            assert b"not JSON" in wire.read_line(blank, time.monotonic() + 5)
+        assert wire.ping(str(path)) is not None  # still serving
+        lines.clear()
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as half:  # stopping drops a request half read
+            half.connect(str(path))
+            half.sendall(b'{"v": 1, "op": "pi')
+            time.sleep(0.2)
+            server.stopping.set()
+            half.settimeout(2)
+            assert half.recv(100) == b""  # closed without an answer, within a poll
+        assert server.wait_idle(2) == 0
+        assert lines == ["request not read: the server is stopping (the connection is closed)"]
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(5)
+
+
+def test_a_connection_closed_without_an_answer_is_named_so(tmp_path: Path) -> None:
+    """What a hook sees when a stopping server drops its request (was: "not JSON: Expecting value")."""
+    path = str(tmp_path / "closing.sock")
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as listener:
+        listener.bind(path)
+        listener.listen(1)
+
+        def drop() -> None:
+            conn, _ = listener.accept()
+            conn.recv(100)
+            conn.close()
+
+        dropper = threading.Thread(target=drop, daemon=True)
+        dropper.start()
+        with pytest.raises(wire.WireError, match="closed the connection without answering"):
+            wire.ask(path, {"v": 1, "op": "ping"}, 5)
+        dropper.join(5)
+
+
+def test_log_lines_of_parallel_handlers_never_mix(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Was: print() from several threads wrote message and newline apart: lines glued together and empty
+    lines in the server's log after a burst of parallel requests."""
+    from spark_pg.hooks import server
+
+    # as sys.stderr is when it is a file or a pipe: unbuffered underneath, every write a system call
+    raw = (tmp_path / "serve.log").open("wb", buffering=0)
+    with io.TextIOWrapper(raw, encoding="utf-8", line_buffering=True, write_through=True) as out:
+        monkeypatch.setattr(sys, "stderr", out)
+
+        def burst(n: int) -> None:
+            for i in range(300):
+                server._log(f"request failed after {i} ms: thread {n} " + "x" * 80)
+
+        threads = [threading.Thread(target=burst, args=(n,)) for n in range(8)]
+        for th in threads:
+            th.start()
+        for th in threads:
+            th.join()
+    lines = (tmp_path / "serve.log").read_text().split("\n")
+    assert lines[-1] == "" and len(lines) == 8 * 300 + 1
+    assert all(line.startswith("spark-pg serve: request failed after ") for line in lines[:-1])

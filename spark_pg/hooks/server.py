@@ -4,8 +4,15 @@ One thread per connection (``socketserver.ThreadingMixIn``), one request per con
 The socket is created with mode 0600 in a 0700 directory: whoever can connect can write outcomes. On
 start the server takes an exclusive lock next to the socket, refuses to start when another server holds
 it or answers on the socket, and removes a stale socket file (only a socket: anything else at the path is
-left alone and the server refuses to start); SIGTERM and SIGINT stop it cleanly (the
-socket file is removed, the pool closed).
+left alone and the server refuses to start). While it loads the model the server holds the lock but has no
+socket yet: a second server tells that ("still starting") from a server whose socket file was deleted by
+whether the lock's holder has a socket bound to the path (:func:`binds`).
+
+SIGTERM and SIGINT stop it cleanly: it stops accepting (the socket file is removed, connections not yet
+accepted are refused), drops requests still being read, waits up to ``STOP_GRACE_S`` for the requests
+being answered, then closes the pool and exits 0. Past that bound (a request stuck in the database or the
+model) it says so in its log and leaves with ``os._exit(0)``: the interpreter's own exit would tear the
+model's native threads down under a running request and abort the process.
 
 Without the model files the server still starts and answers lexically (one warning in its log), and tries
 to load the model again at most every ``query_model.RETRY_S`` seconds: once the files are back, advice is
@@ -48,7 +55,9 @@ from spark_pg.hooks.service import Conn, HookService, hook_conninfo, retrieve_pa
 from spark_pg.query_model import QueryModel
 
 POOL_MAX = 4
-HANDLER_TIMEOUT_S = 10.0  # a client that sends nothing is dropped after this
+HANDLER_TIMEOUT_S = 10.0  # a client that has not sent a whole request by then is dropped (one deadline)
+STOP_GRACE_S = 5.0  # on SIGTERM/SIGINT, how long the requests being answered may still take
+STOP_POLL_S = 0.1  # how often a handler reading a request looks whether the server is stopping
 RECONNECT_TIMEOUT_S = 5.0  # the pool's reconnect attempts give up after this; the next request retries
 
 
@@ -64,26 +73,74 @@ def client_closed(sock: socket.socket) -> bool:
     return any(events & select.POLLHUP for _, events in poller.poll(0))
 
 
+class _Stopping(Exception):
+    """The server is stopping: a request not read yet is dropped (the client sees the connection close)."""
+
+
+def read_request(sock: socket.socket, deadline: float, stopping: threading.Event) -> bytes | None:
+    """A request's bytes up to the first newline (or the end of the stream), at most about MAX_LINE; None
+    when the client closed without sending a byte. The whole request by ``deadline`` (time.monotonic()),
+    not each read: TimeoutError after it (a client sending a byte now and then cannot hold a thread),
+    _Stopping once ``stopping`` is set."""
+    chunks: list[bytes] = []
+    size = 0
+    while True:
+        if stopping.is_set():
+            raise _Stopping
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise TimeoutError(f"no whole request within {HANDLER_TIMEOUT_S:.0f} s")
+        sock.settimeout(min(left, STOP_POLL_S))
+        try:
+            chunk = sock.recv(65536)
+        except TimeoutError:
+            continue
+        if not chunk:
+            if not chunks:
+                return None
+            break
+        end = chunk.find(b"\n")
+        if end >= 0:
+            chunks.append(chunk[:end])
+            break
+        chunks.append(chunk)
+        size += len(chunk)
+        if size > wire.MAX_LINE:
+            raise wire.WireError(f"message over {wire.MAX_LINE} bytes")
+    return b"".join(chunks)
+
+
 class _Handler(socketserver.StreamRequestHandler):
-    timeout = HANDLER_TIMEOUT_S
+    timeout = HANDLER_TIMEOUT_S  # for writing the answer
     server: HookServer
 
     def handle(self) -> None:
         started = time.perf_counter()
         received = time.monotonic()  # the request's deadline_ms counts from here
+        response: dict[str, Any] | None = None
         try:
-            line = self.rfile.readline(wire.MAX_LINE + 1)
-        except OSError as exc:  # silent past HANDLER_TIMEOUT_S, or gone before it sent a whole request
+            line = read_request(self.connection, received + self.server.read_timeout, self.server.stopping)
+        except _Stopping:
+            self.server.log("request not read: the server is stopping (the connection is closed)")
+            return
+        except wire.WireError as exc:  # too long
+            line, response = b"", {"ok": False, "error": str(exc)}
+        except OSError as exc:  # silent past the read timeout, or gone before it sent a whole request
             self.server.log(f"request not read: {type(exc).__name__}: {exc}")
             return
-        try:
-            response = self.server.service.respond(
-                wire.decode(line), received, lambda: client_closed(self.connection)
-            )
-        except wire.WireError as exc:
-            response = {"ok": False, "error": str(exc)}
+        if line is None:
+            self.server.log("request not read (the client closed without sending)")
+            return
+        if response is None:
+            try:
+                response = self.server.service.respond(
+                    wire.decode(line), received, lambda: client_closed(self.connection)
+                )
+            except wire.WireError as exc:
+                response = {"ok": False, "error": str(exc)}
         self.server.count()
         try:
+            self.connection.settimeout(self.timeout)
             self.wfile.write(wire.encode(response))
         except OSError as exc:  # the client left first (its budget ran out, or it was killed)
             spent = (time.perf_counter() - started) * 1000
@@ -101,16 +158,23 @@ class _Handler(socketserver.StreamRequestHandler):
 
 
 class HookServer(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
-    daemon_threads = True  # a stuck client does not hold up shutdown
+    """One thread per connection; the running ones are counted, so that stopping can wait for them
+    (:meth:`wait_idle`) instead of tearing the pool and the model down under them."""
+
+    daemon_threads = True  # never joined by the interpreter: stopping waits a bounded time (wait_idle)
     block_on_close = False
     request_queue_size = 128  # listen backlog: a burst of parallel tool calls waits instead of being refused
+    read_timeout = HANDLER_TIMEOUT_S  # the whole request must arrive within this (tests shorten it)
 
     def __init__(self, path: Path, service: HookService, log: Callable[[str], None]) -> None:
         self.path = path
         self.service = service
         self.log = log
         self.served = 0
+        self.stopping = threading.Event()  # set: handlers still reading a request drop it
         self._served_lock = threading.Lock()
+        self._running = 0
+        self._idle = threading.Condition()
         old = os.umask(0o177)
         try:
             super().__init__(str(path), _Handler)
@@ -120,6 +184,34 @@ class HookServer(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
     def count(self) -> None:
         with self._served_lock:
             self.served += 1
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        with self._idle:  # counted before its thread starts: wait_idle cannot miss it
+            self._running += 1
+        try:
+            super().process_request(request, client_address)
+        except BaseException:  # no thread to count it down
+            self._done()
+            raise
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self._done()
+
+    def _done(self) -> None:
+        with self._idle:
+            self._running -= 1
+            self._idle.notify_all()
+
+    def wait_idle(self, timeout: float) -> int:
+        """Wait up to ``timeout`` seconds for the running handlers to end; how many are still running."""
+        deadline = time.monotonic() + timeout
+        with self._idle:
+            while self._running > 0 and (left := deadline - time.monotonic()) > 0:
+                self._idle.wait(left)
+            return self._running
 
 
 def is_socket(path: Path) -> bool:
@@ -161,6 +253,18 @@ def lock_holder(fd: int) -> int | None:
     return None
 
 
+def binds(pid: int, path: Path) -> bool | None:
+    """Whether process ``pid`` has a Unix socket bound to ``path`` (its name stays in the kernel's table
+    after the file was deleted), None when that cannot be told (another user's process, no /proc). A server
+    that holds the lock but binds nothing yet is still starting: it binds once its model and pool are up."""
+    names = {str(path), os.path.abspath(path)}
+    try:
+        sockets = psutil.Process(pid).net_connections(kind="unix")
+    except (psutil.Error, OSError):
+        return None
+    return any(isinstance(s.laddr, str) and s.laddr in names for s in sockets)
+
+
 class SocketClaim:
     """The right to serve on a socket path: an exclusive lock, held until :meth:`release`."""
 
@@ -191,10 +295,22 @@ class SocketClaim:
             answer = wire.ping(path)
             pid = answer.get("pid") if answer else holder
             who = f" (pid {pid})" if pid else ""
-            if answer is None and not is_socket(path):  # its socket was removed: no hook can reach it
-                raise HookServerError(
+            if answer is None and not is_socket(path):
+                bound = None if holder is None else binds(holder, path)
+                if bound is False:  # it holds the lock while it loads the model, before it binds
+                    raise HookServerError(
+                        f"another spark-pg serve{who} holds {path} and is still starting (loading the model, "
+                        "opening the pool): it answers there once it has started"
+                    ) from None
+                kill = f"stop it{f' (kill {pid})' if pid else ''} and start this one again"
+                if bound is None:
+                    raise HookServerError(
+                        f"another spark-pg serve{who} holds {path} but has no socket there: it may still be "
+                        f"starting (then wait for it); if its socket was deleted, no hook reaches it: {kill}"
+                    ) from None
+                raise HookServerError(  # it listened, then its socket was removed: no hook can reach it
                     f"another spark-pg serve{who} holds {path} but its socket is gone, so no hook reaches "
-                    f"it: stop it{f' (kill {pid})' if pid else ''} and start this one again"
+                    f"it: {kill}"
                 ) from None
             raise HookServerError(f"another spark-pg serve{who} holds {path}") from None
         answer = wire.ping(path)
@@ -280,8 +396,28 @@ def build(settings: Settings, pool_size: int = POOL_MAX, log: Callable[[str], No
     return service, pool, embedder
 
 
+_log_lock = threading.Lock()
+
+
 def _log(message: str) -> None:
-    print(f"spark-pg serve: {message}", file=sys.stderr, flush=True)
+    """One line on stderr in one write, under a lock: lines of several handler threads never mix (print
+    wrote the message and its newline apart, so lines of parallel requests ran into each other)."""
+    line = f"spark-pg serve: {message}\n"
+    with _log_lock:
+        try:
+            sys.stderr.write(line)
+            sys.stderr.flush()
+        except (OSError, ValueError):  # stderr closed or gone: the server keeps serving
+            pass
+
+
+def _flush_output() -> None:
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            with _log_lock:
+                stream.flush()
+        except (OSError, ValueError):
+            pass
 
 
 def serve(
@@ -305,7 +441,7 @@ def serve(
         stop = threading.Event()
 
         def on_signal(signum: int, frame: FrameType | None) -> None:
-            if not stop.is_set():
+            if not stop.is_set():  # a second signal while stopping changes nothing: stopping is bounded
                 stop.set()
                 threading.Thread(target=server.shutdown, daemon=True).start()
 
@@ -318,9 +454,24 @@ def serve(
         try:
             server.serve_forever(poll_interval=0.2)
         finally:
+            server.stopping.set()  # handlers still reading a request drop it
+            server.server_close()  # no new connection; those not accepted yet are refused
+            if _same_file(path, bound):  # ours; never another server's or anything else
+                path.unlink()
+            bound = None
+            still = server.wait_idle(STOP_GRACE_S)  # the requests being answered, with the pool still open
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
-            server.server_close()
+            if still:
+                log(
+                    f"stopped after {server.served} requests; {still} still running after "
+                    f"{STOP_GRACE_S:.0f} s are abandoned (their connections close, the database rolls "
+                    "their transactions back): exiting without waiting for them"
+                )
+                _flush_output()
+                # not the interpreter's exit: the model's native threads torn down under a running
+                # request abort the process ("terminate called without an active exception")
+                os._exit(0 if stop.is_set() else 1)
             log(f"stopped after {server.served} requests")
     finally:
         if bound is not None and _same_file(path, bound):  # ours; never another server's or anything else

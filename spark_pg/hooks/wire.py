@@ -39,10 +39,15 @@ class WireError(SparkPgError):
     """The server answered something that is not one JSON object, or too much."""
 
 
+class SocketPathError(SparkPgError):
+    """No default socket path: platformdirs refuses the runtime folder (a symlink, another user's)."""
+
+
 def default_socket_path() -> str:
     """``$SPARK_PG_HOOK_SOCKET``; else ``$XDG_RUNTIME_DIR/spark_pg/hooks.sock``; else ``hooks.sock`` in
     platformdirs' user runtime directory for spark_pg (``/tmp/runtime-<uid>/spark_pg`` on Linux, checked
-    to be the user's own). platformdirs is imported only in the last case: it costs a hook ~15 ms."""
+    to be the user's own). platformdirs is imported only in the last case: it costs a hook ~15 ms.
+    SocketPathError (one line) when platformdirs refuses that folder."""
     explicit = os.environ.get(SOCKET_ENV)
     if explicit:
         return os.path.expanduser(explicit)
@@ -53,7 +58,15 @@ def default_socket_path() -> str:
         warnings.simplefilter("ignore")  # platformdirs warns when XDG_RUNTIME_DIR is unset
         import platformdirs
 
-        return os.path.join(platformdirs.user_runtime_dir("spark_pg"), SOCKET_NAME)
+        try:
+            runtime = platformdirs.user_runtime_dir("spark_pg")
+        except OSError as exc:  # "runtime directory /tmp/runtime-0 is a symlink; set XDG_RUNTIME_DIR ..."
+            where = f"{exc.filename}: " if exc.filename and str(exc.filename) not in str(exc) else ""
+            raise SocketPathError(
+                f"no folder for the hook socket: {where}{exc}: set XDG_RUNTIME_DIR to a folder of your own "
+                f"(mode 0700), or pass --socket (or set {SOCKET_ENV})"
+            ) from None
+        return os.path.join(runtime, SOCKET_NAME)
 
 
 def encode(message: dict[str, Any]) -> bytes:
@@ -142,7 +155,10 @@ def ask(path: str | os.PathLike[str], message: dict[str, Any], timeout: float) -
         sock.settimeout(_left(deadline))
         sock.sendall(data)
         sock.shutdown(socket.SHUT_WR)
-        return decode(read_line(sock, deadline))
+        line = read_line(sock, deadline)
+        if not line:  # not "not JSON": a stopping server closes the connections it will not answer
+            raise WireError("the hook server closed the connection without answering (stopping?)")
+        return decode(line)
 
 
 def ping(path: str | os.PathLike[str], timeout: float = 1.0) -> dict[str, Any] | None:
