@@ -83,7 +83,6 @@ def read_request(sock: socket.socket, deadline: float, stopping: threading.Event
     not each read: TimeoutError after it (a client sending a byte now and then cannot hold a thread),
     _Stopping once ``stopping`` is set."""
     chunks: list[bytes] = []
-    size = 0
     while True:
         if stopping.is_set():
             raise _Stopping
@@ -95,19 +94,10 @@ def read_request(sock: socket.socket, deadline: float, stopping: threading.Event
             chunk = sock.recv(65536)
         except TimeoutError:
             continue
-        if not chunk:
-            if not chunks:
-                return None
-            break
-        end = chunk.find(b"\n")
-        if end >= 0:
-            chunks.append(chunk[:end])
-            break
-        chunks.append(chunk)
-        size += len(chunk)
-        if size > wire.MAX_LINE:
-            raise wire.WireError(f"message over {wire.MAX_LINE} bytes")
-    return b"".join(chunks)
+        if not chunk and not chunks:
+            return None
+        if not chunk or wire.add_chunk(chunks, chunk):
+            return b"".join(chunks)
 
 
 class _Handler(socketserver.StreamRequestHandler):

@@ -107,22 +107,25 @@ def read_line(sock: socket.socket, deadline: float | None = None) -> bytes:
     """Bytes up to the first newline (or the end of the stream), at most MAX_LINE; by ``deadline``
     (time.monotonic()) if given."""
     chunks: list[bytes] = []
-    size = 0
     while True:
         if deadline is not None:
             sock.settimeout(_left(deadline))
         chunk = sock.recv(65536)
-        if not chunk:
-            break
-        end = chunk.find(b"\n")
-        if end >= 0:
-            chunks.append(chunk[:end])
-            break
-        chunks.append(chunk)
-        size += len(chunk)
-        if size > MAX_LINE:
-            raise WireError(f"message over {MAX_LINE} bytes")
-    return b"".join(chunks)
+        if not chunk or add_chunk(chunks, chunk):
+            return b"".join(chunks)
+
+
+def add_chunk(chunks: list[bytes], chunk: bytes) -> bool:
+    """Add ``chunk`` to the line read so far: True once the line is whole (its newline came; what follows
+    it is dropped). WireError when the line runs past MAX_LINE."""
+    end = chunk.find(b"\n")
+    if end >= 0:
+        chunks.append(chunk[:end])
+        return True
+    chunks.append(chunk)
+    if sum(len(c) for c in chunks) > MAX_LINE:
+        raise WireError(f"message over {MAX_LINE} bytes")
+    return False
 
 
 BUSY_RETRY_S = 0.005  # a server whose listen backlog is full is asked again after this
