@@ -203,6 +203,12 @@ def test_the_property_is_not_vacuous_every_function_finds_the_shared_corpus(
             assert SYSTEM in owners
 
 
+def param_floats(low: float, high: float) -> st.SearchStrategy[float]:
+    """A params number in [low, high] that a params object takes: 0, or at least 1e-9 in size
+    (spark._check_param refuses smaller ones by name; the arithmetic under- or overflowed on them)."""
+    return st.floats(low, high).map(lambda x: 0.0 if abs(x) < 1e-9 else x)
+
+
 queries = st.one_of(
     st.just(CACHED_QUERY),
     st.lists(
@@ -217,9 +223,9 @@ retrieve_params = st.fixed_dictionaries(
         "include_system": st.booleans(),
         "fusion": st.sampled_from(["weighted", "rrf"]),
         "precision_mode": st.sampled_from(["high_recall", "adaptive", "high_precision"]),
-        "min_similarity": st.floats(-1, 1),
-        "min_fusion_score": st.floats(0, 0.5),
-        "adaptive_ratio": st.floats(0, 1),
+        "min_similarity": param_floats(-1, 1),
+        "min_fusion_score": param_floats(0, 0.5),
+        "adaptive_ratio": param_floats(0, 1),
         "pool_semantic": st.integers(0, 60),
         "pool_keyword_recent": st.integers(0, 30),
         "pool_keyword_old": st.integers(0, 30),
@@ -232,7 +238,7 @@ retrieve_params = st.fixed_dictionaries(
         "domains": st.sampled_from([None, ["code"], ["general", "system"]]),
         "week_cap": st.integers(0, 4),
         "category_cap": st.integers(0, 3),
-        "mmr_lambda": st.floats(0, 1),
+        "mmr_lambda": param_floats(0, 1),
         "seed": st.integers(-1000, 1000),
         "keyword_match_budget": st.sampled_from([0, 10, 1000]),
         "exact_scan_max": st.sampled_from([0, 7000]),
@@ -245,13 +251,13 @@ retrieve_params = st.fixed_dictionaries(
 reflect_params = st.fixed_dictionaries(
     {},
     optional={
-        "min_score": st.floats(0, 1),
+        "min_score": param_floats(0, 1),
         "kinds": st.sampled_from([["trace"], ["learning"], ["trace", "learning"]]),
         "outcome": st.sampled_from([None, "success", "failure"]),
         "linked_per_trace": st.integers(0, 5),
         "pool": st.integers(1, 60),
         "exact_scan_max": st.sampled_from([0, 7000]),
-        "recency_floor": st.floats(0, 1),
+        "recency_floor": param_floats(0, 1),
     },
 )
 
