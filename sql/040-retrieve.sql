@@ -611,7 +611,9 @@ BEGIN
         -- change anything else or break the call
         SELECT (SELECT jsonb_object_agg(w.key, w.value) FROM jsonb_each(fw.weights) w
                 WHERE w.key IN ('w_similarity', 'w_keyword', 'w_recency', 'w_outcome', 'w_trigger')
-                  AND jsonb_typeof(w.value) = 'number' AND (w.value #>> '{}')::numeric BETWEEN 0 AND 10)
+                  AND jsonb_typeof(w.value) = 'number' AND (w.value #>> '{}')::numeric BETWEEN 0 AND 10
+                  -- as spark._check_param takes it: 0, or at least 1e-9 (1e-300 underflowed the arithmetic)
+                  AND ((w.value #>> '{}')::numeric = 0 OR (w.value #>> '{}')::numeric >= 1e-9))
                || jsonb_build_object('_samples', fw.samples) INTO fitted
         FROM spark.fusion_weights fw WHERE fw.tenant = _retrieve_core.tenant AND fw.in_use;
         IF fitted IS NOT NULL THEN

@@ -483,3 +483,17 @@ def test_why_terms_add_up_to_the_score_under_either_fusion(
         factor = terms.pop("priority_factor") * terms.pop("pack_factor", 1)
         terms.pop("mmr_penalty")  # what MMR weighed the pick by, not part of the score
         assert sum(terms.values()) * factor == pytest.approx(row["score"], abs=2e-3), (row["key"], terms)
+
+
+def test_a_tiny_fitted_weight_written_by_hand_is_left_out_not_an_error(
+    conn: Conn, embedder: Embedder
+) -> None:
+    """Fitted weights skip the params checks (only numbers from 0 to 10 are taken): a w_recency of 1e-300 in
+    a row written by hand underflowed every call of the tenant (22003)."""
+    conn.execute(
+        "INSERT INTO spark.fusion_weights (tenant, weights, samples, in_use) "
+        """VALUES (%s, '{"w_recency": 1e-300, "w_keyword": 0.5}', 50, true)""",
+        (T,),
+    )
+    rows = retrieve(conn, embedder, "deploy the release", half_life_days=0.001, recency_floor=0)
+    assert rows and rows[0]["why"]["fitted_weights"] == {"w_keyword": 0.5, "_samples": 50}
