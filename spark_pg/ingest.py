@@ -9,8 +9,7 @@ model error, database error) rolls the whole call back: nothing is half-written.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -20,6 +19,7 @@ from psycopg.types.json import Jsonb
 from tqdm import tqdm
 
 from spark_pg import queries
+from spark_pg.connection_modes import statement_timeout_lifted
 from spark_pg.embedding import Embedder, ModelSpec
 from spark_pg.errors import IngestError, InputError, ModelMismatch
 from spark_pg.intent import ACTION_DOMAINS, actionability
@@ -145,16 +145,6 @@ def _embed_stale_skips(cur: psycopg.Cursor[Any], embedder: Embedder, model_id: i
     )
 
 
-@contextmanager
-def _without_statement_timeout(cur: psycopg.Cursor[Any]) -> Iterator[None]:
-    """No statement timeout for the block (SET LOCAL), then the one in force before, for the rest of a
-    caller's transaction; a block that fails is rolled back with its setting."""
-    row = cur.execute(queries.NO_STATEMENT_TIMEOUT).fetchone()
-    assert row is not None
-    yield
-    cur.execute(queries.SET_STATEMENT_TIMEOUT, {"value": row[0]})
-
-
 def refresh_after_write(conn: psycopg.Connection[Any], tenants: list[str]) -> None:
     """spark.refresh_tenant_stats for the tenants just written, in its own transaction and without a
     statement timeout (a lexeme count of a large tenant can take seconds). Their HNSW indexes are built
@@ -163,8 +153,8 @@ def refresh_after_write(conn: psycopg.Connection[Any], tenants: list[str]) -> No
     way: a refresh that fails (a lock timeout) is logged, not raised, and the next write tries again."""
     build_concurrently(conn, tenants)
     try:
-        with conn.transaction(), conn.cursor() as cur, _without_statement_timeout(cur):
-            cur.execute(queries.REFRESH_TENANT_STATS, {"tenants": tenants})
+        with conn.transaction(), statement_timeout_lifted(conn, local=True):
+            conn.execute(queries.REFRESH_TENANT_STATS, {"tenants": tenants})
     except psycopg.errors.OperationalError as exc:  # lock or statement timeout, cancelled
         log.warning(
             "the rows are stored, but the statistics of %s were not refreshed (%s); the next write tries "
@@ -243,7 +233,7 @@ def ingest(
         conn.cursor() as cur,
         # a load runs as long as it needs: under the session's statement timeout (30 s by default) the
         # upsert of ~200,000 rows was cancelled after all the embedding, and everything rolled back
-        _without_statement_timeout(cur),
+        statement_timeout_lifted(conn, local=True),
         tqdm(total=len(records), desc=label, unit="mem", disable=not progress, leave=True) as bar,
     ):
         cur.execute(queries.DROP_INGEST_TABLE)  # a savepoint-nested earlier call may have left it

@@ -139,12 +139,11 @@ ON CONFLICT (tenant, memory_id, model_id) DO UPDATE SET
     embedding = EXCLUDED.embedding, created_at = EXCLUDED.created_at, embedded_at = EXCLUDED.embedded_at
 """
 
-# after an ingest commits: the touched tenants' statistics and vector indexes, where stale (sql/035)
-# the session's statement timeout, and none for the rest of the transaction (SET LOCAL)
-NO_STATEMENT_TIMEOUT = (
-    "SELECT current_setting('statement_timeout'), set_config('statement_timeout', '0', true)"
+# the statement timeout in force, and none from now on: for the transaction (local) or the session
+LIFT_STATEMENT_TIMEOUT = (
+    "SELECT current_setting('statement_timeout'), set_config('statement_timeout', '0', %(local)s)"
 )
-SET_STATEMENT_TIMEOUT = "SELECT set_config('statement_timeout', %(value)s, true)"
+SET_STATEMENT_TIMEOUT = "SELECT set_config('statement_timeout', %(value)s, %(local)s)"
 
 # a tenant's HNSW index steps, CONCURRENTLY (sql/035), under the tenant's builder lock (session-level)
 TENANT_INDEX_PLAN = "SELECT model_id, index_name, action, statement FROM spark.tenant_index_plan(%(tenant)s)"
@@ -152,12 +151,8 @@ TRY_TENANT_INDEX_LOCK = (
     "SELECT pg_try_advisory_lock(hashtextextended('spark.tenant_index:' || %(tenant)s, 0))"
 )
 TENANT_INDEX_UNLOCK = "SELECT pg_advisory_unlock(hashtextextended('spark.tenant_index:' || %(tenant)s, 0))"
-# the session's statement timeout, and none from now on (autocommit: a SET LOCAL would end with its statement)
-SESSION_STATEMENT_TIMEOUT = (
-    "SELECT current_setting('statement_timeout'), set_config('statement_timeout', '0', false)"
-)
-RESTORE_SESSION_STATEMENT_TIMEOUT = "SELECT set_config('statement_timeout', %(value)s, false)"
 
+# after an ingest commits: the touched tenants' statistics and vector indexes, where stale (sql/035)
 REFRESH_TENANT_STATS = (
     "SELECT coalesce(sum(spark.refresh_tenant_stats(t)), 0) FROM unnest(%(tenants)s::text[]) t"
 )
@@ -411,10 +406,7 @@ FORGET_MODEL_TENANT_INDEXES = "DELETE FROM spark.tenant_vector_indexes WHERE mod
 INDEX_EXISTS = "SELECT to_regclass(format('spark.%%I', %(name)s::text)) IS NOT NULL"
 
 # whether the model's shared HNSW index is there and valid (false: a CONCURRENTLY build was interrupted)
-MODEL_INDEX_STATE = """
-SELECT i.indisvalid FROM pg_catalog.pg_index i
-WHERE i.indexrelid = to_regclass(format('spark.embeddings_hnsw_m%%s', %(model_id)s::smallint))
-"""
+MODEL_INDEX_STATE = "SELECT spark._index_valid(format('embeddings_hnsw_m%%s', %(model_id)s::smallint))"
 
 # the model's shared HNSW index as spark.ensure_model_index defines it, built without blocking writers
 MODEL_INDEX_DDL = """

@@ -86,11 +86,12 @@ def build_index(conn: psycopg.Connection[Any], model_id: int) -> None:
     """The model's shared HNSW index, when spark.register_model left it out (a way back to a retired model
     whose vectors were kept): built CONCURRENTLY, so ingest, the worker and edits go on meanwhile. One
     an interrupted build left invalid is dropped and built again. ``conn`` is in autocommit mode."""
-    state = conn.execute(queries.MODEL_INDEX_STATE, {"model_id": model_id}).fetchone()
-    if state is not None and state[0]:
+    row = conn.execute(queries.MODEL_INDEX_STATE, {"model_id": model_id}).fetchone()
+    valid = None if row is None else row[0]  # None: no such index
+    if valid:
         return
     name = f"embeddings_hnsw_m{model_id}"
-    if state is not None:
+    if valid is not None:
         conn.execute(sql.SQL("DROP INDEX CONCURRENTLY IF EXISTS spark.{}").format(sql.Identifier(name)))
     row = conn.execute(queries.MODEL_INDEX_DDL, {"model_id": model_id}).fetchone()
     assert row is not None  # registered above

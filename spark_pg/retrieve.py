@@ -12,6 +12,7 @@ import psycopg
 from psycopg.rows import class_row
 
 from spark_pg import queries
+from spark_pg.connection_modes import autocommit
 from spark_pg.embedding import Vector
 from spark_pg.errors import InputError
 from spark_pg.refusals import refusals
@@ -79,16 +80,9 @@ def one_statement(conn: psycopg.Connection[Any]) -> Iterator[bool]:
         if conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE or not plain:
             with conn.transaction():
                 yield False
-        elif conn.autocommit:
-            yield True
         else:
-            conn.autocommit = True
-            try:
+            with autocommit(conn):
                 yield True
-            finally:
-                # a lost connection cannot take the setting back; its own error is the one to see
-                if not conn.closed and conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE:
-                    conn.autocommit = False
 
 
 def _params(

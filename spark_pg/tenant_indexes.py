@@ -12,44 +12,17 @@ next plan drops and builds again.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from typing import Any
 
 import psycopg
 from psycopg.pq import TransactionStatus
 
 from spark_pg import queries
+from spark_pg.connection_modes import autocommit, statement_timeout_lifted
 from spark_pg.refusals import one_line
 
 log = logging.getLogger(__name__)
-
-
-@contextmanager
-def _autocommit(conn: psycopg.Connection[Any]) -> Iterator[None]:
-    """The block in autocommit mode (CONCURRENTLY runs outside a transaction), then the mode before."""
-    if conn.autocommit:
-        yield
-        return
-    conn.autocommit = True
-    try:
-        yield
-    finally:
-        # a lost connection cannot take the setting back; its own error is the one to see
-        if not conn.closed and conn.info.transaction_status == TransactionStatus.IDLE:
-            conn.autocommit = False
-
-
-@contextmanager
-def _no_statement_timeout(conn: psycopg.Connection[Any]) -> Iterator[None]:
-    """No statement timeout for the block (a build at 100,000 vectors takes minutes), then the one before."""
-    row = conn.execute(queries.SESSION_STATEMENT_TIMEOUT).fetchone()
-    assert row is not None
-    try:
-        yield
-    finally:
-        if not conn.closed and conn.info.transaction_status == TransactionStatus.IDLE:
-            conn.execute(queries.RESTORE_SESSION_STATEMENT_TIMEOUT, {"value": row[0]})
 
 
 def build_concurrently(conn: psycopg.Connection[Any], tenants: Sequence[str]) -> int:
@@ -61,7 +34,7 @@ def build_concurrently(conn: psycopg.Connection[Any], tenants: Sequence[str]) ->
     if conn.info.transaction_status != TransactionStatus.IDLE:
         return 0
     ran = 0
-    with _autocommit(conn), _no_statement_timeout(conn):
+    with autocommit(conn), statement_timeout_lifted(conn, local=False):  # a build at 100,000 takes minutes
         for tenant in tenants:
             held = conn.execute(queries.TRY_TENANT_INDEX_LOCK, {"tenant": tenant}).fetchone()
             if held is None or not held[0]:

@@ -1,5 +1,28 @@
 -- Per-tenant statistics and vector indexes (tables: migration 0005), and the keyword plan built from them.
 
+CREATE OR REPLACE FUNCTION spark._tenant_index_name(tenant text, model_id smallint)
+RETURNS text
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+SET search_path = pg_catalog, @vector_schema@, pg_temp
+AS $fn$
+    -- the name must fit 63 bytes whatever the tenant is called: a hash of it
+    SELECT format('embeddings_hnsw_m%s_t%s', model_id, left(md5(tenant), 16))
+$fn$;
+COMMENT ON FUNCTION spark._tenant_index_name(text, smallint) IS
+    'Internal: the name of the tenant''s partial HNSW index over the vectors of model model_id (in schema '
+    'spark). Its callers pass checked arguments.';
+
+CREATE OR REPLACE FUNCTION spark._index_valid(index_name text)
+RETURNS boolean
+LANGUAGE sql STABLE PARALLEL SAFE
+SET search_path = pg_catalog, @vector_schema@, pg_temp
+AS $fn$
+    SELECT i.indisvalid FROM pg_index i WHERE i.indexrelid = to_regclass(format('spark.%I', index_name))
+$fn$;
+COMMENT ON FUNCTION spark._index_valid(text) IS
+    'Internal: whether index spark.index_name is valid (false: a CONCURRENTLY build was interrupted, or one '
+    'is under way); NULL when there is no such index.';
+
 CREATE OR REPLACE FUNCTION spark.tenant_index_plan(
     tenant text, index_min_vectors integer DEFAULT 1500, concurrent boolean DEFAULT true)
 RETURNS TABLE (model_id smallint, index_name text, action text, statement text)
@@ -25,10 +48,9 @@ BEGIN
             USING ERRCODE = 'invalid_parameter_value';
     END IF;
     FOR md IN SELECT e.id, e.dim FROM spark.embedding_models e WHERE e.active ORDER BY e.id LOOP
-        -- the name must fit 63 bytes whatever the tenant is called: a hash of it
-        idx := format('embeddings_hnsw_m%s_t%s', md.id, left(md5(tenant), 16));
+        idx := spark._tenant_index_name(tenant, md.id);
         SELECT count(*) INTO nv FROM spark.embeddings e WHERE e.tenant = tenant_index_plan.tenant AND e.model_id = md.id;
-        SELECT i.indisvalid INTO valid FROM pg_index i WHERE i.indexrelid = to_regclass(format('spark.%I', idx));
+        valid := spark._index_valid(idx);
         -- an invalid index is what an interrupted CONCURRENTLY build leaves (or one under way: callers hold
         -- the tenant's builder lock); an index is dropped below half the threshold (the gap keeps a tenant
         -- near the line from flapping)
@@ -138,19 +160,16 @@ BEGIN
         IF pg_try_advisory_xact_lock(hashtextextended('spark.tenant_index:' || t, 0)) THEN
             FOR step IN
                 SELECT p.statement FROM spark.tenant_index_plan(t, index_min_vectors, false) p
-                WHERE p.action <> 'drop'
-                   OR NOT coalesce((SELECT i.indisvalid FROM pg_index i
-                                    WHERE i.indexrelid = to_regclass(format('spark.%I', p.index_name))), false)
+                WHERE p.action <> 'drop' OR NOT coalesce(spark._index_valid(p.index_name), false)
             LOOP
                 EXECUTE step;
                 changed := true;
             END LOOP;
         END IF;
         FOR md IN SELECT e.id FROM spark.embedding_models e WHERE e.active ORDER BY e.id LOOP
-            idx := format('embeddings_hnsw_m%s_t%s', md.id, left(md5(t), 16));
+            idx := spark._tenant_index_name(t, md.id);
             SELECT v.index_name INTO reg_name FROM spark.tenant_vector_indexes v WHERE v.tenant = t AND v.model_id = md.id;
-            valid := coalesce((SELECT i.indisvalid FROM pg_index i
-                               WHERE i.indexrelid = to_regclass(format('spark.%I', idx))), false);
+            valid := coalesce(spark._index_valid(idx), false);
             IF reg_name IS NOT NULL AND (reg_name <> idx OR NOT valid) THEN
                 DELETE FROM spark.tenant_vector_indexes v WHERE v.tenant = t AND v.model_id = md.id;
                 reg_name := NULL;
