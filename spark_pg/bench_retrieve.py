@@ -18,6 +18,7 @@ from __future__ import annotations
 import hashlib
 import platform
 import random
+import sys
 import time
 from contextlib import ExitStack
 from dataclasses import dataclass
@@ -271,6 +272,13 @@ def _cached_build(url: str, spec: BenchSpec, texts: list[str], embedder: Embedde
     if problem:
         raise InputError(f"the cached corpus {spec.db_name} {problem}: run again with --fresh to rebuild it")
     return figures
+
+
+def warn_few_samples(calls: int) -> None:
+    """:func:`few_samples_note` on stderr, if there is one."""
+    note = few_samples_note(calls)
+    if note:
+        print(f"spark-pg: note: {note}", file=sys.stderr)
 
 
 def few_samples_note(calls: int) -> str | None:

@@ -374,7 +374,5 @@ def main(args: Any, settings: Settings) -> int:
         print(f"plot: {figure}; report: {folder / 'scale.json'}")
     for hint in cache_hints(report):
         print(f"hint: {hint}", file=sys.stderr)
-    note = bench_retrieve.few_samples_note(spec.queries)
-    if note:
-        print(f"spark-pg: note: {note}", file=sys.stderr)
+    bench_retrieve.warn_few_samples(spec.queries)
     return 0

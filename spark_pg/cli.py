@@ -313,7 +313,9 @@ def cmd_bench(args: argparse.Namespace) -> int:
         settings = load_settings()
         report = bench_hooks.run(settings, args.queries, args.parallel, args.socket, progress=not args.quiet)
         print(json.dumps(report) if args.json else bench_hooks.format_report(report))
-        _few_samples(args.queries)
+        from spark_pg.bench_retrieve import warn_few_samples
+
+        warn_few_samples(args.queries)
         return 0
     if args.what == "ingest":
         from spark_pg import bench_ingest
@@ -386,16 +388,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
                 f"{ours['queries_with_relevant']} queries whose tenant holds a relevant memory)"
             )
         print(f"latency histogram: {figure}")
-    _few_samples(len(timings))
+    bench_retrieve.warn_few_samples(len(timings))
     return 0
-
-
-def _few_samples(calls: int) -> None:
-    from spark_pg.bench_retrieve import few_samples_note
-
-    note = few_samples_note(calls)
-    if note:
-        print(f"spark-pg: note: {note}", file=sys.stderr)
 
 
 def cmd_hook(args: argparse.Namespace) -> int:
