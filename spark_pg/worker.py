@@ -38,6 +38,7 @@ from spark_pg.ingest import ensure_model, refresh_after_write
 
 CHANNEL = "spark_embed"
 KEPT_ERRORS = 100  # the latest embedding errors a worker keeps for its summary
+DRAIN_POLL_S = 0.05  # a drain of waiting notifications waits this long for more (the server sends in chunks)
 REFRESH_EVERY_S = 30.0  # a long drain refreshes the written tenants' statistics and indexes this often
 RECONNECT_FIRST_S = 0.25  # the first wait after a lost connection; doubled per failed attempt
 # server states that end a session but not the server for good: shutdown (57P01), crash of another backend
@@ -377,9 +378,11 @@ def _wait(conn: psycopg.Connection[Any], poll_s: float, stop: threading.Event) -
     deadline = time.monotonic() + poll_s
     while not stop.is_set() and (left := deadline - time.monotonic()) > 0:
         if any(True for _ in conn.notifies(timeout=min(1.0, left), stop_after=1)):
-            # and the ones already waiting, without waiting: a burst of writes left one per row, and each
-            # woke the drained worker for an empty claim (1,000 writes: about 1,000 empty transactions)
-            for _ in conn.notifies(timeout=0):
+            # and the ones already waiting: a burst of writes left one per row, and each woke the drained
+            # worker for an empty claim (1,000 writes: about 1,000 empty transactions). Until a pass finds
+            # none, each waiting a little: timeout=0 took only what psycopg had read already (278 of 300),
+            # and the server sends the rest once the client has read the first chunk
+            while sum(1 for _ in conn.notifies(timeout=DRAIN_POLL_S)):
                 pass
             return
 
