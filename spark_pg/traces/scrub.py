@@ -183,6 +183,16 @@ def _split_quoted(quoted: str) -> tuple[str, str, str]:
     return quoted[: escapes + 1], quoted[escapes + 1 : end], quoted[end:]
 
 
+def _no_secret(value: str) -> bool:
+    """A quoted or element value that is no secret: empty, redacted already, a mask, a keyword, a reference."""
+    return not value or value.startswith("[REDACTED") or bool(_NOT_SECRET.match(value)) or _referenced(value)
+
+
+def _plain_word(value: str) -> bool:
+    """A word of prose (``field``, ``Field``), not a secret's shape."""
+    return value.isalpha() and (value.islower() or value[1:].islower())
+
+
 def _referenced(value: str, text: str = "", start: int = -1) -> bool:
     """A reference to a secret, not the secret: ``${API_KEY}``, ``$API_KEY``, ``%API_KEY%``,
     ``<your-password>`` (also ``<your password>``, whose first word is ``value`` at ``text[start:]``)."""
@@ -227,7 +237,7 @@ def _assignment(m: re.Match[str]) -> str | None:
     if quoted:
         opening, value, closing = _split_quoted(quoted)
         value = value.strip()
-        if not value or value.startswith("[REDACTED") or _NOT_SECRET.match(value) or _referenced(value):
+        if _no_secret(value):
             return None
         return f"{name}{sep}{opening}[REDACTED:{kind}]{closing}"
     block, opening = m.group("block") or "", m.group("open") or ""
@@ -247,7 +257,7 @@ def _assignment(m: re.Match[str]) -> str | None:
     if block or (":" in sep and "=" not in sep and not name.isupper()):
         # a bare colon in prose ("the password: field"); an ENV_STYLE name is always an assignment, and
         # so is a YAML block scalar ("password: |" and the value on the next line)
-        if not block and value.isalpha() and (value.islower() or value[1:].islower()):
+        if not block and _plain_word(value):
             return None
         if value.isdigit() and len(value) < 8:
             return None
@@ -269,7 +279,7 @@ def _cli_flag(m: re.Match[str]) -> str | None:
     kind = "password" if "pass" in m.group("flag").lower() else "secret"
     # prose ("the --token flag is deprecated"): a token is never a plain word; a password may be one
     # (--password letmein), so after a password flag only the words prose puts there are declined
-    word = not quoted and value.isalpha() and (value.islower() or value[1:].islower())
+    word = not quoted and _plain_word(value)
     if word and (kind == "secret" or value.lower() in _PROSE_AFTER_FLAG):
         return None
     return f"{m.group('flag')}{m.group('sp')}{opening}[REDACTED:{kind}]{closing}"
@@ -280,7 +290,7 @@ def _xml_element(m: re.Match[str]) -> str | None:
     name, value = m.group("name"), m.group("value").strip()
     if m.group("close").lower() != name.lower() or not _secret_name(name, m.group("secret")):
         return None
-    if not value or value.startswith("[REDACTED") or _NOT_SECRET.match(value) or _referenced(value):
+    if _no_secret(value):
         return None
     kind = "password" if m.group("secret").lower() in _PASSWORD_NAMES else "secret"
     return f"<{name}{m.group('attrs') or ''}>[REDACTED:{kind}]</{m.group('close')}>"
