@@ -184,7 +184,7 @@ def _split_quoted(quoted: str) -> tuple[str, str, str]:
 
 
 def _no_secret(value: str) -> bool:
-    """A quoted or element value that is no secret: empty, redacted already, a mask, a keyword, a reference."""
+    """A quoted or element value that is no secret: empty, redacted, a mask, a keyword, a reference."""
     return not value or value.startswith("[REDACTED") or bool(_NOT_SECRET.match(value)) or _referenced(value)
 
 
