@@ -20,6 +20,7 @@ from spark_pg.cli_args import (
     time_arg,
     writable_dir,
 )
+from spark_pg.embed_queue import MAX_ATTEMPTS
 from spark_pg.errors import InputError, SparkPgError
 
 # `spark-pg hook` runs once per tool call and its start-up is its latency: this module imports only what
@@ -579,8 +580,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--max-attempts",
         type=int,
-        default=5,
-        help="the workers' --max-attempts: rows that failed this often count as given up (default 5)",
+        default=MAX_ATTEMPTS,
+        help=f"the workers' --max-attempts: rows failed this often are given up (default {MAX_ATTEMPTS})",
     )
     p.add_argument("--json", action="store_true", help="print the report as one JSON object")
     p.set_defaults(func=cmd_stats)

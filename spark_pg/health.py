@@ -21,9 +21,8 @@ import psycopg
 from psycopg.rows import dict_row
 
 from spark_pg import queries
+from spark_pg.embed_queue import MAX_ATTEMPTS
 from spark_pg.errors import InputError
-
-MAX_ATTEMPTS = 5  # the worker's default: rows that failed this often wait for a person
 
 
 def _ms(row: dict[str, Any], prefix: str) -> dict[str, float | None]:

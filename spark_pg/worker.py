@@ -32,6 +32,7 @@ import psycopg
 from tqdm import tqdm
 
 from spark_pg import queries
+from spark_pg.embed_queue import MAX_ATTEMPTS
 from spark_pg.embedding import Embedder
 from spark_pg.errors import DatabaseError, EmbeddingError, InputError, ModelMismatch, SchemaError
 from spark_pg.ingest import ensure_model, refresh_after_write
@@ -253,7 +254,7 @@ def run_worker(
     once: bool = False,
     batch: int = 32,
     poll_s: float = 30.0,
-    max_attempts: int = 5,
+    max_attempts: int = MAX_ATTEMPTS,
     progress: bool = False,
     stop: threading.Event | None = None,
     stats: WorkerStats | None = None,

@@ -7,6 +7,7 @@ import json
 import sys
 
 from spark_pg.console import INTERRUPTED
+from spark_pg.embed_queue import MAX_ATTEMPTS
 
 
 def cmd_worker(args: argparse.Namespace) -> int:
@@ -100,7 +101,12 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         type=float,
         help="seconds between checks without a notification (default 30; not with --once)",
     )
-    p.add_argument("--max-attempts", type=int, default=5, help="failures after which a row is left alone")
+    p.add_argument(
+        "--max-attempts",
+        type=int,
+        default=MAX_ATTEMPTS,
+        help=f"failures after which a row is left alone (default {MAX_ATTEMPTS})",
+    )
     p.add_argument(
         "--max-backoff",
         type=float,
