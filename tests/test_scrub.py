@@ -414,6 +414,9 @@ FIXED: list[tuple[str, str, str]] = [
         + "Zm9vYmFyYmF6cXV4Zm9vYmFyYmF6cXV4MTIz=",
         "SharedAccessKeyName=root;SharedAccessKey=[REDACTED:azure_key]",
     ),
+    # 8. a backslash-escaped quote inside a quoted value is part of it: the rest of the secret went out
+    ("escaped quote inside", 'password="ab\\"cd3fgh" next', 'password="[REDACTED:password]" next'),
+    ("escaped quotes inside", "api_key='x\\'yz\\'12345678' rest", "api_key='[REDACTED:secret]' rest"),
 ]
 
 # (case, text): each must come back byte for byte; the cases for 3 and 4 were changed before the fix, the
@@ -483,6 +486,7 @@ def test_hostile_input_for_the_new_forms_is_bounded() -> None:
         "password: | ",
         "password: |\n ",
         'password="',
+        'password="\\"',
         "--token flag ",
         "password=<a ",
         "ya29.",

@@ -42,10 +42,11 @@ MAX_INPUT = 100_000  # characters; scrub() refuses more (callers bound their fie
 
 # an unquoted value after a key name: up to whitespace, a quote, or a list / query-string separator
 _VALUE = r"[^\s\"'`,;&]{1,400}"
-# a quoted one: up to the closing quote (on the same line); the quotes may be escaped, as in a JSON string
-# inside a JSON string or a log line ({\"password\": \"hunter2\"}, one or more backslashes)
+# a quoted one: up to the closing quote (on the same line), a backslash-escaped quote inside it being part of
+# the value ("ab\"cd"); the quotes may be escaped themselves, as in a JSON string inside a JSON string or a
+# log line ({\"password\": \"hunter2\"}, one or more backslashes)
 _QUOTED = (
-    r"\"[^\"\r\n]{1,400}\"|'[^'\r\n]{1,400}'"
+    r"\"(?:[^\"\\\r\n]|\\[^\r\n]){1,400}\"|'(?:[^'\\\r\n]|\\[^\r\n]){1,400}'"
     r"|\\{1,4}\"[^\"\r\n]{1,400}?\\{1,4}\"|\\{1,4}'[^'\r\n]{1,400}?\\{1,4}'"
 )
 # an opening quote never closed on its line (a cut text, a multi-line or very long string): the value runs
