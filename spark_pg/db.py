@@ -146,6 +146,7 @@ class EmbeddedServer:
         current = self.status()  # again, under the lock: another process may have started it meanwhile
         if current.running and current.url:
             return current.url
+        self._check_memory()  # before anything starts: a refused run must not leave the server running
         if any(c.isspace() for c in str(self.pgdata)):
             # the wheel hands postgres its socket folder unquoted: "-k /a b/pgdata" is two arguments
             raise DatabaseError(
@@ -183,15 +184,18 @@ class EmbeddedServer:
             url = self.status().url or url
         return url
 
-    def _configure(self, url: str) -> int | None:
-        """Apply spark_pg's server settings (ALTER SYSTEM). Returns the shared_buffers (MB) it replaced
-        when a restart is needed, else None. A value over the machine's memory is refused first."""
+    def _check_memory(self) -> None:
+        """DatabaseError when the configured shared_buffers exceed the machine's memory."""
         total_mb = psutil.virtual_memory().total // (1024 * 1024)
         if self.shared_buffers_mb > total_mb:
             raise DatabaseError(
                 f"database.shared_buffers_mb is {self.shared_buffers_mb}, more than this machine's "
-                f"{total_mb} MB of memory: lower it (the server runs on with its current setting)"
+                f"{total_mb} MB of memory: lower it (the server was not started)"
             )
+
+    def _configure(self, url: str) -> int | None:
+        """Apply spark_pg's server settings (ALTER SYSTEM). Returns the shared_buffers (MB) it replaced
+        when a restart is needed, else None."""
         with psycopg.connect(url, autocommit=True) as conn:
             row = conn.execute(
                 "SELECT setting::bigint * 8 / 1024 FROM pg_settings WHERE name = 'shared_buffers'"

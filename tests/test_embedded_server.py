@@ -166,10 +166,10 @@ def test_shared_buffers_the_server_cannot_start_with_are_undone(
     server.up()
     server.down()
     too_big = EmbeddedServer(home, shared_buffers_mb=psutil.virtual_memory().total // 2**20 + 1)
-    with pytest.raises(DatabaseError, match="more than this machine's"):
-        too_big.up()
-    assert server.status().running  # started, and left with the setting it had
-    assert server.down() is True
+    for _ in range(2):  # refused before anything starts, so the same on every run
+        with pytest.raises(DatabaseError, match=r"more than this machine's.*not started"):
+            too_big.up()
+        assert not server.status().running
     # a value the server fails to start with: the restart is made to fail as postgres would (it stops the
     # server, then cannot start it); the previous value is put back and the server runs again
     bad = EmbeddedServer(home, shared_buffers_mb=96)
