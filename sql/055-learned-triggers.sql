@@ -116,20 +116,36 @@ BEGIN
             USING ERRCODE = 'invalid_parameter_value';
     END IF;
     RETURN QUERY
-    WITH measured AS (
-        -- a shadow hit counts as right when the memory it named was marked helpful or followed in the same
-        -- session (the rule would have surfaced it; something else did, and it helped)
-        SELECT h.rule_name, count(*) AS hits,
-               count(*) FILTER (WHERE EXISTS (
-                   SELECT 1 FROM spark.outcomes o
-                   WHERE o.tenant = h.tenant AND o.memory_tenant = h.tenant AND o.memory_id = h.memory_id
-                     AND o.outcome IN ('helpful', 'followed') AND r.session_id IS NOT NULL
-                     AND o.session_id = r.session_id)) AS helped
+    WITH hit AS (
+        -- each shadow hit, and when the same rule next hit the same memory in the same session. Calls are
+        -- ordered by time, then id; calls in one transaction share a time, so an outcome recorded at that
+        -- time judges the last of them.
+        SELECT h.rule_name, h.memory_id, h.retrieval_id, r.session_id, r.created_at AS hit_at,
+               lead(r.created_at) OVER w AS next_at
         FROM spark.trigger_shadow_hits h
         JOIN spark.retrievals r ON r.tenant = h.tenant AND r.id = h.retrieval_id
         JOIN spark.trigger_rules t ON t.tenant = h.tenant AND t.name = h.rule_name
         WHERE h.tenant = promote_triggers.tenant AND t.shadow
-        GROUP BY h.rule_name),
+        WINDOW w AS (PARTITION BY h.rule_name, h.memory_id, r.session_id ORDER BY r.created_at, r.id)),
+    measured AS (
+        -- a shadow hit counts as right when its memory was marked helpful or followed (the rule would have
+        -- surfaced it; something else did, and it helped) by a judgement of that hit: an outcome naming the
+        -- hit's call (retrieval_id), or one naming no call, in the hit's session, recorded from the hit on
+        -- and before the same rule's next hit on the same memory there. So one mark is evidence for one hit
+        -- of a rule at most: a session whose rule fired five times and whose memory was marked once is 1 of
+        -- 5, not 5 of 5. An outcome naming another call judged that call, where the rule did not fire, and
+        -- counts for no hit.
+        SELECT hh.rule_name, count(*) AS hits,
+               count(*) FILTER (WHERE EXISTS (
+                   SELECT 1 FROM spark.outcomes o
+                   WHERE o.tenant = promote_triggers.tenant AND o.memory_tenant = promote_triggers.tenant
+                     AND o.memory_id = hh.memory_id AND o.outcome IN ('helpful', 'followed')
+                     AND (o.retrieval_id = hh.retrieval_id
+                          OR (o.retrieval_id IS NULL AND hh.session_id IS NOT NULL
+                              AND o.session_id = hh.session_id AND o.created_at >= hh.hit_at
+                              AND (hh.next_at IS NULL OR o.created_at < hh.next_at))))) AS helped
+        FROM hit hh
+        GROUP BY hh.rule_name),
     promote AS (
         UPDATE spark.trigger_rules t
         SET shadow = false, confidence = (m.helped::double precision / m.hits)::real, updated_at = now(),
@@ -147,7 +163,10 @@ END
 $fn$;
 COMMENT ON FUNCTION spark.promote_triggers(text, integer, double precision) IS
     'Measure every shadow trigger rule of tenant on its logged hits (spark.trigger_shadow_hits): precision = '
-    'hits whose memory was marked helpful or followed in the same session / hits. Rules with at least '
+    'hits whose memory was marked helpful or followed by a judgement of that hit / hits. A judgement of a '
+    'hit is an outcome naming its call (retrieval_id), or one naming no call, in its session, recorded '
+    'from the hit on and before the rule''s next hit on that memory in that session: one mark counts for one '
+    'hit at most. Rules with at least '
     'min_hits hits and min_precision precision are promoted (shadow off, confidence = precision). Returns '
     'each shadow rule with its figures and whether it was promoted. Errors: 22004 NULL tenant, min_hits or '
     'min_precision, 22023 an empty or over-long tenant or the pack''s tenant _system, min_hits below 1 or min_precision outside 0..1.';

@@ -8,12 +8,22 @@ LANGUAGE sql STABLE
 SET search_path = pg_catalog, @vector_schema@, pg_temp
 AS $fn$
 SELECT CASE
-           -- earned a pin: validated many times and almost always right
-           WHEN m.helpful_count + m.followed_count >= 15 AND m.reliability >= 0.9
+           -- an archive the user set stays, as a user's pin does: only an archive this function gave can be
+           -- taken back, which its metadata says (a JSON true, metadata being free-form at ingest) with an
+           -- archive rule's reason; a rule's pin the user then archived by hand still carries true, with the
+           -- pin's reason. Judged first: the user's archive holds even when the memory earns a pin.
+           WHEN m.tier = 'archive'
+                AND NOT (m.metadata -> 'tier_by_rule' IS NOT DISTINCT FROM 'true'::jsonb
+                         AND coalesce(m.metadata ->> 'tier_reason', '') IN (
+                             'reliability under 0.3 after 4+ outcomes', 'a year unused, importance under 0.3'))
+               THEN 'archive:archived by the user'
+           -- earned a pin: validated many times and almost always right. Thresholds are reals, as the
+           -- columns are: the double 0.9 is above the real 0.9 (0.89999998), which a stored 0.9 holds
+           WHEN m.helpful_count + m.followed_count >= 15 AND m.reliability >= 0.9::real
                THEN 'pinned:validated 15+ times with reliability 0.9+'
            -- a pin the user set stays: only a pin this function gave can be taken back, which its metadata
-           -- says (a JSON true, metadata being free-form at ingest) with the pin's reason; a rule's archive
-           -- the user then pinned by hand still carries true, with the archive's reason
+           -- says (a JSON true) with the pin's reason; a rule's archive the user then pinned by hand still
+           -- carries true, with the archive's reason
            WHEN m.tier = 'pinned'
                 AND NOT (m.metadata -> 'tier_by_rule' IS NOT DISTINCT FROM 'true'::jsonb
                          AND m.metadata ->> 'tier_reason' IS NOT DISTINCT FROM
@@ -21,11 +31,11 @@ SELECT CASE
                THEN 'pinned:pinned by the user'
            -- judged and found wanting
            WHEN m.helpful_count + m.followed_count + m.unhelpful_count + m.ignored_count >= 4
-                AND m.reliability < 0.3
+                AND m.reliability < 0.3::real
                THEN 'archive:reliability under 0.3 after 4+ outcomes'
            -- old, unimportant and never once useful
            WHEN coalesce(m.last_seen_at, m.created_at) < at - interval '365 days'
-                AND m.helpful_count + m.followed_count = 0 AND m.importance < 0.3
+                AND m.helpful_count + m.followed_count = 0 AND m.importance < 0.3::real
                THEN 'archive:a year unused, importance under 0.3'
            ELSE 'active:' END
 $fn$;
@@ -69,6 +79,7 @@ BEGIN
         WHERE m.tenant = assign_tiers.tenant AND m.id = j.id
           AND (SELECT m.tier <> split_part(v.verdict, ':', 1)
                       OR (m.tier = 'archive' AND v.verdict LIKE 'archive:%'
+                          AND v.verdict <> 'archive:archived by the user'
                           AND m.metadata -> 'tier_by_rule' = 'true'::jsonb
                           AND m.metadata ->> 'tier_reason' IS DISTINCT FROM split_part(v.verdict, ':', 2))
                FROM (SELECT spark._tier_verdict(m, at) AS verdict) v)
@@ -79,10 +90,12 @@ END
 $fn$;
 COMMENT ON FUNCTION spark.assign_tiers(text, timestamptz) IS
     'Re-assign tenant''s memory tiers by the documented rules (docs/advisor.md): pinned when validated '
-    '(helpful + followed) 15+ times with reliability 0.9+, or pinned by the user; archive when reliability is '
-    'under 0.3 after 4+ outcomes, or unused for a year with no helpful outcome and importance under 0.3; else '
-    'active. as_of: the time the year is counted to (default now). Each row is judged as last committed '
-    '(a concurrent revaluation or outcome is waited for, then counted). Returns the memories that moved, '
-    'with the rule; an archive whose rule changed gets the new reason without being reported. spark.retrieve searches the archive only when the other tiers yield fewer than k. Errors: 22004 '
-    'NULL tenant, 22023 an empty or over-long tenant or the pack''s tenant _system, an as_of outside years 1 '
-    'to 9999 (infinity included).';
+    '(helpful + followed) 15+ times with reliability 0.9+ (as stored: a real 0.9 counts), or pinned by the '
+    'user; archive when archived by the user (an archive no rule set is left alone, even when the memory '
+    'earns a pin), when reliability is under 0.3 after 4+ outcomes, or unused for a year with no helpful '
+    'outcome and importance under 0.3; else active. as_of: the time the year is counted to (default now). '
+    'Each row is judged as last committed (a concurrent revaluation or outcome is waited for, then '
+    'counted). Returns the memories that moved, with the rule; an archive whose rule changed gets the new '
+    'reason without being reported. spark.retrieve searches the archive only when the other tiers yield '
+    'fewer than k. Errors: 22004 NULL tenant, 22023 an empty or over-long tenant or the pack''s tenant '
+    '_system, an as_of outside years 1 to 9999 (infinity included).';

@@ -100,7 +100,9 @@ COMMENT ON FUNCTION spark.revalue_sample(text, integer, real, interval, interval
     'outside 0..1, a min_age or cooldown that is negative or over 1000 years.';
 
 -- A decision's last_revalued_at as text: the time, or NULL when it is no ISO 8601 time with its offset
--- (without one the session's TimeZone would decide what it means) or no time PostgreSQL can hold.
+-- (without one the session's TimeZone would decide what it means) or no time PostgreSQL can hold (a date or
+-- clock out of range, or an offset of 16 hours or more: +16:00 is ISO 8601, but PostgreSQL holds offsets
+-- up to 15:59).
 CREATE OR REPLACE FUNCTION spark._revalued_at(value text)
 RETURNS timestamptz
 LANGUAGE plpgsql STABLE
@@ -111,14 +113,16 @@ BEGIN
         RETURN NULL;
     END IF;
     RETURN value::timestamptz;
-EXCEPTION WHEN datetime_field_overflow OR invalid_datetime_format THEN  -- 2026-13-45, 24:61:00
-    RETURN NULL;
+EXCEPTION
+    WHEN datetime_field_overflow OR invalid_datetime_format  -- 2026-13-45, 24:61:00
+         OR invalid_time_zone_displacement_value THEN  -- +16:00, +99:99
+        RETURN NULL;
 END
 $fn$;
 COMMENT ON FUNCTION spark._revalued_at(text) IS
     'spark.revalue_apply''s reading of a decision''s last_revalued_at. value: an ISO 8601 time with its '
-    'offset (2026-11-23T10:00:00.123456+00:00, or Z). Returns it, or NULL for NULL or anything else; the '
-    'caller names the entry.';
+    'offset (2026-11-23T10:00:00.123456+00:00, or Z; the offset under 16 hours). Returns it, or NULL for '
+    'NULL or anything else (never an error); the caller names the entry.';
 
 -- The result gained a status column, and CREATE OR REPLACE cannot change a result type: drop a version
 -- without it (a current one is replaced in place and keeps its grants).
@@ -289,12 +293,12 @@ BEGIN
                d.state,
                d.state IN ('raised', 'lowered') AS written,
                -- an archive spark.assign_tiers gave for low importance alone (sql/060) ends when importance
-               -- reaches 0.3; a lowered importance archives at its next run, like any other rule's. Only a
-               -- JSON true is true: metadata is free-form at ingest.
+               -- reaches 0.3 (the real 0.3, as sql/060 compares it); a lowered importance archives at its
+               -- next run, like any other rule's. Only a JSON true is true: metadata is free-form at ingest.
                (d.state IN ('raised', 'lowered') AND m.tier = 'archive'
                 AND m.metadata -> 'tier_by_rule' = 'true'::jsonb
                 AND m.metadata ->> 'tier_reason' = 'a year unused, importance under 0.3'
-                AND d.imp >= 0.3) AS lift
+                AND d.imp >= 0.3::real) AS lift
         FROM unnest(ids, imps, states, ekeys) WITH ORDINALITY d(mid, imp, state, ekey, ord)
         LEFT JOIN spark.memories m ON m.tenant = revalue_apply.tenant AND m.id = d.mid),
     moved AS (
@@ -334,6 +338,6 @@ COMMENT ON FUNCTION spark.revalue_apply(text, jsonb, text) IS
     '_system, decisions not an '
     'array, an entry that is not an object, lacks id or importance, has an unknown field, an importance or '
     'expected outside 0..1, a text_md5 that is not 32 hex digits, a last_revalued_at that is not an ISO '
-    '8601 time with offset, a reason over 1,000 characters, an id '
-    'that repeats, and without expected an id that is not the tenant''s memory or a key that does not match '
+    '8601 time with offset PostgreSQL can hold (the offset under 16 hours), a reason over 1,000 '
+    'characters, an id that repeats, and without expected an id that is not the tenant''s memory or a key that does not match '
     '(the message names decisions[i], 0-based), a bad decided_by.';

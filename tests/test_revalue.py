@@ -10,7 +10,7 @@ import time
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +20,7 @@ from psycopg import errors
 
 from spark_pg import schema
 from spark_pg.cli import main
-from spark_pg.errors import InputError
+from spark_pg.errors import ArgumentRefused, InputError
 from spark_pg.revalue import (
     SKIPPED,
     SKIPPED_DECIDED,
@@ -391,6 +391,71 @@ def test_apply_takes_any_bigint_id_and_checks_text_md5(conn: Conn, tenant: str) 
     ):
         with pytest.raises(errors.InvalidParameterValue, match=message), conn.transaction():
             revalue(conn, tenant, [entry | {"importance": 0.1}])
+
+
+@pytest.mark.parametrize("offset", ["+99:99", "+16:00", "-16:00", "+24:00"])
+def test_apply_names_an_offset_postgresql_cannot_hold(conn: Conn, tenant: str, offset: str) -> None:
+    """Was: an ISO 8601 offset of 16 hours or more raised 22009 "time zone displacement out of range" past
+    the entry checks, instead of 22023 naming the entry."""
+    mid = add(conn, tenant, "m")
+    value = f"2026-01-01T00:00:00{offset}"
+    assert conn.execute("SELECT spark._revalued_at(%s)", (value,)).fetchone() == (None,)
+    message = r"decisions\[0\]: last_revalued_at must be an ISO 8601 time with its offset or null, got"
+    with pytest.raises(errors.InvalidParameterValue, match=message), conn.transaction():
+        revalue(conn, tenant, [{"id": mid, "importance": 0.5, "last_revalued_at": value}])
+    # from Python, a datetime Python holds and PostgreSQL does not
+    far = datetime(2026, 1, 1, tzinfo=timezone(timedelta(hours=16)))
+    with pytest.raises(ArgumentRefused, match=message) as refused:
+        apply(conn, tenant, [Decision(mid, 0.5, last_revalued_at=far, check_revalued=True)])
+    assert refused.value.sqlstate == "22023"
+    # the largest offset PostgreSQL holds is read: not this memory's last revaluation (it has none)
+    [row] = revalue(conn, tenant, [{"id": mid, "importance": 0.5, "last_revalued_at": f"{value[:19]}+15:59"}])
+    assert row[6] == SKIPPED_DECIDED
+
+
+def test_python_sample_and_apply_check_their_arguments_types(conn: Conn, tenant: str) -> None:
+    """Was: sample(conn, 5, 5) raised psycopg's UndefinedFunction (42883, naming no argument), a dict for a
+    Decision AttributeError, a NaN importance JSON the database could not read, a bool seed CannotCoerce,
+    and a dry_run of "no" applied nothing without a word. Each is an InputError naming the argument."""
+    mid = add(conn, tenant, "m")
+    for args, kwargs, message in (
+        ((5, 5), {}, "tenant must be a string, got int"),
+        ((b"t", 5), {}, "tenant must be a string, got bytes"),
+        ((tenant, 2**40), {}, "n must be an integer"),
+        ((tenant,), {"max_importance": True}, "max_importance must be a number from 0 to 1, got True"),
+        ((tenant,), {"max_importance": "0.2"}, "max_importance must be a number from 0 to 1"),
+        ((tenant,), {"seed": 1.5}, "seed must be an integer"),
+        ((tenant,), {"seed": True}, "seed must be an integer"),
+    ):
+        with pytest.raises(InputError, match=message):
+            sample(conn, *args, **kwargs)  # type: ignore[arg-type]
+    good = Decision(mid, 0.5)
+    for args, kwargs, message in (
+        ((5, [good]), {}, "tenant must be a string, got int"),
+        ((tenant, [good]), {"decided_by": 5}, "decided_by must be a string"),
+        ((tenant, [good]), {"dry_run": "no"}, "dry_run must be True or False"),
+        ((tenant, good), {}, "decisions must be a sequence of Decision, got Decision"),
+        ((tenant, None), {}, "decisions must be a sequence of Decision, got NoneType"),
+        (
+            (tenant, [good, {"id": mid, "importance": 0.5}]),
+            {},
+            r"decisions\[1\] must be a Decision, got dict",
+        ),
+        ((tenant, [Decision(mid, float("nan"))]), {}, r"decisions\[0\]\.importance must be a number"),
+        ((tenant, [Decision(mid, 0.5, expected=True)]), {}, r"decisions\[0\]\.expected must be a number"),
+        ((tenant, [Decision("1", 0.5)]), {}, r"decisions\[0\]\.id must be an integer"),
+        ((tenant, [Decision(mid, 0.5, reason=5)]), {}, r"decisions\[0\]\.reason must be a string"),
+        ((tenant, [Decision(mid, 0.5, reason="a\x00b")]), {}, r"decisions\[0\]\.reason must not contain NUL"),
+        (
+            (tenant, [Decision(mid, 0.5, last_revalued_at="x", check_revalued=True)]),
+            {},
+            r"decisions\[0\]\.last_revalued_at must be a datetime or None, got str",
+        ),
+    ):
+        with pytest.raises(InputError, match=message):
+            apply(conn, *args, **kwargs)  # type: ignore[arg-type]
+    assert importances(conn, tenant) == {"m": 0.2} and logged(conn, tenant) == 0
+    assert [r.status for r in apply(conn, tenant, (d for d in [good]))] == ["raised"]  # any iterable
 
 
 def test_sample_refuses_day_counts_it_cannot_use(conn: Conn, tenant: str) -> None:
@@ -1059,6 +1124,66 @@ def test_cli_skips_what_changed_between_sample_and_apply(
     assert [(d["key"], d["status"]) for d in result["decisions"]] == [("noise", "lowered")]
 
 
+def test_cli_names_the_file_line_of_a_decision_the_database_refuses(
+    cli: str, tenant: str, stored: dict[str, int], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Was: "[22023]: decisions[1]: id 4 is not a memory of tenant ..." for line 3 of a file whose line 2 is
+    blank, although the file's own checks name the line."""
+    with psycopg.connect(cli) as conn:
+        foreign = add(conn, f"{tenant}-other", "theirs")
+    try:
+        path = tmp_path / "d1.jsonl"
+        path.write_text(
+            json.dumps({"id": stored["quiet"], "importance": 0.5}) + "\n\n"
+            + json.dumps({"id": foreign, "importance": 0.5}) + "\n"
+        )  # fmt: skip
+        code, out, err = run(capsys, "revalue", "--tenant", tenant, "--from-file", str(path))
+        assert (code, out) == (2, "")
+        assert err == (
+            f"spark-pg: error [22023]: {path} line 3: id {foreign} is not a memory of tenant '{tenant}'\n"
+        )
+        with psycopg.connect(cli) as conn:
+            assert logged(conn, tenant) == 0 and importances(conn, tenant)["quiet"] == 0.3
+    finally:
+        with psycopg.connect(cli) as conn:
+            conn.execute("DELETE FROM spark.memories WHERE tenant = %s", (f"{tenant}-other",))
+
+
+@pytest.mark.parametrize("name", ["d.jsonl", "d.yaml"])
+def test_cli_refuses_an_offset_postgresql_cannot_hold_by_its_line(
+    cli: str,
+    tenant: str,
+    stored: dict[str, int],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    name: str,
+) -> None:
+    """Was: Python reads +16:00 (offsets up to 24 hours), PostgreSQL does not: "error [22009]: time zone
+    displacement out of range", naming neither the file nor the line."""
+    rows = [
+        {"id": stored["quiet"], "importance": 0.5, "last_revalued_at": None},
+        {"id": stored["advice"], "importance": 0.5, "last_revalued_at": "2026-01-01T00:00:00+16:00"},
+    ]
+    path = tmp_path / name
+    if name.endswith(".jsonl"):
+        path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+        line = 2
+    else:  # unquoted: YAML makes a datetime of it
+        path.write_text(
+            f"- id: {stored['quiet']}\n  importance: 0.5\n"
+            f"- id: {stored['advice']}\n  importance: 0.5\n  last_revalued_at: 2026-01-01T00:00:00+16:00\n"
+        )
+        line = 3
+    code, out, err = run(capsys, "revalue", "--tenant", tenant, "--from-file", str(path))
+    assert (code, out) == (2, "")
+    assert err == (
+        f"spark-pg: error: {path} line {line}: last_revalued_at's offset must be under 16 hours (PostgreSQL "
+        "holds no more), got '2026-01-01T00:00:00+16:00'\n"
+    )
+    with psycopg.connect(cli) as conn:
+        assert logged(conn, tenant) == 0
+
+
 def test_cli_errors(
     cli: str, tenant: str, stored: dict[str, int], tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -1067,7 +1192,7 @@ def test_cli_errors(
         json.dumps({"id": stored["quiet"], "importance": 0.6}) + '\n{"id": -3, "importance": 0.6}\n'
     )
     code, _, err = run(capsys, "revalue", "--tenant", tenant, "--from-file", str(decisions))
-    assert code == 2 and "decisions[1]: id -3 is not a memory of tenant" in err
+    assert code == 2 and f"{decisions} line 2: id -3 is not a memory of tenant" in err
     with psycopg.connect(cli) as conn:
         assert logged(conn, tenant) == 0 and importances(conn, tenant)["quiet"] == 0.3
     code, _, err = run(capsys, "revalue", "--tenant", tenant, "--interactive", "--export", "x.jsonl")

@@ -20,15 +20,15 @@ time), and one whose memory was deleted is skipped too. Three deciders:
 The rules of the auto decider are in docs/advisor.md (Importance revaluation) and in :func:`propose`.
 
 Modules: :mod:`.records` (the records and defaults), :mod:`.store` (the database calls), :mod:`.decide`
-(the auto decider), :mod:`.interactive`, :mod:`.files` (export and decisions files) and :mod:`.cli` (the
-command).
+(the auto decider), :mod:`.interactive`, :mod:`.files` (export and decisions files), :mod:`.checks` (the
+Python arguments of sample and apply) and :mod:`.cli` (the command).
 """
 
 from __future__ import annotations
 
 from spark_pg.revalue.cli import add_parser, cmd_revalue, counts
 from spark_pg.revalue.decide import FOUNDATIONAL, HARD_NOISE, NOISE_CEILING, decide_auto, propose
-from spark_pg.revalue.files import read_decisions, sample_rows, write_sample
+from spark_pg.revalue.files import read_decisions, read_numbered_decisions, sample_rows, write_sample
 from spark_pg.revalue.interactive import PROMPT, decide_interactive, show
 from spark_pg.revalue.records import (
     DEFAULT_COOLDOWN_DAYS,
@@ -69,6 +69,7 @@ __all__ = [
     "decide_interactive",
     "propose",
     "read_decisions",
+    "read_numbered_decisions",
     "sample",
     "sample_rows",
     "show",

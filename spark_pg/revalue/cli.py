@@ -12,9 +12,9 @@ from pathlib import Path
 from typing import TextIO, TypeVar
 
 from spark_pg.cli_args import int8_arg
-from spark_pg.errors import InputError
+from spark_pg.errors import ArgumentRefused, InputError
 from spark_pg.revalue.decide import decide_auto
-from spark_pg.revalue.files import EXPORT_SUFFIXES, read_decisions, write_sample
+from spark_pg.revalue.files import EXPORT_SUFFIXES, name_lines, read_numbered_decisions, write_sample
 from spark_pg.revalue.interactive import asker, decide_interactive
 from spark_pg.revalue.records import (
     DEFAULT_COOLDOWN_DAYS,
@@ -124,8 +124,11 @@ def cmd_revalue(args: argparse.Namespace) -> int:
     out = sys.stderr if args.json else sys.stdout
     with SparkClient(load_settings()) as client:
         conn = client.conn
+        lines: list[int] = []  # the file line of each decision, when they come from a file
         if mode == "file":
-            decisions = read_decisions(Path(args.from_file), args.tenant)
+            numbered = read_numbered_decisions(Path(args.from_file), args.tenant)
+            lines = [line for line, _ in numbered]
+            decisions = [decision for _, decision in numbered]
             decided_by = "file"
         else:
             memories = sample(
@@ -175,7 +178,15 @@ def cmd_revalue(args: argparse.Namespace) -> int:
             else:
                 decisions = decide_auto(memories, progress=not args.quiet)
                 decided_by = "auto"
-        results = apply(conn, args.tenant, decisions, decided_by=decided_by, dry_run=args.dry_run)
+        try:
+            results = apply(conn, args.tenant, decisions, decided_by=decided_by, dry_run=args.dry_run)
+        except ArgumentRefused as exc:
+            if mode != "file":
+                raise
+            # what only the database checks (an id that is not the tenant's memory, ...) named by file line,
+            # as the file's own checks are, not by the decisions[i] the database was sent
+            message = name_lines(str(exc), Path(args.from_file), lines)
+            raise ArgumentRefused(exc.sqlstate, message) from exc.__cause__
         conn.commit()
     reasons = {d.id: d.reason for d in decisions}
     if args.json:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Sequence
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +14,8 @@ import yaml
 from spark_pg.errors import InputError
 from spark_pg.revalue.records import MAX_REASON, Decision, Sampled, revalued_text
 from spark_pg.rowfiles import jsonl_rows, string_problem, yaml_rows
+
+MAX_OFFSET = timedelta(hours=16)  # a time zone offset PostgreSQL refuses (22009): Python takes up to 24 hours
 
 
 def _rows(path: Path) -> list[tuple[int, Any]]:
@@ -35,17 +37,23 @@ def _rows(path: Path) -> list[tuple[int, Any]]:
 
 
 def read_decisions(path: Path, tenant: str | None = None) -> list[Decision]:
-    """Decisions from a .jsonl or .yaml file: one object per line / item with ``id`` (integer) and
-    ``importance`` (0..1), optionally ``reason``, ``key``, ``expected`` (the importance the decision was
-    made on, 0..1: :func:`write_sample` writes the sampled one, and spark.revalue_apply skips the row if the
-    memory's importance or key has changed since, or the memory is gone; absent or null, no check) and
-    ``text_md5`` (the text as sampled: skipped if it has been edited) and ``last_revalued_at`` (the memory's
-    last revaluation as sampled, null for none: skipped if it has been revalued since, so a file applied
-    twice logs nothing the second time; absent, no check); other fields (the ones
-    :func:`write_sample` adds for the reader) are ignored, except a ``tenant`` that is not ``tenant``. The
-    whole file is checked before anything is applied; the first bad row raises :class:`InputError` naming
-    the line."""
-    decisions: list[Decision] = []
+    """The decisions of :func:`read_numbered_decisions`, without their line numbers."""
+    return [decision for _, decision in read_numbered_decisions(path, tenant)]
+
+
+def read_numbered_decisions(path: Path, tenant: str | None = None) -> list[tuple[int, Decision]]:
+    """(line, decision) of each decision in a .jsonl or .yaml file: one object per line / item with ``id``
+    (integer) and ``importance`` (0..1), optionally ``reason``, ``key``, ``expected`` (the importance the
+    decision was made on, 0..1: :func:`write_sample` writes the sampled one, and spark.revalue_apply skips
+    the row if the memory's importance or key has changed since, or the memory is gone; absent or null, no
+    check), ``text_md5`` (the text as sampled: skipped if it has been edited) and ``last_revalued_at`` (the
+    memory's last revaluation as sampled, null for none, its offset under 16 hours: skipped if it has been
+    revalued since, so a file applied twice logs nothing the second time; absent, no check); other fields
+    (the ones :func:`write_sample` adds for the reader) are ignored, except a ``tenant`` that is not
+    ``tenant``. The whole file is checked before anything is applied; the first bad row raises
+    :class:`InputError` naming the line (a refusal only the database can make, such as an id that is not
+    the tenant's memory, :func:`name_lines` words the same way)."""
+    decisions: list[tuple[int, Decision]] = []
     seen: dict[int, int] = {}
     for line, row in _rows(path):
         where = f"{path} line {line}"
@@ -81,23 +89,38 @@ def read_decisions(path: Path, tenant: str | None = None) -> list[Decision]:
             raise InputError(f"{where}: id {ident} was already decided on line {seen[ident]}")
         seen[ident] = line
         decisions.append(
-            Decision(
-                ident,
-                float(value),
-                reason,
-                key,
-                None if expected is None else float(expected),
-                text_md5,
-                revalued,
-                check_revalued,
+            (
+                line,
+                Decision(
+                    ident,
+                    float(value),
+                    reason,
+                    key,
+                    None if expected is None else float(expected),
+                    text_md5,
+                    revalued,
+                    check_revalued,
+                ),
             )
         )
     return decisions
 
 
+def name_lines(message: str, path: Path, lines: Sequence[int]) -> str:
+    """``message`` (spark.revalue_apply's refusal of a file's decisions) with each ``decisions[i]`` it names
+    written as the file's line that decision came from: ``lines[i]``, as :func:`read_numbered_decisions`
+    gives them."""
+
+    def line(match: re.Match[str]) -> str:
+        i = int(match.group(1))
+        return f"{path} line {lines[i]}" if i < len(lines) else match.group(0)
+
+    return re.sub(r"decisions\[(\d+)\]", line, message)
+
+
 def _revalued_at(value: Any, where: str) -> datetime | None:
     """A row's ``last_revalued_at``: None, or an ISO 8601 time with its offset (a string, or the time YAML
-    makes of one left unquoted)."""
+    makes of one left unquoted), the offset under 16 hours: PostgreSQL holds no more (Python up to 24)."""
     if value is None:
         return None
     at = value if isinstance(value, datetime) else None
@@ -106,9 +129,15 @@ def _revalued_at(value: Any, where: str) -> datetime | None:
             at = datetime.fromisoformat(value)
         except ValueError:
             at = None
-    if at is None or at.tzinfo is None:
+    offset = None if at is None else at.utcoffset()
+    if at is None or offset is None:
         raise InputError(
             f"{where}: last_revalued_at must be an ISO 8601 time with its offset or null, got {value!r}"
+        )
+    if abs(offset) >= MAX_OFFSET:
+        raise InputError(
+            f"{where}: last_revalued_at's offset must be under 16 hours (PostgreSQL holds no more), "
+            f"got {at.isoformat()!r}"
         )
     return at
 

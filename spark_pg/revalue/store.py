@@ -13,6 +13,7 @@ from spark_pg import queries
 from spark_pg.errors import InputError
 from spark_pg.refusals import refusals
 from spark_pg.retrieve import one_statement
+from spark_pg.revalue.checks import decisions_arg, flag_arg, fraction_arg, text_arg
 from spark_pg.revalue.records import (
     DEFAULT_COOLDOWN_DAYS,
     DEFAULT_MAX_IMPORTANCE,
@@ -23,6 +24,7 @@ from spark_pg.revalue.records import (
     Decision,
     Sampled,
 )
+from spark_pg.sql_args import INT8, int_arg
 
 
 def sample(
@@ -35,25 +37,23 @@ def sample(
     cooldown_days: float = DEFAULT_COOLDOWN_DAYS,
     seed: int | None = None,
 ) -> list[Sampled]:
-    """spark.revalue_sample: up to ``n`` random memories of ``tenant`` at or below ``max_importance``,
-    created at least ``min_age_days`` ago and not revalued within ``cooldown_days`` (0 to 36,500 days each;
-    InputError otherwise, as for an ``n`` that is not an integer)."""
-    if isinstance(n, bool) or not isinstance(n, int):
-        raise InputError(f"n must be an integer, got {n!r}")
+    """spark.revalue_sample: up to ``n`` random memories of ``tenant`` at or below ``max_importance`` (0 to
+    1), created at least ``min_age_days`` ago and not revalued within ``cooldown_days`` (0 to 36,500 days
+    each); ``seed`` an integer or None. An argument of the wrong type or out of range raises InputError
+    naming it (a tenant that is not a str, an ``n`` or ``seed`` that is not an integer, ...)."""
+    checked = {
+        "tenant": text_arg("tenant", tenant),
+        "n": int_arg("n", n),
+        "max_importance": fraction_arg("max_importance", max_importance),
+        "seed": None if seed is None else int_arg("seed", seed, INT8),
+    }
     for name, days in (("min_age_days", min_age_days), ("cooldown_days", cooldown_days)):
         if isinstance(days, bool) or not isinstance(days, int | float) or not 0 <= days <= MAX_DAYS:
             raise InputError(f"{name} must be a number of days from 0 to {MAX_DAYS}, got {days!r}")
     with one_statement(conn):  # the caller's connection as it was, also on error
         rows = conn.execute(
             queries.REVALUE_SAMPLE,
-            {
-                "tenant": tenant,
-                "n": n,
-                "max_importance": max_importance,
-                "min_age": timedelta(days=min_age_days),
-                "cooldown": timedelta(days=cooldown_days),
-                "seed": seed,
-            },
+            checked | {"min_age": timedelta(days=min_age_days), "cooldown": timedelta(days=cooldown_days)},
         ).fetchall()
     return [Sampled(*row) for row in rows]
 
@@ -70,10 +70,11 @@ def apply(
     the caller's); ``dry_run`` checks and reports everything, then rolls back. A decision the database
     refuses (an id that is not the tenant's, ...) raises InputError and nothing is applied; a decision whose
     ``expected`` importance is no longer the memory's comes back with status "skipped: changed since
-    sampled", the others applied."""
-    payload = json.dumps([d.as_json() for d in decisions])
-    with refusals(), conn.transaction(force_rollback=dry_run):
-        rows = conn.execute(
-            queries.REVALUE_APPLY, {"tenant": tenant, "decisions": payload, "decided_by": decided_by}
-        ).fetchall()
+    sampled", the others applied. An argument of the wrong type raises InputError naming it before anything
+    is sent (a tenant or ``decided_by`` that is not a str, an item that is not a :class:`Decision`, a NaN
+    importance, ...)."""
+    args = {"tenant": text_arg("tenant", tenant), "decided_by": text_arg("decided_by", decided_by)}
+    payload = json.dumps([d.as_json() for d in decisions_arg(decisions)])
+    with refusals(), conn.transaction(force_rollback=flag_arg("dry_run", dry_run)):
+        rows = conn.execute(queries.REVALUE_APPLY, args | {"decisions": payload}).fetchall()
     return [Applied(*row) for row in rows]

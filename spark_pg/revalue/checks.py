@@ -1,0 +1,78 @@
+"""The Python arguments of :func:`~spark_pg.revalue.store.sample` and :func:`~spark_pg.revalue.store.apply`,
+checked before they are sent.
+
+psycopg picks the SQL type from the Python type: a tenant that is not a str selects no function (42883
+"function ... does not exist", naming nothing the caller wrote), a bool importance or seed meets no cast, a
+float seed is rounded, NaN makes JSON the database cannot read, and an object that is no Decision fails
+inside ``apply``. These raise InputError naming the argument instead. Ranges the SQL functions check
+themselves (an empty tenant, an importance outside 0..1 in a decision) are left to them: their refusal names
+the argument too.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from datetime import datetime
+from typing import Any
+
+from spark_pg.errors import InputError
+from spark_pg.revalue.records import Decision
+from spark_pg.rowfiles import checked_text
+
+
+def text_arg(name: str, value: Any) -> str | None:
+    """``value`` when it is a str PostgreSQL can store; None goes on to the SQL function, which refuses a NULL
+    (22004) in its own words."""
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise InputError(f"{name} must be a string, got {type(value).__name__} {value!r:.80}")
+    return checked_text(name, value)
+
+
+def fraction_arg(name: str, value: Any) -> float:
+    """``value`` when it is a number from 0 to 1 (not a bool; NaN is refused), rounded to 40 places: the
+    SQL function takes a real, and a smaller number than a real holds (1e-300) would be an underflow."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value <= 1:
+        raise InputError(f"{name} must be a number from 0 to 1, got {value!r:.80}")
+    return round(float(value), 40)
+
+
+def flag_arg(name: str, value: Any) -> bool:
+    """``value`` when it is True or False (a string such as "no" would count as true)."""
+    if not isinstance(value, bool):
+        raise InputError(f"{name} must be True or False, got {value!r:.80}")
+    return value
+
+
+def decisions_arg(decisions: Any) -> list[Decision]:
+    """``decisions`` as a list, when it is an iterable of :class:`Decision` whose fields JSON and
+    spark.revalue_apply can take (else InputError naming ``decisions[i]`` and the field)."""
+    if isinstance(decisions, str | bytes | Mapping | Decision) or not isinstance(decisions, Iterable):
+        raise InputError(f"decisions must be a sequence of Decision, got {type(decisions).__name__}")
+    checked = list(decisions)
+    for i, decision in enumerate(checked):
+        where = f"decisions[{i}]"
+        if not isinstance(decision, Decision):
+            raise InputError(f"{where} must be a Decision, got {type(decision).__name__}")
+        _decision_fields(where, decision)
+    return checked
+
+
+def _decision_fields(where: str, d: Decision) -> None:
+    if isinstance(d.id, bool) or not isinstance(d.id, int):
+        raise InputError(f"{where}.id must be an integer memory id, got {d.id!r:.80}")
+    for name, number, optional in (("importance", d.importance, False), ("expected", d.expected, True)):
+        if optional and number is None:
+            continue
+        if isinstance(number, bool) or not isinstance(number, int | float) or not math.isfinite(number):
+            raise InputError(f"{where}.{name} must be a number from 0 to 1, got {number!r:.80}")
+    for name, text in (("reason", d.reason), ("key", d.key), ("text_md5", d.text_md5)):
+        if text is not None:
+            text_arg(f"{where}.{name}", text)
+    if d.last_revalued_at is not None and not isinstance(d.last_revalued_at, datetime):
+        raise InputError(
+            f"{where}.last_revalued_at must be a datetime or None, got {type(d.last_revalued_at).__name__}"
+        )
+    flag_arg(f"{where}.check_revalued", d.check_revalued)
