@@ -40,7 +40,8 @@ class IngestResult:
     future: int = 0
     latest: datetime | None = None  # the latest such created_at
     # vectors this call stored, the unchanged rows' included (one written with its embedding deferred gets
-    # its vector from the next synchronous write of the same content); 0 when embedding is deferred
+    # its vector from the next synchronous write of the same content); 0 when embedding is deferred, and
+    # when another model became the active one while the call embedded (its rows wait in the queue)
     embedded: int = 0
 
     @property
@@ -83,6 +84,32 @@ def check_active_model(conn: psycopg.Connection[Any], name: str) -> None:
             f"set embedding.model to {active[1]}, or move every memory to {name} with "
             f"`spark-pg reembed --model {name}`"
         )
+
+
+def hold_active_model(conn: psycopg.Connection[Any]) -> tuple[int, str] | None:
+    """Hold off a model switch until the current transaction ends (queries.HOLD_MODEL_SWITCH), then return
+    the active model as (id, name), or None when none is. Writers that store vectors call it in their write
+    transaction before they write anything, and store vectors only of that model."""
+    conn.execute(queries.HOLD_MODEL_SWITCH)
+    row = conn.execute(queries.ACTIVE_MODEL_HELD).fetchone()
+    return None if row is None else (int(row[0]), str(row[1]))
+
+
+def _model_kept(conn: psycopg.Connection[Any], model_id: int, name: str) -> int | None:
+    """``model_id`` when it is still the active model, held so until the commit (:func:`hold_active_model`);
+    else None, with a warning: a switch (`spark-pg reembed`) committed since :func:`ensure_model` checked,
+    and the rows are written without vectors of the retired model, queued for a worker on the new one."""
+    active = hold_active_model(conn)
+    if active is not None and active[0] == model_id:
+        return model_id
+    now = f"{active[1]} is the active model now" if active is not None else "no model is active now"
+    log.warning(
+        "the model was switched while this ingest embedded: %s, not %s; the rows are stored without vectors "
+        "and queued for `spark-pg worker`; set embedding.model to the active model",
+        now,
+        name,
+    )
+    return None
 
 
 def ensure_model(conn: psycopg.Connection[Any], embedder: Embedder) -> int:
@@ -208,7 +235,9 @@ def ingest(
     Records of the pack's tenant are refused unless ``pack`` (the pack loader): they reach every tenant.
 
     ``embedder`` None defers embedding (write-behind): the rows are stored at once, keyword-findable, and
-    queued in spark.embed_queue for ``spark-pg worker``."""
+    queued in spark.embed_queue for ``spark-pg worker``. So are they when a model switch (``spark-pg
+    reembed``) commits while the call embeds: its vectors are of the retired model, and are not stored (a
+    warning is logged). A switch that comes later waits for this call's commit."""
     bad = next((i for i, r in enumerate(records) if not isinstance(r, MemoryIn)), None)
     if bad is not None:
         raise InputError(
@@ -252,6 +281,10 @@ def ingest(
                     copy.write_row(_row(record, vector, model_id if vector is not None else None))
             bar.update(len(chunk))
         bar.set_postfix_str("writing")  # the bar is full once the rows are staged: the upsert is not done
+        if embedder is not None and model_id is not None:
+            # checked again, now held until the commit: a switch that committed since ensure_model rebuilt
+            # the queue without these rows, and vectors of the old model would take them off it for good
+            model_id = _model_kept(conn, model_id, embedder.spec.name)
         cur.execute(queries.INDEX_INGEST_TABLE)
         cur.execute(queries.LOCK_INGEST_ROWS)
         cur.execute(queries.KEEP_STORED_FIELDS)
@@ -265,8 +298,10 @@ def ingest(
             else:
                 updated += 1
         cur.execute(queries.INGEST_WRITES, ("off",))
-        cur.execute(queries.STORE_VECTORS)
-        embedded = max(cur.rowcount, 0)
+        embedded = 0
+        if model_id is not None:
+            cur.execute(queries.STORE_VECTORS)
+            embedded = max(cur.rowcount, 0)
         bar.set_postfix_str("")
     refresh_after_write(conn, sorted({r.tenant for r in records}))
     future, latest = dated_ahead(records)

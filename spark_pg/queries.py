@@ -10,6 +10,17 @@ SELECT spark.register_model(name => %(name)s, dim => %(dim)s, pooling => %(pooli
 
 ACTIVE_MODEL = "SELECT id, name, dim FROM spark.active_model() WHERE id IS NOT NULL"
 
+# A writer that stores vectors (ingest, the worker) takes this lock in its write transaction before it
+# writes anything, holds it to the commit, and only then checks the active model (ACTIVE_MODEL_HELD, its own
+# statement: a statement's snapshot is taken before it waits for a lock). spark.activate_model takes it
+# exclusively (sql/010-models.sql): a switch waits for the writers in flight and rebuilds the queue with
+# what they wrote, and a writer that comes after it sees the new model.
+HOLD_MODEL_SWITCH = "SELECT pg_advisory_xact_lock_shared(hashtextextended('spark.activate_model', 0))"
+
+# FOR SHARE: in a caller's REPEATABLE READ transaction, a switch committed since its snapshot is a
+# serialization failure (40001) instead of the old model read as still active
+ACTIVE_MODEL_HELD = "SELECT id, name FROM spark.embedding_models WHERE active FOR SHARE"
+
 INGEST_COLUMNS = (
     "tenant",
     "key",
@@ -128,7 +139,8 @@ FROM unnest(%(tenants)s::text[], %(keys)s::text[], %(vectors)s::vector[]) AS v(t
 WHERE s.tenant = v.tenant AND s.key = v.key
 """
 
-# the staged vectors (a row staged without one kept its content, and so its stored vector)
+# the staged vectors (a row staged without one kept its content, and so its stored vector); ingest runs it
+# only while their model is the active one, under HOLD_MODEL_SWITCH
 STORE_VECTORS = """
 INSERT INTO spark.embeddings AS e (tenant, memory_id, model_id, created_at, embedding, embedded_at)
 SELECT m.tenant, m.id, s.embedding_model_id, m.created_at, s.embedding, clock_timestamp()

@@ -198,10 +198,17 @@ def reembed(
             "and run again"
         )
         return report
-    if previous is None:
-        report.decision = "no other model was active: the vectors are built, nothing to switch"
-        if switch:
+    if previous is None:  # the first model registered: spark.register_model made it the active one
+        name = embedder.spec.name
+        if switch:  # the queue rebuilt for it: what the build could not embed waits there
             _switch(conn, report)
+            # said "nothing to switch" before, followed by the CLI's line for a switch that ran
+            report.decision = f"no model was active before: {name} is the active model now, its vectors built"
+        else:
+            report.decision = (
+                f"no model was active before: {name} became the active model when it was registered (the "
+                "first model registered always does, --no-switch or not); its vectors are built"
+            )
         return report
     old_row = conn.execute(queries.MODEL_ID, {"name": previous}).fetchone()
     assert old_row is not None

@@ -5,7 +5,8 @@ take other rows), embed their descriptors, store the vectors; the embeddings tri
 queue as the vectors land, and the commit makes both visible at once. A worker killed mid-batch never
 commits: its rows return to the queue for the next worker, and nothing is stored twice (one vector per
 memory and model). A vector is stored only if the memory still has the content that was embedded; a memory
-changed meanwhile stays queued (its update re-queued it) and is embedded again with the new text.
+changed meanwhile stays queued (its update re-queued it) and is embedded again with the new text. A model
+switch waits for the batch in flight; the next batch sees the new model and stops the worker.
 
 Between batches the worker sleeps on ``LISTEN spark_embed`` (the queue triggers notify), waking at least
 every ``poll_s`` seconds. A text the model cannot embed gets an attempt counted, its error kept and a
@@ -35,7 +36,7 @@ from spark_pg import queries
 from spark_pg.embed_queue import MAX_ATTEMPTS
 from spark_pg.embedding import Embedder
 from spark_pg.errors import DatabaseError, EmbeddingError, InputError, ModelMismatch, SchemaError
-from spark_pg.ingest import ensure_model, refresh_after_write
+from spark_pg.ingest import ensure_model, hold_active_model, refresh_after_write
 
 CHANNEL = "spark_embed"
 KEPT_ERRORS = 100  # the latest embedding errors a worker keeps for its summary
@@ -186,10 +187,11 @@ def embed_batch(
     could be embedded and the model cannot embed a check text either, the model is broken: EmbeddingError,
     and the claim is rolled back with no attempt charged. Raises ModelMismatch when
     ``model_id`` is no longer the active model (a `spark-pg reembed` switched models while the worker ran:
-    its vectors would never take a row off the queue, which only the active model's vectors do)."""
+    its vectors would never take a row off the queue, which only the active model's vectors do). The check
+    holds for the whole batch: a switch waits for the batch's commit."""
     with conn.transaction():
-        active = conn.execute(queries.ACTIVE_MODEL).fetchone()
-        if active is None or int(active[0]) != model_id:
+        active = hold_active_model(conn)  # a switch now waits for this batch's commit
+        if active is None or active[0] != model_id:
             now = f"the active model is now {active[1]}" if active is not None else "no model is active now"
             raise ModelMismatch(
                 f"the worker embeds with {embedder.spec.name}, but {now}: restart the worker with "

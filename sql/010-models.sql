@@ -145,6 +145,12 @@ BEGIN
         RAISE EXCEPTION 'name must be a registered model name' USING ERRCODE = 'invalid_parameter_value';
     END IF;
     PERFORM pg_advisory_xact_lock(hashtext('spark.register_model'));
+    -- then wait for the writers of vectors in flight: ingest and the worker hold this lock shared from before
+    -- their writes until they commit, and check the active model once they have it (spark_pg/queries.py,
+    -- HOLD_MODEL_SWITCH). The queue rebuilt below sees what they wrote, and a writer that comes after sees
+    -- the new model. Without it, an ingest's vector of the old model took its new memory off the queue,
+    -- and this rebuild, which could not see the memory yet, did not queue it again: never embedded.
+    PERFORM pg_advisory_xact_lock(hashtextextended('spark.activate_model', 0));
     SELECT * INTO target FROM spark.embedding_models m WHERE m.name = activate_model.name;
     IF NOT FOUND THEN
         RAISE EXCEPTION 'model % is not registered', quote_literal(name) USING ERRCODE = 'invalid_parameter_value';
@@ -161,7 +167,10 @@ BEGIN
     INSERT INTO spark.embed_queue (tenant, memory_id)
     SELECT mm.tenant, mm.id FROM spark.memories mm
     WHERE NOT EXISTS (SELECT 1 FROM spark.embeddings e
-                      WHERE e.tenant = mm.tenant AND e.memory_id = mm.id AND e.model_id = target.id);
+                      WHERE e.tenant = mm.tenant AND e.memory_id = mm.id AND e.model_id = target.id)
+    -- a writer that stores no vector takes no lock (a deferred ingest, an edit in SQL): the memory it queued
+    -- and had not committed when the DELETE ran stays queued (a plain INSERT failed on it with 23505)
+    ON CONFLICT (tenant, memory_id) DO NOTHING;
     GET DIAGNOSTICS queued = ROW_COUNT;
     previous := old.name;
     active := target.name;
@@ -172,9 +181,12 @@ COMMENT ON FUNCTION spark.activate_model(text) IS
     'Make a registered model the active one (the one retrieval compares against), in one transaction: the '
     'previous model''s vectors stay (its index may be dropped after; its retired_at is set, the new one''s '
     'cleared), and spark.embed_queue is rebuilt with '
-    'the memories that lack a vector of the new model. name: spark.embedding_models.name. Returns the '
-    'previous and new active model and how many memories were queued. Errors: 22004 NULL name; 22023 an '
-    'empty or unknown name.';
+    'the memories that lack a vector of the new model. It first waits for the writers that store vectors '
+    '(they hold pg_advisory_xact_lock_shared(hashtextextended(''spark.activate_model'', 0)) until they '
+    'commit, and check the active model once they hold it), so the rebuilt queue sees what they wrote. '
+    'name: spark.embedding_models.name. '
+    'Returns the previous and new active model and how many memories were queued. Errors: 22004 NULL name; '
+    '22023 an empty or unknown name.';
 
 CREATE OR REPLACE FUNCTION spark.active_model()
 RETURNS spark.embedding_models

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+import threading
+from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime
 from importlib import resources
 from pathlib import Path
@@ -13,13 +14,17 @@ import psycopg
 import pytest
 
 from spark_pg import client as client_module
+from spark_pg import queries
 from spark_pg.cli import main
 from spark_pg.client import SparkClient
 from spark_pg.config import Settings
+from spark_pg.db import connect
+from spark_pg.embedding import Embedder, Vector
 from spark_pg.errors import IngestError, InputError, ModelMismatch
-from spark_pg.ingest import ingest
+from spark_pg.ingest import ensure_model, ingest
 from spark_pg.records import SYSTEM_TENANT, MemoryIn, read_file, validate_row
 from spark_pg.triggers import TriggerRuleError
+from tests.conftest import Blocked
 
 
 @pytest.fixture
@@ -571,3 +576,95 @@ def test_a_reingest_keeps_what_the_lifecycle_changed_unless_the_file_gives_it(
         "SELECT importance, tier, metadata FROM spark.memories WHERE tenant = %s AND key = 'a'", (tenant,)
     ).fetchone()
     assert a is not None and (round(a[0], 2), a[1], a[2]) == (0.9, "active", {})
+
+
+def register_other_model(url: str, embedder: Embedder) -> None:
+    """``embedder``'s model registered (the active one), and a second model of the same shape (not active),
+    as `spark-pg reembed` leaves it before its switch."""
+    spec = embedder.spec
+    with connect(url) as c:
+        ensure_model(c, embedder)
+        c.execute("SELECT spark.register_model(%s, %s, %s, %s)", ("other/model", spec.dim, spec.pooling, 256))
+        c.commit()
+
+
+def left_out(url: str) -> list[tuple[str, bool, list[str]]]:
+    """(key, queued, models of its vectors) of each memory that has no vector of the active model."""
+    with connect(url) as c:
+        rows = c.execute(
+            """SELECT m.key, EXISTS (SELECT 1 FROM spark.embed_queue q
+                                     WHERE q.tenant = m.tenant AND q.memory_id = m.id),
+                      ARRAY(SELECT em.name FROM spark.embeddings e
+                            JOIN spark.embedding_models em ON em.id = e.model_id
+                            WHERE e.tenant = m.tenant AND e.memory_id = m.id)
+               FROM spark.memories m
+               WHERE NOT EXISTS (SELECT 1 FROM spark.embeddings e WHERE e.tenant = m.tenant
+                                 AND e.memory_id = m.id AND e.model_id = (spark.active_model()).id)
+               ORDER BY m.key"""
+        ).fetchall()
+    return [(str(k), bool(q), list(v)) for k, q, v in rows]
+
+
+def test_a_switch_during_the_write_waits_for_it_and_queues_the_new_memory(
+    installed_db: str, embedder: Embedder, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Was: ingest checked the active model in a transaction of its own and wrote in another. A switch that
+    committed after its vectors were stored (their trigger took the new memory off the queue) and before its
+    commit rebuilt the queue without the memory, still invisible to it: left with a vector of the retired
+    model only, not queued, never embedded, and nothing said so."""
+    register_other_model(installed_db, embedder)
+    stored_vectors, go_on = threading.Event(), threading.Event()
+    execute = psycopg.Cursor.execute
+
+    def pause_after_the_store(self: psycopg.Cursor[Any], query: Any, *args: Any, **kwargs: Any) -> Any:
+        result = execute(self, query, *args, **kwargs)
+        if query is queries.STORE_VECTORS:  # the vectors are stored, the commit comes next
+            stored_vectors.set()
+            go_on.wait(30)
+        return result
+
+    monkeypatch.setattr(psycopg.Cursor, "execute", pause_after_the_store)
+    results: list[Any] = []
+
+    def write() -> None:
+        with connect(installed_db) as c:
+            results.append(ingest(c, [MemoryIn(tenant="t", key="during", text="Pin base images")], embedder))
+            c.commit()
+
+    writer = threading.Thread(target=write)
+    writer.start()
+    try:
+        assert stored_vectors.wait(60)
+        switch = Blocked(installed_db, "SELECT * FROM spark.activate_model('other/model')").start(seconds=5)
+        waited = switch._thread.is_alive()  # waits for the write's commit (the old code did not)
+    finally:
+        go_on.set()
+        writer.join(60)
+    assert switch.join() is None and results and results[0].embedded == 1
+    assert left_out(installed_db) == [("during", True, [embedder.spec.name])]  # queued for other/model
+    assert waited
+
+
+def test_a_write_after_a_switch_stores_no_vector_of_the_retired_model(
+    installed_db: str, embedder: Embedder, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A switch that commits while an ingest embeds (before it writes): the rows are written and queued for a
+    worker on the new model, as a deferred write's, with a warning; no vector of the retired model."""
+    register_other_model(installed_db, embedder)
+
+    class SwitchWhileEmbedding(Embedder):
+        def embed_documents(self, texts: Sequence[str], batch_size: int = 16) -> list[Vector]:
+            with connect(installed_db, autocommit=True) as c:
+                c.execute("SELECT * FROM spark.activate_model('other/model')")
+            return embedder.embed_documents(texts, batch_size)
+
+    with connect(installed_db) as c:
+        result = ingest(
+            c,
+            [MemoryIn(tenant="t", key="late", text="Pin base images")],
+            SwitchWhileEmbedding(embedder.spec, embedder._model),
+        )
+        c.commit()
+    assert (result.inserted, result.embedded) == (1, 0)
+    assert left_out(installed_db) == [("late", True, [])]
+    assert "other/model is the active model now" in caplog.text

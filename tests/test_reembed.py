@@ -25,7 +25,7 @@ from spark_pg.ingest import ingest
 from spark_pg.records import MemoryIn
 from spark_pg.reembed import reembed
 from spark_pg.worker import run_worker
-from tests.conftest import temp_database
+from tests.conftest import Blocked, temp_database
 
 NEW = "minilm-int8-cls"
 TOPICS = [
@@ -286,6 +286,33 @@ def test_cli_for_the_active_model_says_no_canaries_were_compared(
     assert "canaries: none compared" in out and "None" not in out
 
 
+def test_cli_on_a_database_without_a_model_says_that_it_activated_one(
+    installed_db: str,
+    model_settings: Settings,
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Rows written with their embedding deferred, no model registered yet: the run said "no other model
+    was active: the vectors are built, nothing to switch", then "set embedding.model to ... (0 memories
+    queued for the worker)" for the switch it had run all the same."""
+    from spark_pg.cli import main
+
+    with connect(installed_db) as c:
+        ingest(c, [MemoryIn(tenant="a", key=f"a{i}", text=TOPICS[i]) for i in range(3)], None)
+        c.commit()
+    config = tmp_path / "config.yaml"
+    config.write_text(f"embedding:\n  model_dir: {model_dir_for(model_settings)}\n")
+    monkeypatch.setenv("SPARK_PG_DATABASE_URL", installed_db)
+    monkeypatch.setenv("SPARK_PG_CONFIG", str(config))
+    name = "all-MiniLM-L6-v2-int8"
+    assert main(["reembed", "--model", name, "--quiet"]) == 0
+    out = capsys.readouterr().out
+    assert "nothing to switch" not in out, out
+    assert f"no model was active before: {name} is the active model now, its vectors built\n" in out
+    assert f"set embedding.model to {name} for every worker and client (0 memories queued" in out
+
+
 def test_cli_to_the_offline_model_uses_the_configured_folder_that_holds_it(
     cli_env: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -341,6 +368,23 @@ def test_a_model_that_embeds_nothing_is_never_switched_to(rdb: str, cls_embedder
         kept = c.execute("SELECT count(*) FROM spark.embeddings").fetchone()
     assert not report.switched and report.failed == 60 and report.dropped_vectors == 0
     assert kept == (60,)  # the old vectors are all still there
+
+
+def test_a_switch_during_an_edit_in_flight_keeps_the_memory_queued(rdb: str, cls_embedder: Embedder) -> None:
+    """An edit (no vector stored, so no lock taken) has queued a1 again and not committed; the switch's
+    queue rebuild finds a1 without a vector of the new model and waits for the edit's queue row. Was: 23505
+    once the edit committed, and the switch rolled back."""
+    with connect(rdb, autocommit=True) as c:
+        c.execute("SELECT spark.register_model(%s, 384, 'cls', 256)", (NEW,))  # no vector built
+    with connect(rdb) as edit:
+        edit.execute("UPDATE spark.memories SET text = 'Rotate refresh tokens on every use' WHERE key = 'a1'")
+        switch = Blocked(rdb, "SELECT * FROM spark.activate_model(%s)", (NEW,)).start()
+        edit.commit()
+    assert switch.join() is None
+    with connect(rdb) as c:
+        queued = c.execute("SELECT count(*) FROM spark.embed_queue").fetchone()
+        active = c.execute("SELECT name FROM spark.active_model()").fetchone()
+    assert queued == (60,) and active == (NEW,)
 
 
 class Uncommitted:

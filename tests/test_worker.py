@@ -477,6 +477,45 @@ def test_a_worker_stops_when_another_model_becomes_active_under_it(wdb: str, emb
     assert counts(wdb) == (2, 0)
 
 
+def test_a_switch_waits_for_the_batch_in_flight_and_stops_the_next(
+    wdb: str, embedder: Embedder, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A batch checks the active model at its start. Was: a switch could commit between the check and the
+    claim; the batch then claimed the rebuilt queue and stored vectors of the retired model, counted as
+    embedded, that took nothing off the queue. Now the switch waits for the batch's commit."""
+    spec = embedder.spec
+    with connect(wdb, autocommit=True) as c:
+        model_id = ensure_model(c, embedder)
+        c.execute("SELECT spark.register_model('other/model', %s, %s, %s)", (spec.dim, spec.pooling, 256))
+    with connect(wdb) as c:
+        ingest(c, records("t", 2), None)
+        c.commit()
+    checked, go_on = threading.Event(), threading.Event()
+    execute = psycopg.Cursor.execute
+
+    def pause_before_the_claim(self: psycopg.Cursor[Any], query: Any, *args: Any, **kwargs: Any) -> Any:
+        if query is queries.CLAIM_QUEUE:  # the model is checked, nothing claimed yet
+            checked.set()
+            go_on.wait(30)
+        return execute(self, query, *args, **kwargs)
+
+    monkeypatch.setattr(psycopg.Cursor, "execute", pause_before_the_claim)
+    stats = WorkerStats()
+    batch = Blocked(wdb, lambda c: embed_batch(c, embedder, model_id, batch=8, max_attempts=5, stats=stats))
+    batch._thread.start()
+    try:
+        assert checked.wait(60)
+        switch = Blocked(wdb, "SELECT * FROM spark.activate_model('other/model')").start(seconds=5)
+        waited = switch._thread.is_alive()
+    finally:
+        go_on.set()
+    assert batch.join() is None and switch.join() is None
+    assert waited  # the old code switched under the batch
+    assert stats.embedded == 2 and counts(wdb) == (2, 2)  # queued again for other/model by the switch
+    with connect(wdb, autocommit=True) as c, pytest.raises(ModelMismatch, match="now other/model"):
+        embed_batch(c, embedder, model_id, batch=8, max_attempts=5, stats=stats)
+
+
 def test_a_worker_of_another_model_refuses_before_loading_it(
     wdb: str,
     embedder: Embedder,
