@@ -152,6 +152,12 @@ class Advisor:
         self.options = options or AdvisorOptions()
         self.last_intent: Intent | None = None
 
+    def _check_tenant(self) -> None:
+        """InputError unless the tenant is a string: sent as it is, an int selected no SQL function (42883,
+        naming nothing the caller wrote)."""
+        if not isinstance(self.tenant, str):
+            raise InputError(f"tenant must be a string, got {type(self.tenant).__name__}")
+
     @property
     def conn(self) -> psycopg.Connection[Any]:
         """The connection this call uses."""
@@ -176,6 +182,7 @@ class Advisor:
         self, tool_name: str, tool_input: Mapping[str, Any] | str | None, task_context: str = ""
     ) -> list[Advice]:
         """Ranked advice for a tool call (empty for a trivial read-only call or when nothing is worth it)."""
+        self._check_tenant()
         for name, value in (("tool_name", tool_name), ("task_context", task_context)):
             if not isinstance(value, str):
                 raise InputError(f"{name} must be a string, got {type(value).__name__}")
@@ -243,7 +250,11 @@ class Advisor:
     ) -> list[Reflection]:
         """Have I faced this before? The tenant's most similar past traces (with their outcome) and learnings,
         each trace followed by the learnings linked to it (spark.reflect: one round trip after the query
-        embedding; without an embedder, the lexical fallback). Empty for an empty query."""
+        embedding; without an embedder, the lexical fallback). Empty for an empty query. The query vector
+        goes with its model's name (params.query_model): during a model switch, while another model is
+        active, spark.reflect ignores it and runs lexically rather than compare two models' vectors."""
+        self._check_tenant()
+        params_arg("params", params)  # checked before it is merged ([1] was a TypeError)
         if intent_or_text is None:  # no query, as an empty one: nothing to reflect on (was the text "None")
             return []
         if not isinstance(intent_or_text, Intent | str):
@@ -254,7 +265,8 @@ class Advisor:
         embedding = self.embedder.embed_query(text) if self.embedder else None
         merged = {**self.options.reflect_params, **(params or {})}
         k = self.options.reflect_k if k is None else k
-        return reflect(self.conn, self.tenant, text, embedding, k=k, params=merged)
+        model = self.embedder.spec.name if self.embedder else None
+        return reflect(self.conn, self.tenant, text, embedding, k=k, params=merged, query_model=model)
 
     def _advice(self, row: Mapping[str, Any]) -> Advice:
         why = row["why"] if isinstance(row["why"], dict) else json.loads(row["why"])

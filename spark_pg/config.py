@@ -127,7 +127,7 @@ KEYS: tuple[Key, ...] = (
         "embedding.threads",
         int,
         None,
-        "ONNX Runtime threads (empty: one per core).",
+        "ONNX Runtime threads (empty: one per core; `spark-pg serve` uses 1 unless set).",
         lo=1,
         hi=256,
         nullable=True,
@@ -306,11 +306,19 @@ def _int_text(text: str) -> int:
         return int(num)
 
 
+# the file's sections: the part before the dot of the dotted keys (embedding, retrieval, ...)
+SECTIONS = frozenset(k.name.split(".", 1)[0] for k in KEYS if "." in k.name)
+
+
 def _flatten(data: Mapping[str, Any], origin: str) -> dict[str, Any]:
     flat: dict[str, Any] = {}
     for top, value in data.items():
         if not isinstance(top, str):
             raise ConfigError(str(top), f"keys must be strings (in {origin})")
+        if value is None and top in SECTIONS:
+            # a section whose keys are all commented out (`embedding:` and `# model: x` below it) is read
+            # by YAML as null: an empty section, not a value for an unknown key `embedding`
+            continue
         if isinstance(value, Mapping):
             for sub, v in value.items():
                 flat[f"{top}.{sub}"] = v

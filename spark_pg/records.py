@@ -11,7 +11,7 @@ import json
 import math
 import stat
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, date, datetime
 from functools import cached_property
 from pathlib import Path
@@ -19,7 +19,7 @@ from typing import Any
 
 from spark_pg.errors import IngestError
 from spark_pg.intent.domains import classify_domain
-from spark_pg.rowfiles import MAX_DEPTH, jsonl_rows, string_problem, text_problem, yaml_rows
+from spark_pg.rowfiles import MAX_DEPTH, flattened, jsonl_rows, string_problem, text_problem, yaml_rows
 
 KINDS = (
     "insight",
@@ -50,10 +50,17 @@ FIELDS = (
     "priority",
     "metadata",
 )
-UNTAGGED_KINDS = frozenset({"episode"})  # dialog turns: their category says nothing of their content
+# dialog turns: their category says nothing of their content; a trace's text is its descriptor, embedded as
+# it is (docs/traces.md), whatever category a file gives it
+UNTAGGED_KINDS = frozenset({"episode", "trace"})
+# written as `spark-pg trace add` / `learning add` write them, whoever writes them (a file, SparkClient.add):
+# every text field scrubbed of secrets and personal data (docs/traces.md, "Traces and learnings from a file")
+SCRUBBED_KINDS = frozenset({"trace", "learning"})
+OUTCOMES = ("success", "failure")  # a trace's metadata.outcome (spark_pg.traces.descriptor.OUTCOMES)
 MAX_TEXT = 100_000  # characters; longer texts belong in a document store, not in a memory
 MAX_QUERY_TEXT = 10_000  # a question's characters (spark._check_query_text): a question, not a document
 MAX_TENANT = 128  # characters, as the database CHECKs
+MAX_SOURCE = 128  # characters of spark.memories.source, as the database CHECKs
 MAX_KEY = 512  # characters of a memory key, as the database CHECKs (spark.memories.key)
 MAX_FILE_BYTES = 1 << 30  # an ingest file is read whole; bigger ones are split (JSONL splits by lines)
 EARLIEST = datetime(1, 1, 2, tzinfo=UTC)  # created_at bounds (UTC)
@@ -62,22 +69,35 @@ LATEST = datetime(9999, 12, 30, 23, 59, 59, 999999, tzinfo=UTC)
 SYSTEM_TENANT = "_system"
 
 
+def _path(parent: str, step: str | int) -> str:
+    """Where a value sits in a JSON object, as ``owner.flags[2]`` (a key that is no identifier quoted)."""
+    if isinstance(step, str) and step.isidentifier():
+        return f"{parent}.{step}" if parent else step
+    return f"{parent}[{step!a}]"
+
+
 def json_problem(value: Any) -> str | None:
     """Why PostgreSQL's jsonb cannot store ``value`` (NaN or an infinity, NUL or a lone surrogate in a key or
-    a string, nesting deeper than :data:`MAX_DEPTH`), or None. Iterative: any depth is safe to check."""
-    stack: list[tuple[Any, int]] = [(value, 0)]
+    a string, nesting deeper than :data:`MAX_DEPTH`), or why it would not come back as given (a key that is
+    not a string, at any depth: JSON writes ``1`` and ``"1"`` as the same key, so one value was lost, and
+    YAML's ``on:`` as ``"true"``), or None. A nested problem names its path. Iterative: any depth is safe
+    to check."""
+    stack: list[tuple[Any, int, str]] = [(value, 0, "")]
     while stack:
-        item, depth = stack.pop()
+        item, depth, path = stack.pop()
         if depth > MAX_DEPTH:
             return f"nests deeper than {MAX_DEPTH} levels"
+        where = f" at {path}" if path else ""
         if isinstance(item, Mapping):
             for key, inner in item.items():
-                problem = string_problem(key) if isinstance(key, str) else None
+                if not isinstance(key, str):
+                    return f"keys must be strings, got {key!r}{where}: quote it"
+                problem = string_problem(key)
                 if problem:
-                    return f"key {key!a} {problem}"
-                stack.append((inner, depth + 1))
+                    return f"key {key!a}{where} {problem}"
+                stack.append((inner, depth + 1, _path(path, key)))
         elif isinstance(item, list | tuple):
-            stack.extend((inner, depth + 1) for inner in item)
+            stack.extend((inner, depth + 1, _path(path, i)) for i, inner in enumerate(item))
         elif isinstance(item, float) and not math.isfinite(item):
             return f"holds {item}, which PostgreSQL's jsonb cannot store (numbers must be finite)"
         elif isinstance(item, str):
@@ -85,6 +105,49 @@ def json_problem(value: Any) -> str | None:
             if problem:
                 return f"value {item[:40]!a} {problem}"
     return None
+
+
+def _scrub_field(
+    value: str,
+    where: tuple[str, int],
+    name: str,
+    max_len: int,
+    *,
+    required: bool = True,
+    normalise: bool = True,
+) -> str:
+    """One stored text of a trace or learning row, normalised (unless not ``normalise``: a key, an identity
+    as given) and scrubbed; IngestError naming ``name`` when that leaves it over ``max_len`` (NFKC and
+    placeholders can lengthen a text), or empty while ``required``."""
+    from spark_pg.traces.scrub import scrub  # its patterns take ~20 ms to compile: only when a row needs it
+
+    text = flattened(value) if normalise else value
+    if not text and required:
+        raise IngestError(*where, name, "must not be empty (it holds only invisible characters)")
+    if len(text) <= max_len:
+        text = scrub(text)
+    if len(text) > max_len:
+        raise IngestError(*where, name, f"is over {max_len:,} characters once normalised and scrubbed")
+    return text
+
+
+def _scrub_json(value: Any, where: tuple[str, int], path: str) -> Any:
+    """Metadata with every string scrubbed as :func:`_scrub_field` does; a key that scrubbing would change is
+    refused (a key is a name: two could become one), without repeating it (the error may be logged)."""
+    from spark_pg.traces.scrub import scrub
+
+    if isinstance(value, str):
+        return _scrub_field(value, where, "metadata", MAX_TEXT, required=False)
+    if isinstance(value, list):
+        return [_scrub_json(v, where, _path(path, i)) for i, v in enumerate(value)]
+    if isinstance(value, dict):
+        for key in value:
+            if scrub(flattened(key)) != flattened(key):
+                inside = f" in {path}" if path else ""
+                message = f"a key{inside} looks like a secret or personal data: rename it"
+                raise IngestError(*where, "metadata", message)
+        return {k: _scrub_json(v, where, _path(path, k)) for k, v in value.items()}
+    return value
 
 
 def _json_time(value: Any) -> str:
@@ -250,7 +313,8 @@ def validate_row(
         )
     text = _text(row, "text", where, max_len=MAX_TEXT, required=True)
     assert text is not None
-    key = _text(row, "key", where, max_len=MAX_KEY) or default_key(text)
+    kind = _choice(row, "kind", where, KINDS, "insight")
+    key = _text(row, "key", where, max_len=MAX_KEY)
     importance = row.get("importance", 0.5)
     if importance is None:
         importance = 0.5
@@ -263,23 +327,22 @@ def validate_row(
         metadata = {}
     if not isinstance(metadata, Mapping):
         raise IngestError(source, line, "metadata", f"must be an object, not {type(metadata).__name__}")
-    odd = next((k for k in metadata if not isinstance(k, str)), None)
-    if odd is not None:  # YAML's 1: or on: (True): {1: a, "1": b} was stored as {"1": "b"}
-        raise IngestError(source, line, "metadata", f"keys must be strings, got {odd!r}: quote it")
-    problem = json_problem(metadata)  # what the database would refuse (22P02 / 22P05), here with the line
+    # what the database would refuse (22P02 / 22P05), here with the line; and a key that is not a string, at
+    # any depth (YAML's 1: or on: (True): {1: a, "1": b} was stored as {"1": "b"})
+    problem = json_problem(metadata)
     if problem:
         raise IngestError(source, line, "metadata", problem)
     try:
         metadata = json.loads(json.dumps(metadata, default=_json_time))
     except (TypeError, ValueError) as exc:
         raise IngestError(source, line, "metadata", f"is not JSON-serialisable: {exc}") from None
-    return MemoryIn(
+    record = MemoryIn(
         tenant=tenant,
-        key=key,
+        key=key or default_key(text),
         text=text,
-        kind=_choice(row, "kind", where, KINDS, "insight"),
+        kind=kind,
         category=_text(row, "category", where, max_len=64, default="general") or "general",
-        source=_text(row, "source", where, max_len=128, default="user") or "user",
+        source=_text(row, "source", where, max_len=MAX_SOURCE, default="user") or "user",
         context=_text(row, "context", where, max_len=MAX_TEXT),
         created_at=_timestamp(row.get("created_at"), where),
         importance=float(importance),
@@ -288,6 +351,41 @@ def validate_row(
         metadata=dict(metadata),
         keep=frozenset(name for name in KEEPABLE if row.get(name) is None),
     )
+    return _as_trace_or_learning(record, key, where) if kind in SCRUBBED_KINDS else record
+
+
+def _as_trace_or_learning(record: MemoryIn, key: str | None, where: tuple[str, int]) -> MemoryIn:
+    """A valid row of kind trace or learning, written as `spark-pg trace add` / `learning add` write one:
+    text, context, category, source, key and every metadata string normalised and scrubbed
+    (spark_pg.traces.scrub); without a key, ``trace:`` / ``learning:`` and 24 hex digits of the text's
+    SHA-256 (the key `trace add` / `learning add` give the same text). A trace also gets action domain
+    ``general`` and actionability 0 (it is a record of an attempt, not advice: reflection finds it), and its
+    metadata.outcome, when given, must be success or failure (any case, stored in lower case)."""
+    text = _scrub_field(record.text, where, "text", MAX_TEXT)
+    if key:
+        key = _scrub_field(key, where, "key", MAX_KEY, normalise=False)
+    else:
+        key = f"{record.kind}:{hashlib.sha256(text.encode('utf-8')).hexdigest()[:24]}"
+    context = record.context
+    metadata = _scrub_json(record.metadata, where, "")
+    fields: dict[str, Any] = {
+        "text": text,
+        "key": key,
+        "category": _scrub_field(record.category, where, "category", 64),
+        "source": _scrub_field(record.source, where, "source", MAX_SOURCE),
+        "context": None if context is None else _scrub_field(context, where, "context", MAX_TEXT),
+        "metadata": metadata,
+    }
+    if record.kind == "trace":
+        outcome = metadata.get("outcome")
+        if outcome is not None:
+            if not isinstance(outcome, str) or outcome.strip().lower() not in OUTCOMES:
+                raise IngestError(
+                    *where, "metadata", f"outcome of a trace must be success or failure, got {outcome!r:.60}"
+                )
+            metadata["outcome"] = outcome.strip().lower()
+        fields |= {"action_domain": "general", "actionability": 0.0}
+    return replace(record, **fields)
 
 
 def read_file(path: Path, default_tenant: str | None = None, *, pack: bool = False) -> list[MemoryIn]:

@@ -9,7 +9,9 @@ Whatever a file holds, reading it fails only with the error the caller's ``fail(
 from __future__ import annotations
 
 import json
+import re
 import sys
+import unicodedata
 from collections.abc import Callable
 from typing import Any
 
@@ -22,6 +24,17 @@ MAX_INT_DIGITS = 4300  # Python's default limit for int <-> str (sys.get_int_max
 INT_LIMIT = 10**MAX_INT_DIGITS
 
 Fail = Callable[[int, str], Exception]  # (1-based line, message) -> the error to raise
+
+_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")
+
+
+def flattened(text: str) -> str:
+    """``text`` as the scrubber should see it: NFKC, without invisible format characters (Unicode category
+    Cf: zero-width space and joiners, soft hyphen, bidi overrides), control characters and any whitespace as
+    single spaces; so a secret split by a line break or a zero-width space is seen whole."""
+    if not text.isascii():
+        text = "".join(c for c in unicodedata.normalize("NFKC", text) if unicodedata.category(c) != "Cf")
+    return " ".join(_CONTROL.sub(" ", text).split())
 
 
 class StrictYamlLoader(yaml.SafeLoader):

@@ -16,7 +16,9 @@ SELECT jsonb_build_object(
     'linked_per_trace', 3,         -- learnings linked to a returned trace (its metadata.learning_keys) that follow it
     'pool', 50,                    -- nearest vectors, and best lexical matches, considered before the gate
     'exact_scan_max', 7000,        -- tenants with up to this many vectors are scanned exactly, larger ones by HNSW
-    'as_of', NULL                  -- evaluate as if now were this time (ISO 8601); NULL = now()
+    'as_of', NULL,                 -- evaluate as if now were this time (ISO 8601); NULL = now()
+    'query_model', NULL            -- the model that embedded query_embedding; another than the active one:
+                                   -- the embedding is ignored (lexical fallback), never compared
 )
 $fn$;
 COMMENT ON FUNCTION spark.reflect_defaults() IS
@@ -56,6 +58,11 @@ BEGIN
         ELSIF item.key = 'outcome' THEN
             IF item.value NOT IN ('null', '"success"', '"failure"') THEN
                 RAISE EXCEPTION 'params.outcome must be null, "success" or "failure", got %', item.value
+                    USING ERRCODE = 'invalid_parameter_value';
+            END IF;
+        ELSIF item.key = 'query_model' THEN
+            IF jsonb_typeof(item.value) NOT IN ('string', 'null') THEN
+                RAISE EXCEPTION 'params.query_model must be a model name or null, got %', item.value
                     USING ERRCODE = 'invalid_parameter_value';
             END IF;
         END IF;
@@ -131,6 +138,12 @@ BEGIN
         IF mdl.id IS NULL THEN
             PERFORM spark._check_nonzero_vector(query_embedding);  -- ignored, but never a valid query
             qsource := 'ignored: no embedding model registered yet (lexical fallback over the descriptors)';
+        ELSIF p ->> 'query_model' IS NOT NULL AND p ->> 'query_model' <> mdl.name THEN
+            PERFORM spark._check_nonzero_vector(query_embedding);
+            -- never compare vectors of two models (a client still on the old model during a switch), as
+            -- spark.retrieve: the vector is ignored, whatever its dimension
+            qsource := format('ignored: the query was embedded by %s, the active model is %s '
+                              '(lexical fallback over the descriptors)', p ->> 'query_model', mdl.name);
         ELSE
             qvec := spark._query_vector(query_embedding, mdl.dim, mdl.name);
             qsource := 'argument';
@@ -142,9 +155,13 @@ BEGIN
         IF query_embedding IS NULL THEN
             RAISE EXCEPTION 'query_text must not be empty when query_embedding is NULL'
                 USING ERRCODE = 'invalid_parameter_value';
+        ELSIF mdl.id IS NULL THEN
+            RAISE EXCEPTION 'query_text must not be empty: query_embedding is ignored while no embedding model '
+                            'is registered' USING ERRCODE = 'invalid_parameter_value';
         END IF;
-        RAISE EXCEPTION 'query_text must not be empty: query_embedding is ignored while no embedding model is '
-                        'registered' USING ERRCODE = 'invalid_parameter_value';
+        RAISE EXCEPTION 'query_text must not be empty: query_embedding is ignored, it was embedded by % and the '
+                        'active model is %', p ->> 'query_model', mdl.name
+            USING ERRCODE = 'invalid_parameter_value';
     END IF;
     IF k = 0 THEN
         RETURN;
@@ -327,16 +344,17 @@ COMMENT ON FUNCTION spark.reflect(text, text, vector, integer, jsonb) IS
     'their own (those keep their own place). tenant: whose memories '
     '(only the tenant''s own; a tenant with none gets no rows); query_text: the task or intent (its words are '
     'the lexical fallback); query_embedding: its vector from the active model (only that model''s vectors are '
-    'compared), or NULL for the lexical fallback over the descriptors (why.query_embedding says which); k: '
+    'compared; params.query_model naming another model than the active one has it ignored, as spark.retrieve '
+    'does), or NULL for the lexical fallback over the descriptors (why.query_embedding says which); k: '
     'how many matches (0 gives none, more than 100 gives at most 100; linked learnings come on top); params: '
     'overrides of spark.reflect_defaults() (min_score, half_life_days, recency_floor, kinds, outcome, '
-    'linked_per_trace, pool, exact_scan_max, as_of). score = relevance x (recency_floor + (1 - recency_floor) '
-    'x 0.5^(age_days / half_life_days)), relevance = cosine similarity, or the share of the query''s words a '
+    'linked_per_trace, pool, exact_scan_max, as_of, query_model). score = relevance x (recency_floor + '
+    '(1 - recency_floor) x 0.5^(age_days / half_life_days)), relevance = cosine similarity, or the share of the query''s words a '
     'descriptor holds when either side has no vector; matches need score >= min_score. Returns rank, the '
     'memory, outcome, score, similarity, keyword_score, recency, age_days, linked_to and why. Reads only. '
     'Errors: 22004 NULL tenant, query_text or k; 22023 empty or over-long tenant, negative k, bad params '
-    '(naming the key), empty query_text without a usable embedding, query_text over 10,000 characters, zero '
-    'vector; 22000 wrong embedding dimension.';
+    '(naming the key), empty query_text without a usable embedding (none, or one ignored), query_text over '
+    '10,000 characters, zero vector; 22000 wrong embedding dimension.';
 
 DROP FUNCTION IF EXISTS spark.advise_with_warnings(text, text, vector, integer, jsonb, text, text, text,
                                                    double precision, integer, jsonb);
@@ -363,7 +381,6 @@ AS $fn$
 DECLARE
     rid bigint;
     rp jsonb;
-    qemb vector := advise_with_warnings.query_embedding;
     active text;
 BEGIN
     IF warning_min_score IS NULL OR warning_k IS NULL THEN
@@ -391,24 +408,23 @@ BEGIN
         RETURN;
     END IF;
     -- a vector spark.advise above ignored: no model is registered yet, or it is another model's than the
-    -- active one (a client still on the old model during a switch); the reflection ignores it too and runs
-    -- lexically, and with a blank text has nothing to reflect on: the advice alone, as spark.advise answers
+    -- active one (a client still on the old model during a switch, params.query_model); the reflection is
+    -- given the same query_model, ignores the vector too and says so in why, and with a blank text has
+    -- nothing to reflect on: the advice alone, as spark.advise answers
     active := (SELECT m.name FROM spark.active_model() m);
-    IF active IS NULL OR advise_with_warnings.params ->> 'query_model' IS DISTINCT FROM active
-                         AND advise_with_warnings.params ->> 'query_model' IS NOT NULL THEN
-        IF advise_with_warnings.query_text !~ '\S' THEN
-            RETURN;
-        END IF;
-        IF active IS NOT NULL THEN  -- (with none, spark.reflect ignores the vector itself and says so in why)
-            qemb := NULL;
-        END IF;
+    IF advise_with_warnings.query_text !~ '\S'
+       AND (active IS NULL OR advise_with_warnings.params ->> 'query_model' <> active) THEN
+        RETURN;
+    END IF;
+    IF advise_with_warnings.params ? 'query_model' THEN  -- spark.advise's, which describes the vector
+        rp := rp || jsonb_build_object('query_model', advise_with_warnings.params -> 'query_model');
     END IF;
     -- the id spark.advise just logged this call under (this session's last value of the identity)
     rid := currval(pg_get_serial_sequence('spark.retrievals', 'id'));
     RETURN QUERY
     WITH r AS MATERIALIZED (
-        SELECT * FROM spark.reflect(advise_with_warnings.tenant, advise_with_warnings.query_text, qemb,
-                                    warning_k, rp))
+        SELECT * FROM spark.reflect(advise_with_warnings.tenant, advise_with_warnings.query_text,
+                                    advise_with_warnings.query_embedding, warning_k, rp))
     SELECT rid, NULL::integer, r.memory_id, r.key, r.text, r.category, r.kind, mm.source,
            CASE WHEN mm.priority = 'critical' THEN 'critical' ELSE 'high' END, false, r.score, r.similarity,
            r.keyword_score, r.recency, mm.reliability,
@@ -430,11 +446,12 @@ COMMENT ON FUNCTION spark.advise_with_warnings(text, text, vector, integer, json
                                                double precision, integer, jsonb) IS
     'spark.advise plus past-failure warnings, in one round trip: the advice rows (warning false) exactly as '
     'spark.advise returns and logs them, then up to warning_k of the tenant''s traces whose outcome was '
-    'failure and whose spark.reflect score (same query_text and query_embedding; no vector when '
-    'params.query_model names another model than the active one) reaches warning_min_score '
+    'failure and whose spark.reflect score (same query_text, query_embedding and params.query_model: no '
+    'vector when it names another model than the active one) reaches warning_min_score '
     '(warning true, priority_label high, or critical if the trace is; retrieval_id: this call; pools '
     '{reflection}; why: spark.reflect''s, plus warning.rule and warning.learnings, the learnings linked to '
     'the trace). Warnings are not logged in spark.retrieval_items (their signals are not fusion signals). '
-    'reflect_params: spark.reflect params (kinds, outcome and min_score are set here). Errors: those of '
+    'reflect_params: spark.reflect params (kinds, outcome and min_score are set here, and query_model '
+    'when params has one). Errors: those of '
     'spark.advise and spark.reflect; 22004 NULL warning_min_score or warning_k; 22023 warning_min_score '
     'outside 0..1, warning_k outside 0..20, bad reflect_params. On error nothing is written.';

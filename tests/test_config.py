@@ -334,6 +334,18 @@ def test_a_key_set_twice_in_the_file_is_refused_not_last_one_wins(tmp_path: Path
     assert "repeats the key 'retrieval' (first on line 1)" in str(err) and "line 4" in str(err)
 
 
+def test_a_section_whose_keys_are_all_commented_out_is_an_empty_section(tmp_path: Path) -> None:
+    """YAML reads `embedding:` with only comments below it as null: that stopped every command with
+    "config key 'embedding': unknown key"."""
+    settings = load(tmp_path, "embedding:\n  # model: x\nretrieval:\n  k: 5\nreflection:\n")
+    assert settings.get_int("retrieval.k") == 5
+    assert settings.get_str("embedding.model") == DEFAULTS["embedding.model"]
+    assert settings.origins == {"retrieval.k": "file"}
+    # only a section's name: a null anything else is still an unknown key, and a known key still a value
+    assert raises_config(tmp_path, "verbose:\n").key == "verbose"
+    assert raises_config(tmp_path, "retrieval:\n  k:\n").key == "retrieval.k"
+
+
 def test_non_string_key_in_file(tmp_path: Path) -> None:
     err = raises_config(tmp_path, "1: 2\n")
     assert err.key == "1"

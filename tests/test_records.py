@@ -6,6 +6,7 @@ import hashlib
 import json
 import math
 import os
+import re
 from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
@@ -671,3 +672,135 @@ def test_a_lone_carriage_return_between_json_tokens_is_whitespace(tmp_path: Path
     path = tmp_path / "cr.jsonl"
     path.write_bytes(b'{"key": "a",\r"text": "x"}\n{"key": "b", "text": "y"}\r\n')
     assert [r.key for r in read_file(path, "t")] == ["a", "b"]
+
+
+def test_nested_metadata_keys_must_be_strings_and_the_error_names_the_path(tmp_path: Path) -> None:
+    """Only the top level was checked: deeper, json.dumps wrote 1 as "1" and one of two values was lost
+    ({owner: {1: first, "1": second}} came back as {'owner': {'1': 'second'}}), and on: as "true"."""
+    path = tmp_path / "m.yaml"
+    for metadata, message in (
+        ("{owner: {1: first, '1': second}}", "keys must be strings, got 1 at owner: quote it"),
+        ("{flags: {on: enabled, 'True': other}}", "keys must be strings, got True at flags: quote it"),
+        (
+            "{a: [x, {b: {2024-05-01: x}}]}",
+            "keys must be strings, got datetime.date(2024, 5, 1) at a[1].b: quote it",
+        ),
+        ("{'odd key': {null: x}}", "keys must be strings, got None at ['odd key']: quote it"),
+    ):
+        path.write_text(f"- text: x\n  metadata: {metadata}\n")
+        with pytest.raises(IngestError, match=r"line 1.*'metadata': " + re.escape(message)):
+            read_file(path, "t")
+    path.write_text("- text: x\n  metadata: {owner: {'1': first}, flags: {'on': enabled}}\n")
+    assert read_file(path, "t")[0].metadata == {"owner": {"1": "first"}, "flags": {"on": "enabled"}}
+
+
+# --- traces and learnings from a file: written as `trace add` / `learning add` write them -------------------
+
+LEAKY_TRACE = {
+    "tenant": "carol",
+    "kind": "trace",
+    "text": "Intent: deploy to prod | Outcome: failure | Key issue: DB_PASSWORD=hunter2secret and "
+    "postgres://app:S3cretPw@db.prod:5432/app",
+    "metadata": {
+        "outcome": "Failure",
+        "issue": "mail jane.doe@example.com",
+        "steps": ["PGPASSWORD=abc123xyz9"],
+    },
+    "category": "deploys",
+    "source": "export of jane.doe@example.com",
+    "context": "token: ghp_aB3dE5fG7hJ9kL1mN2pQ4rS6tU8vW0xY1z2C",
+}
+SECRETS = ("hunter2secret", "S3cretPw", "jane.doe@example.com", "abc123xyz9", "ghp_aB3d")
+
+
+def test_a_trace_from_a_file_is_scrubbed_untagged_and_never_ordinary_advice(tmp_path: Path) -> None:
+    """A file's trace skipped the scrubbing of `spark-pg trace add`: the password came back in a
+    reflection warning."""
+    from spark_pg.traces import make_trace
+
+    record = read_file(write(tmp_path, "t.jsonl", jsonl(LEAKY_TRACE)))[0]
+    everything = json.dumps([record.key, record.text, record.category, record.source, record.context])
+    everything += json.dumps(record.metadata) + record.descriptor
+    for secret in SECRETS:
+        assert secret not in everything, secret
+    assert record.text == (
+        "Intent: deploy to prod | Outcome: failure | Key issue: DB_PASSWORD=[REDACTED:password] and "
+        "postgres://[REDACTED]@db.prod:5432/app"
+    )
+    assert record.metadata == {
+        "outcome": "failure",  # lower case, as trace add writes it (reflection matches it exactly)
+        "issue": "mail [EMAIL]",
+        "steps": ["PGPASSWORD=[REDACTED:password]"],
+    }
+    assert (record.source, record.context) == ("export of [EMAIL]", "token: [REDACTED:github_token]")
+    # the rules of trace add: the text embedded as it is (no tags), actionability 0, domain general
+    assert record.descriptor == record.text and record.category == "deploys"
+    assert (record.action_domain, record.actionability) == ("general", 0.0)
+    # no key: the one `trace add` gives the same attempt, so adding it again counts an occurrence
+    same = make_trace(
+        "deploy to prod",
+        "failure",
+        issue="DB_PASSWORD=hunter2secret and postgres://app:S3cretPw@db.prod:5432/app",
+    )
+    assert (record.key, record.text) == (same.key, same.descriptor)
+
+
+def test_a_learning_from_a_file_is_normalised_and_scrubbed_and_scored_as_advice(tmp_path: Path) -> None:
+    from spark_pg.traces import make_learning
+
+    handle = "Never export\nPGPASS\u200bWORD=abc123xyz9 in a shell; use ~/.pgpass"
+    row = {"kind": "learning", "text": handle, "category": "db", "key": "tip for jane.doe@example.com"}
+    record = validate_row(row, SRC, 1, "t")
+    assert record.text == "Never export PGPASSWORD=[REDACTED:password] in a shell; use ~/.pgpass"
+    assert record.text == make_learning(handle).handle  # what `learning add` stores
+    assert record.key == "tip for [EMAIL]"  # a given key is kept, scrubbed
+    assert (record.action_domain, record.actionability) == (None, None)  # scored at ingestion, as advice
+    assert validate_row({"kind": "learning", "text": handle}, SRC, 1, "t").key == make_learning(handle).key
+
+
+def test_a_trace_or_learning_written_by_trace_add_reads_back_unchanged(tmp_path: Path) -> None:
+    """An export of stored traces and learnings imports as the same rows (scrubbing is idempotent)."""
+    from spark_pg.traces import make_learning, make_trace
+
+    trace = make_trace(
+        "Rotate AKIAIOSFODNN7EXAMPLE for jane.doe@example.com", "failure", files="src/a.py", tags="aws"
+    )
+    learning = make_learning("Keep |pipes| and [REDACTED:password] placeholders as they are")
+    rows = [
+        {"key": trace.key, "kind": "trace", "text": trace.descriptor, "metadata": trace.metadata()},
+        {
+            "key": learning.key,
+            "kind": "learning",
+            "text": learning.handle,
+            "metadata": {"trace_keys": [trace.key]},
+        },
+    ]
+    records = read_file(write(tmp_path, "export.jsonl", jsonl(*rows)), "t")
+    for row, record in zip(rows, records, strict=True):
+        assert (record.key, record.text, record.metadata) == (row["key"], row["text"], row["metadata"])
+
+
+@pytest.mark.parametrize(
+    ("row", "field", "fragment"),
+    [
+        ({"metadata": {"outcome": "partial"}}, "metadata", "outcome of a trace must be success or failure"),
+        ({"metadata": {"outcome": 1}}, "metadata", "outcome of a trace must be success or failure, got 1"),
+        ({"text": "\u200b\u200b"}, "text", "must not be empty"),
+        ({"key": "k" * 505 + " a@b.co"}, "key", "is over 512 characters once normalised and scrubbed"),
+    ],
+)
+def test_a_trace_row_the_rules_of_trace_add_cannot_take_is_refused(
+    row: dict[str, Any], field: str, fragment: str
+) -> None:
+    with pytest.raises(IngestError, match=re.escape(fragment)) as info:
+        validate_row({"text": "Intent: x | Outcome: failure", "kind": "trace"} | row, SRC, 4, "t")
+    assert (info.value.line, info.value.field) == (4, field)
+
+
+def test_a_metadata_key_that_looks_like_a_secret_is_refused_without_repeating_it() -> None:
+    row = {"text": "x", "kind": "learning", "metadata": {"env": {"DB_PASSWORD=hunter2secret": 1}}}
+    with pytest.raises(IngestError, match="a key in env looks like a secret or personal data") as info:
+        validate_row(row, SRC, 1, "t")
+    assert "hunter2secret" not in str(info.value)  # the message may be logged
+    # other kinds are stored as given: scrubbing is the traces' and learnings' promise (docs/traces.md)
+    assert validate_row(row | {"kind": "note"}, SRC, 1, "t").metadata == row["metadata"]

@@ -25,6 +25,7 @@ from spark_pg.ingest import ingest
 from spark_pg.intent import extract_intent
 from spark_pg.records import MemoryIn
 from spark_pg.traces import add_learning, add_trace
+from spark_pg.traces.reflect import reflect as reflect_py
 from tests.conftest import rolled_back, temp_database
 
 Conn = psycopg.Connection[Any]
@@ -333,6 +334,14 @@ def test_empty_tenant_k_zero_and_huge_k(conn: Conn, embedder: Embedder) -> None:
         (T, "q", 5, {"outcome": "partial"}, errors.InvalidParameterValue, "params.outcome must be null"),
         (T, "q", 5, {"as_of": "soon-ish"}, errors.InvalidParameterValue, "params.as_of must be an ISO 8601"),
         (T, "q", 5, [1], errors.InvalidParameterValue, "params must be a JSON object"),
+        (
+            T,
+            "q",
+            5,
+            {"query_model": 3},
+            errors.InvalidParameterValue,
+            "params.query_model must be a model name",
+        ),
     ],
 )
 def test_bad_input_names_the_parameter(
@@ -556,3 +565,110 @@ def test_a_failure_behind_a_full_pool_of_better_lexical_successes_is_found(conn:
     ]
     assert rows[0]["keyword_score"] == pytest.approx(1 / 3, abs=1e-4)  # deploy, of deploy, payment, servic
     # filtered after the lexical pool was cut, the outcome once left nothing here too
+
+
+# --- a query vector of another model than the active one (a client still on the old model) -----------------
+
+
+def switch_model(conn: Conn) -> str:
+    """Activate a model 'fake-b' of the active one's dimension, holding a copy of each of the tenant's
+    vectors: an old model's query vector compared with them looks like a good semantic match. Its name."""
+    row = conn.execute("SELECT dim FROM spark.active_model()").fetchone()
+    assert row is not None
+    conn.execute("SELECT spark.register_model('fake-b', %s, 'mean', 256)", (row[0],))
+    conn.execute("SELECT * FROM spark.activate_model('fake-b')")
+    conn.execute(
+        """INSERT INTO spark.embeddings (tenant, memory_id, model_id, created_at, embedding)
+           SELECT e.tenant, e.memory_id, (SELECT id FROM spark.active_model()), e.created_at, e.embedding
+           FROM spark.embeddings e JOIN spark.embedding_models m ON m.id = e.model_id
+           WHERE e.tenant = %s AND m.name <> 'fake-b'""",
+        (T,),
+    )
+    return "fake-b"
+
+
+def test_a_vector_of_another_model_than_the_active_one_is_ignored_not_compared(
+    conn: Conn, embedder: Embedder
+) -> None:
+    """spark.reflect compared any vector of the right dimension: an old model's query vector against the
+    new model's vectors gave "match": "semantic", "model": "fake-b" (spark.retrieve says "ignored")."""
+    query, old = "Repair login session expiry", embedder.spec.name
+    vec = embedder.embed_query(query)
+    active = switch_model(conn)
+    # without query_model the caller vouches for the vector, as spark.retrieve takes it: compared
+    assert reflect(conn, query, vec)[0]["why"]["model"] == active
+    assert reflect(conn, query, vec, params={"query_model": active})[0]["why"]["match"] == "semantic"
+    # named as another model's: ignored, the lexical fallback (the paraphrase shares no word with the trace)
+    assert reflect(conn, query, vec, params={"query_model": old}) == []
+    words = "the refresh token broke again"
+    rows = reflect(conn, words, embedder.embed_query(words), params={"query_model": old})
+    assert "auth" in names(rows)
+    ignored = f"ignored: the query was embedded by {old}, the active model is {active}"
+    for r in rows:
+        assert (
+            r["why"]["match"] in ("lexical", "linked") and r["similarity"] is None and "model" not in r["why"]
+        )
+        assert r["why"]["query_embedding"] == f"{ignored} (lexical fallback over the descriptors)"
+    # ignored whatever its dimension (as spark.retrieve), but never a zero vector; a blank text is nothing
+    assert names(reflect(conn, words, "[1,0,0]", params={"query_model": old})) == names(rows)
+    with pytest.raises(errors.InvalidParameterValue, match="zero vector"), conn.transaction():
+        reflect(conn, words, "[0,0,0]", params={"query_model": old})
+    with (
+        pytest.raises(
+            errors.InvalidParameterValue,
+            match=re.escape(f"query_embedding is ignored, it was embedded by {old}"),
+        ),
+        conn.transaction(),
+    ):
+        reflect(conn, " ", vec, params={"query_model": old})
+
+
+def test_python_reflection_during_a_model_switch_runs_lexically(conn: Conn, embedder: Embedder) -> None:
+    """Advisor.reflect (SparkClient.reflect, `spark-pg reflect`) sent its vector without its model's name."""
+    active = switch_model(conn)
+    advisor = Advisor(conn, embedder, T)
+    assert advisor.reflect("Repair login session expiry") == []  # was the auth failure, matched semantically
+    found = advisor.reflect("the refresh token broke again")
+    assert KEYS["auth"] in [r.key for r in found] and all(r.similarity is None for r in found)
+    assert (
+        found[0]
+        .why["query_embedding"]
+        .startswith(f"ignored: the query was embedded by {embedder.spec.name}, the active model is {active}")
+    )
+    vec = embedder.embed_query("Repair login session expiry")  # spark_pg.traces.reflect takes the model too
+    assert reflect_py(conn, T, "Repair login session expiry", vec, query_model=embedder.spec.name) == []
+    assert reflect_py(conn, T, "Repair login session expiry", vec, query_model=active)[0].match == "semantic"
+    # the advisor's warnings: spark.advise_with_warnings passes params.query_model on and says so too
+    warnings = [a for a in advisor.advise(*EDIT, "fix the auth token refresh") if a.warning]
+    assert [w.key for w in warnings] == [KEYS["auth"]] and warnings[0].why["match"] == "lexical"
+    assert (
+        warnings[0]
+        .why["query_embedding"]
+        .startswith(f"ignored: the query was embedded by {embedder.spec.name}")
+    )
+
+
+def test_reflect_refuses_a_params_or_tenant_of_the_wrong_type_before_any_call(
+    conn: Conn, embedder: Embedder
+) -> None:
+    """params=[1] was a builtins.TypeError (merged before it was checked); a tenant 5 selected no SQL
+    function (psycopg's UndefinedFunction)."""
+    five: Any = 5
+    listed: Any = [1]
+    raw: Any = b"auth"
+    cases: list[tuple[Any, str]] = [
+        (
+            lambda: Advisor(conn, embedder, T).reflect("auth", params=listed),
+            "params must be a mapping of str",
+        ),
+        (lambda: Advisor(conn, embedder, five).reflect("auth"), "tenant must be a string, got int"),
+        (lambda: Advisor(conn, embedder, five).advise(*EDIT, "auth"), "tenant must be a string, got int"),
+        (lambda: reflect_py(conn, five, "auth", None), "tenant must be a string, got int"),
+        (lambda: reflect_py(conn, T, raw, None), "query text must be a string, got bytes"),
+        (lambda: reflect_py(conn, T, "auth", None, params=listed), "params must be a mapping of str keys"),
+        (lambda: reflect_py(conn, T, "auth", None, query_model=five), "query_model must be a model name"),
+    ]
+    for call, message in cases:
+        with pytest.raises(InputError, match=re.escape(message)) as info:
+            call()
+        assert type(info.value) is InputError, message  # refused here, not by the server

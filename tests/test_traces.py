@@ -447,3 +447,58 @@ def test_cli_trace_learning_reflect(cli_env: str, tenant: str, capsys: pytest.Ca
     assert code == 0 and "nothing similar" in out
     code, out = run(capsys, "reflect", "--tenant", tenant, "edit the auth token refresh code", "-k", "0")
     assert code == 0 and out.strip() == "(-k 0 asks for nothing)"
+
+
+def test_cli_reflect_refuses_an_empty_text_as_search_refuses_an_empty_query(
+    cli_env: str, tenant: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`spark-pg reflect ''` said "nothing similar in the past", as if it had looked."""
+    for blank in ("", "  \n"):
+        assert main(["search", "--tenant", tenant, blank]) == 2
+        assert capsys.readouterr().err.strip() == "spark-pg: error: query must not be empty"
+        assert main(["reflect", "--tenant", tenant, blank]) == 2
+        captured = capsys.readouterr()
+        assert captured.out == "" and captured.err.count("\n") == 1
+        assert captured.err.startswith("spark-pg: error: text must not be empty")
+
+
+def test_a_trace_from_an_ingest_file_is_scrubbed_and_is_the_trace_add_of_the_same_attempt(
+    cli_env: str, tenant: str, capsys: pytest.CaptureFixture[str], tmp_path: Any, embedded: list[str]
+) -> None:
+    """A file's trace skipped scrubbing: `spark-pg reflect` showed its password in the warning."""
+    issue = f"DB_PASSWORD=hunter2secret and postgres://app:{PG_PW}@db.prod:5432/app"
+    rows = [
+        {
+            "tenant": tenant,
+            "kind": "trace",
+            "text": f"Intent: deploy to prod | Outcome: failure | Key issue: {issue}",
+            "metadata": {"outcome": "failure", "by": "jane.doe@example.com"},
+        },
+        {"tenant": tenant, "kind": "learning", "text": f"Run migrations before deploys, not {GH}"},
+    ]
+    path = tmp_path / "t.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert main(["ingest", str(path)]) == 0 and "2 inserted" in capsys.readouterr().out
+    code, out = run(capsys, "reflect", "--tenant", tenant, "deploy to prod failed", "--json")
+    found = json.loads(out)
+    assert code == 0 and [r["kind"] for r in found][:1] == ["trace"] and found[0]["warning"]
+    assert found[0]["text"].endswith(
+        "DB_PASSWORD=[REDACTED:password] and postgres://[REDACTED]@db.prod:5432/app"
+    )
+    everything = out + " ".join(embedded)
+    for secret in ("hunter2secret", PG_PW, "jane.doe@example.com", GH):
+        assert secret not in everything, secret
+    with connect(cli_env) as conn:
+        row = conn.execute(
+            "SELECT actionability, action_domain FROM spark.memories WHERE tenant = %s AND kind = 'trace'",
+            (tenant,),
+        ).fetchone()
+    assert row == (0, "general")  # never ordinary advice, as trace add stores it
+    # the same attempt through trace add is the same trace: counted, not stored twice
+    code, out = run(
+        capsys, "trace", "add", "--tenant", tenant, "--intent", "deploy to prod", "--outcome", "failure",
+        "--issue", issue, "--json",
+    )  # fmt: skip
+    assert (
+        code == 0 and json.loads(out)["key"] == found[0]["key"] and json.loads(out)["status"] == "seen_again"
+    )

@@ -72,7 +72,11 @@ def cmd_reflect(args: argparse.Namespace) -> int:
     import textwrap
 
     from spark_pg.client import SparkClient
+    from spark_pg.errors import InputError
 
+    # refused as `spark-pg search ''` is: the API's empty answer printed "nothing similar in the past"
+    if not args.text.strip():
+        raise InputError("text must not be empty: say what task is at hand")
     with SparkClient() as client:
         warn = client.settings.get_float("reflection.warning_min_score")
         found = client.reflect(args.tenant, args.text, k=args.k)

@@ -32,12 +32,11 @@ from __future__ import annotations
 
 import hashlib
 import re
-import unicodedata
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from spark_pg.errors import InputError
-from spark_pg.rowfiles import checked_text
+from spark_pg.rowfiles import checked_text, flattened
 from spark_pg.traces.scrub import scrub
 
 DESCRIPTOR_VERSION = 1
@@ -58,7 +57,6 @@ MAX_CATEGORY = 64
 # characters to scrub (tens of seconds of CPU for one call)
 LOOK_FACTOR = 4
 
-_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")
 _HOME = re.compile(r"^(?:/home/[^/]{1,100}/|(?:[A-Za-z]:)?/(?i:users)/[^/]{1,100}/|/root/)")
 _PLACEHOLDER = re.compile(r"\[(?:REDACTED(?::[a-z_]{1,40})?|EMAIL|PHONE|IP)\]")
 
@@ -78,20 +76,10 @@ def _cut(text: str, limit: int) -> str:
     return cut.rstrip(" ,;:/-")
 
 
-def _visible(text: str) -> str:
-    """``text`` without invisible format characters (Unicode category Cf: zero-width space and joiners,
-    soft hyphen, bidi overrides), which would otherwise split a secret the scrubber must see whole."""
-    if text.isascii():
-        return text
-    return "".join(c for c in text if unicodedata.category(c) != "Cf")
-
-
 def normalise(raw: str) -> str:
-    """NFKC, invisible characters dropped, control characters and any whitespace as single spaces, ``|``
-    as ``/`` (the descriptor's separator), at most MAX_RAW characters. What the scrubber is given."""
-    text = unicodedata.normalize("NFKC", raw) if not raw.isascii() else raw
-    text = _CONTROL.sub(" ", _visible(text))
-    return " ".join(text.replace("|", "/").split())[:MAX_RAW]
+    """:func:`spark_pg.rowfiles.flattened`, ``|`` as ``/`` (the descriptor's separator), at most MAX_RAW
+    characters. What the scrubber is given."""
+    return flattened(raw).replace("|", "/")[:MAX_RAW]  # after NFKC: it makes | of U+FF5C
 
 
 def _look(limit: int) -> int:

@@ -17,6 +17,7 @@ import psycopg
 from psycopg.rows import dict_row
 
 from spark_pg import queries
+from spark_pg.errors import InputError
 from spark_pg.refusals import refusals
 from spark_pg.rowfiles import checked_text
 from spark_pg.sql_args import int_arg, params_arg
@@ -109,14 +110,28 @@ def reflect(
     *,
     k: int = 5,
     params: Mapping[str, Any] | None = None,
+    query_model: str | None = None,
 ) -> list[Reflection]:
-    """One round trip to spark.reflect. ``embedding`` None: the lexical fallback."""
+    """One round trip to spark.reflect. ``embedding`` None: the lexical fallback. ``query_model``: the
+    model that made ``embedding`` (params.query_model, unless ``params`` names one): while another model
+    is active, spark.reflect ignores the vector and runs lexically instead of comparing two models'
+    vectors. Arguments of the wrong type are refused here (InputError naming them), not by the server."""
+    if not isinstance(tenant, str):  # an int selected no function: 42883, naming nothing the caller wrote
+        raise InputError(f"tenant must be a string, got {type(tenant).__name__}")
+    if not isinstance(text, str):
+        raise InputError(f"query text must be a string, got {type(text).__name__}")
+    if query_model is not None and not isinstance(query_model, str):
+        raise InputError(f"query_model must be a model name, got {type(query_model).__name__}")
+    params_arg("params", params)  # a params that is no mapping is named before anything is merged into it
+    merged = dict(params or {})
+    if embedding is not None and query_model is not None:
+        merged.setdefault("query_model", query_model)
     args = {
-        "tenant": checked_text("tenant", tenant) if isinstance(tenant, str) else tenant,
-        "query": checked_text("query text", text) if isinstance(text, str) else text,
+        "tenant": checked_text("tenant", tenant),
+        "query": checked_text("query text", text),
         "embedding": embedding,
         "k": int_arg("k", k),
-        "params": params_arg("params", params),
+        "params": params_arg("params", merged),
     }
     with refusals(), conn.transaction(), conn.cursor(row_factory=dict_row) as cur:
         rows = cur.execute(queries.REFLECT, args).fetchall()
