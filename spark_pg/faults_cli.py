@@ -12,6 +12,7 @@ def cmd_faults(args: argparse.Namespace) -> int:
     import time
 
     from spark_pg.config import load_settings
+    from spark_pg.console import stop_signals_interrupt
     from spark_pg.faults import SCENARIOS, format_report, run_faults
 
     started = time.monotonic()
@@ -20,13 +21,15 @@ def cmd_faults(args: argparse.Namespace) -> int:
         if not args.quiet:
             print(f"[{time.monotonic() - started:6.1f} s] {message}", file=sys.stderr, flush=True)
 
-    report = run_faults(
-        load_settings(),
-        only=tuple(args.only) if args.only else SCENARIOS,
-        memories=args.memories,
-        keep=args.keep,
-        say=say,
-    )
+    # SIGTERM or SIGHUP ends the drill as Ctrl-C does: its processes and server stopped, its home removed
+    with stop_signals_interrupt():
+        report = run_faults(
+            load_settings(),
+            only=tuple(args.only) if args.only else SCENARIOS,
+            memories=args.memories,
+            keep=args.keep,
+            say=say,
+        )
     print(json.dumps(report.as_json(), default=str) if args.json else format_report(report))
     return 0 if report.ok else 1
 

@@ -1,8 +1,8 @@
 """`spark-pg stats`: the health of the memory store and the north-star metric, for one tenant or all.
 
 - **memories** by kind and tier;
-- **backlog**: memories awaiting a vector of the active model (spark.embed_queue), those given up on
-  (failed ``max_attempts`` times), the oldest wait;
+- **backlog**: the rows of spark.embed_queue: memories awaiting a vector of the active model (a worker
+  still takes them), those given up on (failed ``max_attempts`` times), the oldest wait of the former;
 - **embedding lag**: p50/p95 of the time from queuing to stored vector (write-behind only);
 - **advise latency**: p50/p95 of the server-side time of advise calls, and the **hit rate** (share of calls
   that surfaced at least one memory), from the log;
@@ -63,7 +63,8 @@ def collect(
         "since": None if since is None else str(since),
         "memories": {"total": sum(by_kind.values()), "by_kind": by_kind, "by_tier": by_tier},
         "backlog": {
-            "queued": int(queue["queued"]),
+            "queued": int(queue["queued"]),  # pending + given_up: every row of spark.embed_queue
+            "pending": int(queue["pending"]),
             "given_up": int(queue["given_up"]),
             "max_attempts": max_attempts,
             "oldest_s": None if queue["oldest_s"] is None else round(float(queue["oldest_s"]), 1),
@@ -101,7 +102,7 @@ def format_report(report: dict[str, Any]) -> str:
         + (", ".join(f"{k} {n}" for k, n in sorted(mem["by_kind"].items())) or "-")
         + "  by tier: "
         + (", ".join(f"{k} {n}" for k, n in sorted(mem["by_tier"].items())) or "-"),
-        f"backlog       {backlog['queued']} awaiting a vector"
+        f"backlog       {backlog['pending']} awaiting a vector"
         + (f" (oldest {backlog['oldest_s']:g} s)" if backlog["oldest_s"] is not None else "")
         + (
             f"; {backlog['given_up']} given up after {backlog['max_attempts']} failures"

@@ -119,6 +119,12 @@ def ensure_model(conn: psycopg.Connection[Any], embedder: Embedder) -> int:
         return register_model(conn, embedder.spec)
 
 
+def stored_row(record: MemoryIn) -> tuple[Any, ...]:
+    """The row ingest writes for ``record`` (its values derived from the text included), without the vector
+    and the model id: what `spark-pg eval` hashes to tell whether a scratch database is still current."""
+    return _row(record, None, None)
+
+
 def _row(record: MemoryIn, vector: Any, model_id: int | None) -> tuple[Any, ...]:
     return (
         record.tenant,

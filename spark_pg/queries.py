@@ -491,8 +491,10 @@ WHERE %(tenant)s::text IS NULL OR tenant = %(tenant)s::text
 GROUP BY kind, tier
 """
 
+# queued: every row of the queue; pending: those a worker still takes; given_up: the others
 HEALTH_QUEUE = """
-SELECT count(*) AS queued, count(*) FILTER (WHERE attempts >= %(max_attempts)s) AS given_up,
+SELECT count(*) AS queued, count(*) FILTER (WHERE attempts < %(max_attempts)s) AS pending,
+       count(*) FILTER (WHERE attempts >= %(max_attempts)s) AS given_up,
        -- of the rows still waiting for a worker: one given up would make it grow for ever
        extract(epoch FROM now() - min(enqueued_at) FILTER (WHERE attempts < %(max_attempts)s)) AS oldest_s
 FROM spark.embed_queue

@@ -11,9 +11,12 @@ import psycopg
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from spark_pg.db import open_plain
-from spark_pg.errors import InputError
+from spark_pg.errors import DatabaseError, InputError
 
 _NAME = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
+# where claims are taken: advisory locks belong to one database, and every run must meet every other
+# whatever database its URL names. Not template1: a session there makes CREATE DATABASE fail
+LOCK_DATABASE = "postgres"
 
 
 def with_dbname(url: str, dbname: str) -> str:
@@ -50,12 +53,26 @@ def create(server_url: str, name: str, *, exist_ok: bool = False) -> str:
     return with_dbname(server_url, name)
 
 
+def _lock_session(server_url: str) -> psycopg.Connection[Any]:
+    """A connection to the server's ``postgres`` database; to ``server_url``'s own database when that one
+    cannot be connected to (it may have been dropped, or the role may lack CONNECT on it), unless that is
+    template1."""
+    try:
+        return _admin(with_dbname(server_url, LOCK_DATABASE))
+    except DatabaseError:
+        if conninfo_to_dict(server_url).get("dbname") == "template1":
+            raise
+        return _admin(server_url)
+
+
 @contextmanager
 def claimed(server_url: str, name: str) -> Iterator[bool]:
     """Hold a session advisory lock on scratch database ``name`` for the block (on a connection of its own,
     so it holds across the block's connections and ends with the process); yields whether this process got
-    it: False while another holds it."""
-    with _admin(server_url) as admin:
+    it: False while another holds it. The lock is taken in the server's ``postgres`` database, whichever
+    database ``server_url`` names (taken in that one, two runs whose URLs named two databases of one server
+    both got it, and one's ``--fresh`` dropped the scratch database under the other)."""
+    with _lock_session(server_url) as admin:
         row = admin.execute(
             "SELECT pg_try_advisory_lock(hashtextextended(%s, 0))", (f"scratch:{name}",)
         ).fetchone()

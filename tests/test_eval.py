@@ -10,6 +10,7 @@ import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -20,10 +21,10 @@ from spark_pg.db import connect
 from spark_pg.embedding import Embedder, model_dir_for
 from spark_pg.errors import InputError
 from spark_pg.eval import cli as eval_cli
-from spark_pg.eval.dataset import DatasetError, Memory, load_dataset
+from spark_pg.eval.dataset import MAX_NAME, DatasetError, Memory, load_dataset
 from spark_pg.eval.harness import EvalRun, evaluate, scratch_name, summarize
 from spark_pg.eval.metrics import hit_at, mean_scores, ndcg_at, recall_at, score_query
-from spark_pg.eval.report import PLOT_FILE, REPORT_FILE, format_text
+from spark_pg.eval.report import PLOT_FILE, REPORT_FILE, format_text, write_report
 from spark_pg.eval.systems import SYSTEMS, System, or_words
 from spark_pg.scratch import drop as drop_scratch
 
@@ -293,6 +294,49 @@ def test_a_lone_surrogate_in_a_category_is_refused(tmp_path: Path) -> None:
         load_dataset(tmp_path)
 
 
+def test_a_folder_name_too_long_for_the_source_is_refused_before_the_database(
+    tmp_path: Path, model_settings: Settings, embedder: Embedder, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The folder name is stored as each memory's source, eval:<name>, at most 128 characters: a longer one
+    was refused by ingest after CREATE DATABASE and the schema install (an empty scratch database left)."""
+    fits = tmp_path / ("d" * MAX_NAME)
+    tiny_dataset(fits, "x")
+    assert len(load_dataset(fits).records()[0].source) == 128
+    long = tmp_path / ("d" * (MAX_NAME + 1))
+    tiny_dataset(long, "x")
+    with pytest.raises(DatasetError, match=f"the folder name is {MAX_NAME + 1} characters; the limit is 123"):
+        load_dataset(long)
+    with pytest.raises(DatasetError, match="the folder name"):  # not a DatabaseError: no server was asked
+        evaluate(long, model_settings, server_url="postgresql://nowhere/none", embedder=embedder)
+    work = tmp_path / "cwd"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err):
+        assert eval_cli.main(["--dataset", str(long)]) == 2
+    assert "the folder name is 124 characters" in err.getvalue()
+    assert list(work.iterdir()) == []  # refused before the report folder is made
+
+
+def test_a_changed_derived_value_gives_another_scratch_database(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The hash covered tenant, key, text, time, kind and source, not what ingest derives from the text:
+    after a change to the actionability scorer, a run reused the database loaded with the old scores
+    (recall under {"min_actionability": 0.3} unchanged; with --fresh, 0)."""
+    import spark_pg.ingest
+    import spark_pg.records
+
+    tiny_dataset(tmp_path, "x")
+    before = scratch_name(load_dataset(tmp_path), "model-a")
+    monkeypatch.setattr(spark_pg.ingest, "actionability", lambda text: SimpleNamespace(score=0.0))
+    assert scratch_name(load_dataset(tmp_path), "model-a") != before
+    monkeypatch.undo()
+    assert scratch_name(load_dataset(tmp_path), "model-a") == before
+    monkeypatch.setattr(spark_pg.records, "classify_domain", lambda text, **_: "data")  # the action domain
+    assert scratch_name(load_dataset(tmp_path), "model-a") != before
+
+
 def test_scratch_name_depends_on_content_and_model(tmp_path: Path) -> None:
     tiny_dataset(tmp_path / "one", "x")
     tiny_dataset(tmp_path / "two", "y")
@@ -361,10 +405,12 @@ def test_json_has_the_contract_shape(e2e: EndToEnd) -> None:
         "no_answer": 1,
         "by_category": {"1": 2, "2": 1, "4": 2, "5": 1},
     }
+    assert (result["queries_total"], result["limit"], result["partial"]) == (6, None, False)
     for name, s in result["systems"].items():
-        if name == "spark" and s["status"] == "absent":  # spark.retrieve not installed yet
-            continue
-        assert s["status"] == "ok", s
+        assert s["status"] == "ok", (
+            name,
+            s,
+        )  # spark too: every run installs the schema, spark.retrieve in it
         assert set(s["overall"]) == METRIC_KEYS and set(s["no_answer"]) == METRIC_KEYS
         assert set(s["by_category"]) == {"1", "2", "4", "5"}
         assert set(s["latency_ms"]) == {"embed_p50", "embed_p95", "retrieve_p50", "retrieve_p95"}
@@ -445,6 +491,55 @@ def test_questions_without_an_answer_are_left_out_of_overall(e2e: EndToEnd) -> N
         assert s["overall"] == pytest.approx({m: round(v, 4) for m, v in answered.items()})
         assert s["no_answer"] == pytest.approx({m: round(v, 4) for m, v in unanswered.items()})
         assert s["by_category"]["5"] == s["no_answer"]
+
+
+BUGGY = System(
+    "buggy",
+    "a statement with a type bug: text = integer, 42883 like a missing function",
+    "SELECT m.id, m.key FROM spark.memories m WHERE m.tenant = %(tenant)s AND m.key = 1 LIMIT %(k)s",
+)
+
+
+def test_a_statement_raising_42883_mid_run_is_an_error_not_absent(
+    e2e: EndToEnd, server_url: str, model_settings: Settings, embedder: Embedder
+) -> None:
+    """Every question caught UndefinedFunction (42883) and reported the system absent, exit 0: an operator
+    that does not exist in a statement was hidden as a system not installed."""
+    folder = e2e.report.parent / "tiny"
+    run = evaluate(
+        folder, model_settings, server_url=server_url, embedder=embedder, limit=2, systems=(SYSTEMS[1], BUGGY)
+    )
+    systems = summarize(run)["systems"]
+    assert systems["vector"]["status"] == "ok"
+    assert systems["buggy"]["status"] == "error", systems["buggy"]
+    assert (
+        "[42883]" in systems["buggy"]["message"] and "operator does not exist" in systems["buggy"]["message"]
+    )
+
+
+def test_a_limited_run_says_so_in_the_json_the_text_and_the_html(
+    e2e: EndToEnd, server_url: str, model_settings: Settings, embedder: Embedder, tmp_path: Path
+) -> None:
+    """result.json said only "queries": 3, and the report read as a full run's (whose default folder it
+    replaces)."""
+    folder = e2e.report.parent / "tiny"
+    run = evaluate(
+        folder, model_settings, server_url=server_url, embedder=embedder, limit=3, systems=SYSTEMS[1:2]
+    )
+    result = summarize(run)
+    assert (result["queries"], result["queries_total"], result["limit"], result["partial"]) == (3, 6, 3, True)
+    assert format_text(result).startswith(
+        "tiny: first 3 of 6 questions (--limit 3; 3 with an answer, 0 without)"
+    )
+    page = write_report(result, tmp_path / "report")
+    assert "<h1>spark_pg retrieval evaluation: tiny (first 3 of 6 questions)</h1>" in page.read_text()
+    whole = summarize(
+        evaluate(
+            folder, model_settings, server_url=server_url, embedder=embedder, limit=6, systems=SYSTEMS[1:2]
+        )
+    )
+    assert (whole["queries"], whole["limit"], whole["partial"]) == (6, 6, False)  # the limit covered them all
+    assert format_text(whole).startswith("tiny: 6 questions (5 with an answer, 1 without)")
 
 
 def test_a_system_whose_function_is_missing_is_reported_absent(e2e: EndToEnd) -> None:

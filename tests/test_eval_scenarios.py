@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
+import io
+import json
 import re
 from pathlib import Path
 
@@ -11,15 +14,18 @@ from spark_pg import scratch
 from spark_pg.advisor import AdvisorOptions
 from spark_pg.config import Settings
 from spark_pg.db import connect
-from spark_pg.embedding import Embedder
+from spark_pg.embedding import Embedder, model_dir_for
 from spark_pg.errors import InputError
+from spark_pg.eval import cli as eval_cli
 from spark_pg.eval.scenarios import (
     Outcome,
     Scenario,
     _score,
     database_name,
     evaluate_scenarios,
+    format_scenarios,
     load_scenarios,
+    plot_title,
 )
 
 
@@ -80,6 +86,40 @@ def test_a_small_scenario_set_runs_end_to_end(
     assert "ins:jwt" in advisor["scenarios"]["auth"]["delivered"]
     assert "noise:rt" not in advisor["scenarios"]["auth"]["delivered"]
     assert 0 <= advisor["precision@5"] <= 1 and set(advisor["by_split"]) == {"tune", "holdout"}
+
+
+def test_the_params_given_are_recorded_in_the_result_the_text_and_the_chart(
+    tmp_path: Path, server_url: str, model_settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`eval --scenarios --params` left them out of result.json, the table and the chart's title (the
+    --dataset run records them): two results could not be told apart."""
+    write_small_set(tmp_path)
+    config = tmp_path / "config.yaml"
+    config.write_text("embedding:\n  model_dir: " + str(model_dir_for(model_settings)) + "\n")
+    monkeypatch.setenv("SPARK_PG_DATABASE_URL", server_url)
+    monkeypatch.setenv("SPARK_PG_CONFIG", str(config))
+    report = tmp_path / "report"
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(io.StringIO()):
+        code = eval_cli.main(
+            [
+                "--scenarios",
+                str(tmp_path),
+                "--params",
+                '{"pool_semantic": 20}',
+                "--report",
+                str(report),
+                "--json",
+            ]
+        )
+    assert code == 0
+    result = json.loads((report / "result.json").read_text())
+    assert result["params"] == {"pool_semantic": 20}
+    assert json.loads(out.getvalue())["params"] == {"pool_semantic": 20}
+    said = 'spark.retrieve params {"pool_semantic": 20}'
+    assert said in format_scenarios(result).splitlines()[0]
+    assert said in plot_title(result)
+    assert "params" not in format_scenarios(result | {"params": {}})
 
 
 def test_bad_params_are_refused_by_name_before_the_pool_is_loaded(

@@ -4,13 +4,25 @@ counts are read back from the tables here, not only taken from the scenarios' ow
 
 from __future__ import annotations
 
+import contextlib
+import os
+import queue
+import re
+import shutil
+import signal
+import subprocess
+import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
+import psutil
 import psycopg
 import pytest
 
+from spark_pg.bench_hooks import hook_command
 from spark_pg.config import Settings
+from spark_pg.console import stop_signals_interrupt
 from spark_pg.db import connect
 from spark_pg.embedding import model_dir_for
 from spark_pg.errors import DatabaseError, SchemaError
@@ -132,3 +144,99 @@ def test_a_lab_whose_setup_fails_leaves_no_server_or_home_behind(
     assert pids and pids[0] is not None
     assert not lab.home.exists()
     assert not psutil.pid_exists(pids[0]) or psutil.Process(pids[0]).status() == psutil.STATUS_ZOMBIE
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP])
+def test_a_stop_signal_interrupts_the_block_once_and_lets_its_cleanup_finish(sig: signal.Signals) -> None:
+    """By default SIGTERM and SIGHUP end the process at once: no finally ran, so `spark-pg faults` left its
+    server, worker, hook server and home behind."""
+    before = signal.getsignal(sig)
+    cleaned = False
+    with pytest.raises(KeyboardInterrupt), stop_signals_interrupt():
+        try:
+            os.kill(os.getpid(), sig)
+            time.sleep(5)  # the handler raises at once
+            pytest.fail("the signal did not interrupt the block")
+        finally:
+            os.kill(os.getpid(), sig)  # a second one, during the cleanup: ignored
+            time.sleep(0.05)
+            cleaned = True
+    assert cleaned
+    assert signal.getsignal(sig) == before  # restored
+
+
+def _command(proc: psutil.Process) -> str:
+    try:
+        return " ".join(proc.cmdline())
+    except psutil.Error:  # gone, or a zombie
+        return ""
+
+
+def _left_behind(home: Path) -> list[psutil.Process]:
+    """Processes of the scratch home ``home``: its server (named in the command line) and the processes
+    started with its config."""
+    found = []
+    for proc in psutil.process_iter():
+        try:
+            config = proc.environ().get("SPARK_PG_CONFIG", "")
+        except psutil.Error:
+            config = ""
+        if str(home) in _command(proc) or config.startswith(str(home)):
+            found.append(proc)
+    return found
+
+
+def test_a_drill_stopped_by_sigterm_leaves_no_process_and_no_home(
+    model_settings: Settings, tmp_path: Path
+) -> None:
+    config = tmp_path / "config.yaml"
+    config.write_text("embedding:\n  model_dir: " + str(model_dir_for(model_settings)) + "\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SPARK_PG_")}
+    drill = subprocess.Popen(
+        [*hook_command(), "faults", "--only", "a", "--memories", "500"],
+        env=env | {"SPARK_PG_CONFIG": str(config)},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    lines: queue.Queue[str] = queue.Queue()
+    assert drill.stderr is not None
+    reader = threading.Thread(target=lambda: [lines.put(line) for line in drill.stderr or ()], daemon=True)
+    reader.start()
+    home: Path | None = None
+    said: list[str] = []
+    try:
+        deadline = time.monotonic() + 120
+        worker: list[psutil.Process] = []
+        while not worker:  # the drill's scratch server is up and its worker started
+            assert time.monotonic() < deadline and drill.poll() is None, said
+            with contextlib.suppress(queue.Empty):
+                said.append(lines.get(timeout=0.1))
+            found = re.search(r"scratch home (\S+):", "".join(said))
+            home = Path(found.group(1)) if found else None
+            if home is not None:
+                worker = [p for p in _left_behind(home) if "worker" in _command(p)]
+        assert home is not None and home.is_dir()
+        running = _left_behind(home)
+        assert any("postgres" in _command(p) for p in running), running
+        drill.send_signal(signal.SIGTERM)
+        code = drill.wait(90)
+        reader.join(30)  # every line read
+        while not lines.empty():
+            said.append(lines.get())
+        psutil.wait_procs(running, timeout=10)
+        assert code == 130, said
+        assert "spark-pg: interrupted" in said[-1] and "a: INTERRUPTED" in "".join(said), said
+        assert _left_behind(home) == []
+        assert not home.exists()
+    finally:
+        if drill.poll() is None:
+            drill.kill()
+        drill.wait(10)
+        reader.join(10)
+        drill.stderr.close()
+        if home is not None:  # what the drill left behind, if it failed to clean up
+            for proc in _left_behind(home):
+                with contextlib.suppress(psutil.Error):
+                    proc.kill()
+            shutil.rmtree(home, ignore_errors=True)

@@ -69,16 +69,15 @@ def cmd_eval(args: argparse.Namespace) -> int:
     _refuse_unused(args)
     if args.scenarios is not None:
         return cmd_scenarios(args)
-    from spark_pg.eval.dataset import MEMORIES_FILE, QUERIES_FILE
+    from spark_pg.eval.dataset import check_folder
     from spark_pg.eval.harness import evaluate, summarize
     from spark_pg.eval.report import format_text, write_report
 
     settings = load_settings()
     dataset = Path(args.dataset)
-    if not dataset.is_dir():  # before the report folder is made for it
-        raise InputError(f"dataset {dataset} is not a folder holding {MEMORIES_FILE} and {QUERIES_FILE}")
+    name = check_folder(dataset)  # a folder, with a usable name: before the report folder is made for it
     # the folder the report goes to (its default is named after the dataset folder), checked before the run
-    folder = args.report or writable_dir(Path("reports") / f"eval-{dataset.resolve().name}")
+    folder = args.report or writable_dir(Path("reports") / f"eval-{name}")
     run = evaluate(
         dataset,
         settings,

@@ -19,19 +19,26 @@ import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
+from psycopg.types.json import Jsonb
+
 from spark_pg.errors import InputError
-from spark_pg.records import MAX_QUERY_TEXT, MAX_TENANT, MAX_TEXT, MemoryIn
+from spark_pg.ingest import stored_row
+from spark_pg.records import MAX_QUERY_TEXT, MAX_SOURCE, MAX_TENANT, MAX_TEXT, MemoryIn
 from spark_pg.rowfiles import jsonl_rows, string_problem, text_problem
 
 MEMORIES_FILE = "memories.jsonl"
 QUERIES_FILE = "queries.jsonl"
 RESERVED_TENANTS = ("_system",)  # the cold-start pack's tenant, visible to every tenant
-# bump when what gets stored for a memory changes, so scratch databases of older loads are not reused
-# (2: ids follow the upsert's (tenant, key) order, not the file's)
-LOADER_VERSION = 2
+SOURCE_PREFIX = "eval:"  # each memory's source is eval:<folder name>
+MAX_NAME = MAX_SOURCE - len(SOURCE_PREFIX)
+# bump when what gets stored for a memory changes in a way the rows hashed do not show, so scratch
+# databases of older loads are not reused (2: ids follow the upsert's (tenant, key) order, not the file's;
+# 3: the hash covers each row as ingest writes it, derived values included)
+LOADER_VERSION = 3
 
 
 class DatasetError(InputError):
@@ -101,17 +108,41 @@ class Dataset:
     def conversations(self) -> list[str]:
         return sorted({m.conversation_id for m in self.memories})
 
+    @property
+    def source(self) -> str:
+        """Each memory's ``source``: ``eval:<folder name>``."""
+        return SOURCE_PREFIX + self.name
+
     def records(self) -> list[MemoryIn]:
-        return [m.record(f"eval:{self.name}") for m in self.memories]
+        return [m.record(self.source) for m in self.memories]
 
     def content_hash(self) -> str:
-        """sha256 of everything that ends up in the database (not of the queries)."""
+        """sha256 of everything that ends up in the database (not of the queries): each row as ingest
+        writes it, the values ingest derives from the text included (action domain, actionability,
+        descriptor, content hash), so a changed scorer or classifier gives another hash. Computed once
+        per Dataset (about 1 ms a memory)."""
+        return self._content_hash
+
+    @cached_property
+    def _content_hash(self) -> str:
         digest = hashlib.sha256(f"spark_pg eval loader v{LOADER_VERSION}\n".encode())
         for r in self.records():
-            created = r.created_at.isoformat() if r.created_at else ""
-            digest.update(json.dumps([r.tenant, r.key, r.text, created, r.kind, r.source]).encode())
+            # the row ingest writes (spark_pg.ingest), less the vector and the model id: the model's name
+            # is hashed into the scratch database's name
+            digest.update(json.dumps(stored_row(r), default=_plain).encode())
             digest.update(b"\n")
         return digest.hexdigest()
+
+
+def _plain(value: Any) -> Any:
+    """A value of a stored row that json cannot write, as one it can."""
+    if isinstance(value, bytes):
+        return value.hex()
+    if isinstance(value, datetime):
+        return value.isoformat()
+    if isinstance(value, Jsonb):
+        return value.obj
+    raise TypeError(f"cannot hash a {type(value).__name__} of a stored row")
 
 
 class _Row:
@@ -230,10 +261,31 @@ def _query(row: _Row, memories: Mapping[str, Memory], memories_file: Path) -> Qu
     )
 
 
-def load_dataset(folder: Path) -> Dataset:
-    """Read and validate ``folder``/memories.jsonl and ``folder``/queries.jsonl completely."""
+def check_folder(folder: Path) -> str:
+    """The dataset's name (its folder's), refused unless ``folder`` is a folder whose name fits in each
+    memory's source (``eval:<name>``); a name too long was refused by ingest once the scratch database had
+    been created and its schema installed."""
     if not folder.is_dir():
         raise InputError(f"dataset {folder} is not a folder holding {MEMORIES_FILE} and {QUERIES_FILE}")
+    name = folder.resolve().name
+    if len(name) > MAX_NAME:
+        raise DatasetError(
+            folder,
+            None,
+            None,
+            f"the folder name is {len(name)} characters; the limit is {MAX_NAME} (it is stored as each "
+            f"memory's source, {SOURCE_PREFIX}<name>, at most {MAX_SOURCE} characters): rename or link it",
+        )
+    problem = string_problem(name)
+    if problem:
+        raise DatasetError(folder, None, None, f"the folder name {problem}")
+    return name
+
+
+def load_dataset(folder: Path) -> Dataset:
+    """Read and validate ``folder``/memories.jsonl and ``folder``/queries.jsonl completely (and the
+    folder's name: :func:`check_folder`)."""
+    name = check_folder(folder)
     memories_file, queries_file = folder / MEMORIES_FILE, folder / QUERIES_FILE
     memories: dict[str, Memory] = {}
     first_line: dict[str, int] = {}
@@ -251,4 +303,4 @@ def load_dataset(folder: Path) -> Dataset:
             raise row.error("id", f"{query.id!r} already appears on line {seen[query.id]}")
         seen[query.id] = row.line
         queries.append(query)
-    return Dataset(folder.resolve().name, folder, tuple(memories.values()), tuple(queries))
+    return Dataset(name, folder, tuple(memories.values()), tuple(queries))

@@ -1,8 +1,8 @@
 """Run an evaluation: load a dataset into a scratch database, ask every question of every system, score.
 
 The scratch database ``spark_eval_<hash>`` lives on the configured server; the hash covers what gets stored
-(the memories as loaded, see :mod:`spark_pg.eval.dataset`) and the embedding model, so a re-run reuses it
-and only asks the questions. Every run re-applies the schema (``schema.install``), so the scratch database
+(each row as ingest writes it, see :mod:`spark_pg.eval.dataset`) and the embedding model, so a re-run reuses
+it and only asks the questions. Every run re-applies the schema (``schema.install``), so the scratch database
 always has the current ``spark.retrieve``. Each system's statement runs in its own transaction, rolled back,
 so a run cannot change what the next run sees.
 """
@@ -128,7 +128,9 @@ def prepare_scratch(
 @dataclass
 class SystemRun:
     system: System
-    status: str = "ok"  # ok | absent (its SQL function does not exist) | error (a query failed)
+    # ok | absent (the SQL function it requires does not exist, checked before the first question) | error
+    # (a statement failed, whatever its SQLSTATE)
+    status: str = "ok"
     message: str | None = None
     ranked: dict[str, list[str]] = field(default_factory=dict)  # query id -> retrieved keys, best first
     latency_ms: list[float] = field(default_factory=list)
@@ -146,6 +148,7 @@ class EvalRun:
     systems: list[SystemRun]
     date: str
     params: dict[str, Any] = field(default_factory=dict)  # spark.retrieve params besides as_of
+    limit: int | None = None  # --limit: only the first N questions were asked
 
 
 def ask_all(
@@ -202,10 +205,9 @@ def ask_all(
                             started = time.perf_counter()
                             keys = run(cur, r.system, params)
                             elapsed = (time.perf_counter() - started) * 1000
-                    except psycopg.errors.UndefinedFunction as exc:
-                        r.status, r.message = "absent", f"{r.system.name} skipped: {str(exc).strip()}"
-                        continue
                     except psycopg.Error as exc:
+                        # 42883 (undefined function or operator) too: the function a system requires exists
+                        # (checked above), so this is a bug in its statement, not an absent system
                         state = f" [{exc.sqlstate}]" if exc.sqlstate else ""
                         r.status = "error"
                         r.message = f"{r.system.name} failed on {query.id}{state}: {one_line(exc)}"
@@ -288,6 +290,7 @@ def evaluate(
         systems=runs,
         date=datetime.now(UTC).isoformat(timespec="seconds"),
         params=retrieve_params,
+        limit=limit,
     )
 
 
@@ -352,7 +355,10 @@ def summarize(result: EvalRun) -> dict[str, Any]:
     return {
         "dataset": result.dataset.name,
         "k": result.k,
-        "queries": len(result.queries),
+        "queries": len(result.queries),  # asked
+        "queries_total": len(result.dataset.queries),  # in the dataset
+        "limit": result.limit,
+        "partial": len(result.queries) < len(result.dataset.queries),  # --limit left questions out
         "counts": {
             "answered": sum(1 for q in result.queries if q.answered),
             "no_answer": sum(1 for q in result.queries if not q.answered),

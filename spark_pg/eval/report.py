@@ -28,11 +28,20 @@ def _metric(scores: Mapping[str, float] | None, name: str) -> float | None:
     return None if scores is None else scores.get(name)
 
 
+def partial(result: Mapping[str, Any]) -> str | None:
+    """``first N of M questions`` when ``--limit`` left questions out, else None."""
+    if not result.get("partial"):
+        return None
+    return f"first {result['queries']:,} of {result['queries_total']:,} questions"
+
+
 def headline(result: Mapping[str, Any]) -> str:
     counts = result["counts"]
     params = result.get("params")
+    part = partial(result)
+    asked = f"{part} (--limit {result['limit']}; " if part else f"{result['queries']:,} questions ("
     return (
-        f"{result['dataset']}: {result['queries']:,} questions ({counts['answered']:,} with an answer, "
+        f"{result['dataset']}: {asked}{counts['answered']:,} with an answer, "
         f"{counts['no_answer']:,} without), {result['memories']:,} memories in {result['conversations']} "
         f"conversations; {result['retrieved_per_query']} retrieved per question; model {result['model']}"
         + (f"; spark.retrieve params {json.dumps(params, sort_keys=True)}" if params else "")
@@ -141,7 +150,8 @@ def plot_recall(result: Mapping[str, Any], path: Path) -> Path:
     ax.set_xticks(range(len(groups)), [f"cat {g}" if g != "overall" else g for g in groups])
     ax.set_ylim(0, 1)
     ax.set_ylabel("recall@10")
-    ax.set_title(f"{result['dataset']}: recall@10 by category")
+    part = partial(result)
+    ax.set_title(f"{result['dataset']}: recall@10 by category" + (f" ({part})" if part else ""))
     ax.grid(axis="y", alpha=0.3)
     if systems:
         ax.legend(loc="upper right", fontsize="small")
@@ -169,19 +179,21 @@ def write_report(result: Mapping[str, Any], folder: Path) -> Path:
     png = plot_recall(result, folder / PLOT_FILE)
     image = base64.b64encode(png.read_bytes()).decode("ascii")
     skipped = "".join(f"<li>{html.escape(line)}</li>" for line in _skipped(result))
+    part = partial(result)
+    title = html.escape(result["dataset"] + (f" ({part})" if part else ""))
     descriptions = "".join(
         f"<li><b>{html.escape(name)}</b>: {html.escape(str(s.get('description', '')))}</li>"
         for name, s in _ok(result).items()
     )
     page = f"""<!doctype html>
-<html lang="en"><head><meta charset="utf-8"><title>spark_pg eval: {html.escape(result["dataset"])}</title>
+<html lang="en"><head><meta charset="utf-8"><title>spark_pg eval: {title}</title>
 <style>
 body {{ font-family: system-ui, sans-serif; margin: 2em; max-width: 70em; }}
 table {{ border-collapse: collapse; margin: 1em 0; }}
 th, td {{ border: 1px solid #ccc; padding: 0.3em 0.7em; text-align: right; }}
 th:first-child, td:first-child {{ text-align: left; }}
 </style></head><body>
-<h1>spark_pg retrieval evaluation: {html.escape(result["dataset"])}</h1>
+<h1>spark_pg retrieval evaluation: {title}</h1>
 <p>{html.escape(headline(result))}.<br>Run {html.escape(result["date"])} on scratch database
 <code>{html.escape(result["database"])}</code>. Metrics are means over questions; "overall" covers the
 questions with an answer, "no answer" the others.</p>

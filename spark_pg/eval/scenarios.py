@@ -18,6 +18,7 @@ Metrics per system, over the scenarios (and per category and split):
 from __future__ import annotations
 
 import hashlib
+import json
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -288,6 +289,7 @@ def _evaluate(
         "split": split or "all",
         "folder": str(folder),
         "model": embedder.spec.name,
+        "params": dict(options.params) if options is not None else {},  # the advisor's spark.retrieve params
         "systems": {sys_name: summarize_system(out, noise) for sys_name, out in runs.items()},
     }
 
@@ -298,8 +300,14 @@ def _cell(value: float | None) -> str:
     return "-" if value is None else f"{value:.3f}"
 
 
+def _with_params(text: str, result: Mapping[str, Any]) -> str:
+    """``text`` followed by the advisor's spark.retrieve params, if any were given (``--params``)."""
+    params = result.get("params")
+    return text + (f"; spark.retrieve params {json.dumps(params, sort_keys=True)}" if params else "")
+
+
 def format_scenarios(result: Mapping[str, Any]) -> str:
-    lines = [f"{result['scenarios']} scenarios ({result['model']})", ""]
+    lines = [_with_params(f"{result['scenarios']} scenarios ({result['model']})", result), ""]
     lines.append(f"{'system':<10} {'P@5':>6} {'noise':>6} {'R@5':>6} {'p50 ms':>7} {'p95 ms':>7}")
     for sys_name, s in result["systems"].items():
         lines.append(
@@ -314,6 +322,10 @@ def format_scenarios(result: Mapping[str, Any]) -> str:
             f"{sys_name:<16} " + " ".join(f"{s['by_category'][c]['precision@5']:>12.3f}" for c in cats)
         )
     return "\n".join(lines)
+
+
+def plot_title(result: Mapping[str, Any]) -> str:
+    return _with_params(f"advisor scenarios ({result['scenarios']}): precision@5 by category", result)
 
 
 def plot_scenarios(result: Mapping[str, Any], path: Path) -> Path:
@@ -334,7 +346,7 @@ def plot_scenarios(result: Mapping[str, Any], path: Path) -> Path:
     ax.set_ylim(0, 1.05)
     ax.axhline(0.85, color="grey", linestyle=":", label="bar 0.85")
     ax.legend()
-    ax.set_title(f"advisor scenarios ({result['scenarios']}): precision@5 by category")
+    ax.set_title(plot_title(result), wrap=True)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=100)

@@ -10,10 +10,12 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import suppress
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -55,8 +57,10 @@ def tail(path: Path, chars: int = 800) -> str:
 
 class Lab:
     """A scratch home: its own embedded server, the schema, a copy of the model files and a config file
-    naming them. Processes started through :meth:`spawn` are stopped, the server shut down and the home
-    removed (unless ``keep``) by :meth:`close`, on failure too."""
+    naming them. Processes started through :meth:`spawn` and :meth:`run` (each in a process group of its
+    own, so that a signal reaches anything it started, and Ctrl-C in a terminal reaches only the drill,
+    which stops them in order) are stopped, the server shut down and the home removed (unless ``keep``)
+    by :meth:`close`, on failure too."""
 
     def __init__(self, model_source: Path, *, keep: bool = False, say: Say = quiet) -> None:
         if missing_files(model_source):
@@ -74,7 +78,10 @@ class Lab:
         self.config = self.home / "config.yaml"
         self.url = ""
         self._settings: Settings | None = None
-        self._procs: list[subprocess.Popen[bytes]] = []
+        self._procs: list[subprocess.Popen[bytes]] = []  # started by spawn
+        self._running: set[subprocess.Popen[str]] = set()  # started by run, not yet ended
+        self._stopping = False  # closing: run starts nothing more
+        self._lock = threading.Lock()
         self.setup_s = 0.0
 
     def open(self) -> Lab:
@@ -127,8 +134,8 @@ class Lab:
     def spawn(
         self, name: str, args: list[str], *, python: bool = False, stdin: bool = False
     ) -> subprocess.Popen[bytes]:
-        """Start ``spark-pg ARGS`` (or ``python ARGS``) with stderr to ``logs/NAME.log``, stdout piped
-        (and stdin, with ``stdin``)."""
+        """Start ``spark-pg ARGS`` (or ``python ARGS``) in a process group of its own, with stderr to
+        ``logs/NAME.log``, stdout piped (and stdin, with ``stdin``)."""
         command = [sys.executable, *args] if python else [*spark_pg_command(), *args]
         with (self.logs / f"{name}.log").open("ab") as err:
             proc = subprocess.Popen(
@@ -137,6 +144,7 @@ class Lab:
                 stdin=subprocess.PIPE if stdin else subprocess.DEVNULL,
                 stdout=subprocess.PIPE,
                 stderr=err,
+                process_group=0,
             )
         self._procs.append(proc)
         return proc
@@ -147,21 +155,37 @@ class Lab:
     def run(
         self, name: str, args: list[str], timeout: float = 120, stdin: str | None = None
     ) -> subprocess.CompletedProcess[str]:
-        """Run ``spark-pg ARGS`` to its end (stderr kept in ``logs/NAME.log`` too), ``stdin`` as its input."""
-        done = subprocess.run(
-            [*spark_pg_command(), *args],
-            input=stdin,
-            env=self.env,
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-            check=False,
-        )
-        (self.logs / f"{name}.log").write_text(done.stderr)
-        return done
+        """Run ``spark-pg ARGS`` to its end (stderr kept in ``logs/NAME.log`` too), ``stdin`` as its input.
+        It runs in a process group of its own, killed if the wait ends early (a timeout, an interrupt)."""
+        with self._lock:
+            if self._stopping:
+                raise FaultError(f"not starting {name}: the scratch home is being closed")
+            proc = subprocess.Popen(
+                [*spark_pg_command(), *args],
+                env=self.env,
+                stdin=subprocess.DEVNULL if stdin is None else subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+                process_group=0,
+            )
+            self._running.add(proc)
+        try:
+            with proc:  # its pipes closed however the wait ends
+                try:
+                    out, err = proc.communicate(stdin, timeout=timeout)
+                except BaseException:
+                    _kill(proc)
+                    raise
+        finally:
+            with self._lock:
+                self._running.discard(proc)
+        (self.logs / f"{name}.log").write_text(err)
+        return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
 
     def run_both(self, first: tuple[str, list[str]], second: tuple[str, list[str]]) -> tuple[Ran, Ran]:
-        """Two independent :meth:`run` calls at once, each with its wall time in seconds."""
+        """Two independent :meth:`run` calls at once, each with its wall time in seconds. An interrupt
+        kills both processes (the pool waits for its threads before the interrupt goes on)."""
 
         def timed(job: tuple[str, list[str]]) -> Ran:
             started = time.perf_counter()
@@ -170,17 +194,28 @@ class Lab:
 
         with ThreadPoolExecutor(2) as pool:
             a, b = pool.submit(timed, first), pool.submit(timed, second)
-            return a.result(), b.result()
+            try:
+                return a.result(), b.result()
+            except KeyboardInterrupt:
+                self._kill_running()
+                raise
+
+    def _kill_running(self) -> None:
+        """Kill the processes :meth:`run` is waiting for, and start no more."""
+        with self._lock:
+            self._stopping = True
+            running = list(self._running)
+        for proc in running:
+            _kill(proc)
 
     def stop(self, proc: subprocess.Popen[bytes], timeout: float = 20) -> int:
-        """SIGTERM, then SIGKILL after ``timeout``; the exit code."""
+        """SIGTERM to its process group, then SIGKILL after ``timeout``; the exit code."""
         if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
+            _signal_group(proc, signal.SIGTERM)
             try:
                 proc.wait(timeout)
             except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(10)
+                _kill(proc)
         return int(proc.returncode)
 
     def postmaster_pid(self) -> int:
@@ -208,22 +243,61 @@ class Lab:
         return time.perf_counter() - started
 
     def close(self) -> None:
-        for proc in self._procs:
-            with suppress(Exception):
-                self.stop(proc, timeout=10)
+        """Stop every process started here, then the server, and remove the home (unless ``keep``). It runs
+        to its end even when a KeyboardInterrupt (Ctrl-C, or a signal under
+        :func:`spark_pg.console.stop_signals_interrupt`) lands in it: the step it cut short is finished by
+        force (SIGKILL), the others still run, and the interrupt is raised at the end."""
+        interrupted: KeyboardInterrupt | None = None
+        steps: list[Callable[[], None]] = [*(partial(self._close_proc, p) for p in self._procs)]
+        steps += [self._kill_running, self._stop_server, self._remove_home]
+        for step in steps:
+            try:
+                with suppress(Exception):  # a step that failed must not stop the next ones
+                    step()
+            except KeyboardInterrupt as exc:
+                interrupted = interrupted or exc
+        if interrupted is not None:
+            raise interrupted
+
+    def _close_proc(self, proc: subprocess.Popen[bytes]) -> None:
+        try:
+            self.stop(proc, timeout=10)
+        except BaseException:
+            _kill(proc)
+            raise
+        finally:
             if proc.stdout is not None:
                 proc.stdout.close()
+
+    def _stop_server(self) -> None:
         try:
             self.server.down()
-        except Exception:
-            with suppress(Exception):  # cannot be stopped cleanly: it must not outlive us
+        except BaseException:  # cannot be stopped cleanly, or interrupted: it must not outlive us
+            with suppress(Exception):
                 pid = self.server.status().pid
                 if pid is not None:
                     os.kill(pid, signal.SIGKILL)
+            raise
+
+    def _remove_home(self) -> None:
         if self.keep:
             self.say(f"kept {self.home} (server stopped)")
         else:
             shutil.rmtree(self.home, ignore_errors=True)
+
+
+def _signal_group(proc: subprocess.Popen[Any], sig: int) -> None:
+    """Send ``sig`` to the process group ``proc`` leads (spawned with ``process_group=0``)."""
+    with suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, sig)
+
+
+def _kill(proc: subprocess.Popen[Any]) -> None:
+    """SIGKILL the process group ``proc`` leads, and reap ``proc``."""
+    if proc.poll() is None:
+        _signal_group(proc, signal.SIGKILL)
+        with suppress(subprocess.TimeoutExpired):
+            proc.wait(10)
 
 
 def wait_for(what: str, test: Callable[[], bool], timeout: float, every: float = 0.05) -> float:
