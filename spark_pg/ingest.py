@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -23,7 +23,7 @@ from spark_pg.connection_modes import statement_timeout_lifted
 from spark_pg.embedding import Embedder, ModelSpec
 from spark_pg.errors import IngestError, InputError, ModelMismatch
 from spark_pg.intent import ACTION_DOMAINS, actionability
-from spark_pg.records import SYSTEM_TENANT, MemoryIn, validate_row
+from spark_pg.records import SCRUBBED_KINDS, SYSTEM_TENANT, MemoryIn, validate_row
 from spark_pg.refusals import one_line
 from spark_pg.tenant_indexes import build_concurrently
 
@@ -197,20 +197,35 @@ def refresh_after_write(conn: psycopg.Connection[Any], tenants: list[str]) -> No
         )
 
 
-def _field_problem(record: MemoryIn) -> str | None:
+def _checked(record: MemoryIn, i: int) -> MemoryIn:
+    """``record`` as it is stored, or InputError naming ``records[i]`` and its field (:func:`_field_problem`).
+    A trace or learning is stored as a file's row of that kind is: scrubbed (spark_pg.records.validate_row),
+    whoever built it."""
+    problem, valid = _field_problem(record)
+    if problem or valid is None:
+        raise InputError(f"records[{i}].{problem}")
+    if record.kind not in SCRUBBED_KINDS:
+        return record
+    fields: tuple[str, ...] = ("text", "key", "category", "source", "context", "metadata")
+    if record.kind == "trace":
+        fields += ("action_domain", "actionability")
+    return replace(record, **{name: getattr(valid, name) for name in fields})
+
+
+def _field_problem(record: MemoryIn) -> tuple[str | None, MemoryIn | None]:
     """What is wrong with a field that only a MemoryIn made in code can set (validate_row checks the rest),
-    as ``field ...``; or None."""
+    as ``field ...``, or None; and the record validate_row makes of its fields."""
     if record.created_at is not None and not isinstance(record.created_at, datetime):
         # it was a TypeError after the commit (counting the dated-ahead)
-        return f"created_at must be a datetime, got {type(record.created_at).__name__}"
+        return f"created_at must be a datetime, got {type(record.created_at).__name__}", None
     if record.action_domain is not None and record.action_domain not in ACTION_DOMAINS:
         # any other name would hide the memory from every domain-filtered advice call
-        return f"action_domain must be one of {', '.join(ACTION_DOMAINS)}, got {record.action_domain!r}"
+        return f"action_domain must be one of {', '.join(ACTION_DOMAINS)}, got {record.action_domain!r}", None
     score = record.actionability
     if score is not None and (
         isinstance(score, bool) or not isinstance(score, int | float) or not 0 <= score <= 1
     ):
-        return f"actionability must be a number from 0 to 1, got {score!r}"
+        return f"actionability must be a number from 0 to 1, got {score!r}", None
     # the fields a file's row has, through the file's checks: a MemoryIn made in code with importance 2.0,
     # a NUL in its text or inf in its metadata reached the database, whose errors did not name the record
     row = {
@@ -219,10 +234,9 @@ def _field_problem(record: MemoryIn) -> str | None:
                      "priority", "metadata")
     }  # fmt: skip
     try:
-        validate_row(row, "", 0, pack=record.tenant == SYSTEM_TENANT)
+        return None, validate_row(row, "", 0, pack=record.tenant == SYSTEM_TENANT)
     except IngestError as exc:
-        return f"{exc.field} {str(exc).split(': ', 1)[1]}" if exc.field else str(exc)
-    return None
+        return (f"{exc.field} {str(exc).split(': ', 1)[1]}" if exc.field else str(exc)), None
 
 
 def ingest(
@@ -255,10 +269,10 @@ def ingest(
     if not records:
         return IngestResult(0, 0)
     first: dict[tuple[str, str], int] = {}
+    records = [
+        _checked(r, i) for i, r in enumerate(records)
+    ]  # before the write: nothing stored if one is bad
     for i, r in enumerate(records):
-        problem = _field_problem(r)  # checked before the write: nothing is stored when one is wrong
-        if problem:
-            raise InputError(f"records[{i}].{problem}")
         if (j := first.setdefault((r.tenant, r.key), i)) != i:
             raise InputError(f"records[{i}] has the tenant and key of records[{j}] ({r.tenant!r}, {r.key!r})")
     model_id = ensure_model(conn, embedder) if embedder is not None else None

@@ -668,3 +668,33 @@ def test_a_write_after_a_switch_stores_no_vector_of_the_retired_model(
     assert (result.inserted, result.embedded) == (1, 0)
     assert left_out(installed_db) == [("late", True, [])]
     assert "other/model is the active model now" in caplog.text
+
+
+def test_a_trace_built_in_code_is_stored_scrubbed_like_one_from_a_file(db_url: str, tenant: str) -> None:
+    """ingest() stores a trace or learning it is handed as a file's row of that kind is stored: scrubbed
+    (it used the scrubbed row only to check the record, and stored the secret)."""
+    secret = "hunter2secret"
+    record = MemoryIn(
+        tenant=tenant,
+        key="attempt-1",
+        kind="trace",
+        text=f"Intent: deploy to prod | Outcome: failure | Key issue: DB_PASSWORD={secret}",
+        metadata={"outcome": "Failure", "log": f"export DB_PASSWORD={secret}"},
+        actionability=0.9,
+    )
+    learning = MemoryIn(tenant=tenant, key="rule-1", kind="learning", text=f"Never paste password={secret}")
+    with connect(db_url) as conn:
+        ingest(conn, [record, learning], None)
+        rows = conn.execute(
+            "SELECT key, text, metadata::text, actionability FROM spark.memories WHERE tenant = %s "
+            "ORDER BY key",
+            (tenant,),
+        ).fetchall()
+    assert [r[0] for r in rows] == ["attempt-1", "rule-1"]
+    for key, text, metadata, _ in rows:
+        assert secret not in text and secret not in metadata, key
+        assert "[REDACTED:password]" in text, key
+    trace = rows[0]
+    assert (
+        json.loads(trace[2])["outcome"] == "failure" and trace[3] == 0
+    )  # a record of an attempt, not advice
