@@ -13,15 +13,18 @@ The file format follows the seeds::
     learned: []                                    # written by the system, not by hand
 
 Patterns run inside every retrieval, so a pattern that could be slow to run or to compile is refused here,
-with the rule's name, before it reaches the database (which checks again: ``spark._trigger_pattern_problem``).
+with the rule's name, before it reaches the database (which checks again: ``spark._trigger_pattern_problem``);
+the pattern checks are in :mod:`spark_pg.trigger_patterns`.
 """
 
 from __future__ import annotations
 
+import json
 import re
 import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from datetime import date
 from pathlib import Path
 from typing import Any
 
@@ -33,7 +36,8 @@ from spark_pg import queries
 from spark_pg.errors import InputError
 from spark_pg.records import MAX_KEY, PRIORITIES, json_problem
 from spark_pg.refusals import one_line
-from spark_pg.rowfiles import StrictYamlLoader, yaml_error_line, yaml_error_message
+from spark_pg.rowfiles import StrictYamlLoader, string_problem, yaml_error_line, yaml_error_message
+from spark_pg.trigger_patterns import as_python_pattern, pattern_problem
 
 RULE_KEYS = frozenset(
     {
@@ -50,36 +54,6 @@ RULE_KEYS = frozenset(
 )
 FILE_KEYS = frozenset({"version", "rules", "learned"})
 NAME = re.compile(r"^[A-Za-z0-9_.:-]{1,64}$")
-MAX_PATTERN = 500
-# PostgreSQL compiles a bounded repetition x{m,n} by copying x n times, and its NFA clean-up grows faster
-# than the copies (each optional copy can be skipped, so its empty transitions reach all those after it):
-# '(a|b){0,255}' x 30 took ~1 s to compile. Written out, a pattern may be at most twice the length limit.
-MAX_WRITTEN_OUT = 2 * MAX_PATTERN
-_BOUND = re.compile(r"\{([0-9]+)(,([0-9]*))?\}")  # {m} {m,} {m,n}: PostgreSQL's bounds ({,n} is literal)
-_HUGE = 100_000  # any bound count with more than 6 digits (PostgreSQL allows 255 at most)
-_MAX_BOUND = 255  # PostgreSQL's largest repetition count (RE_DUPMAX)
-_CHR_MAX = 0x7FFFFFFE  # PostgreSQL's largest character code in an escape
-# PostgreSQL's ARE escapes that Python's re lacks or reads otherwise, as Python of the same shape: the
-# constraint escapes \m (start of a word), \M (end of one), \y (either) and \Y (not a word boundary) are
-# zero-width like Python's \b (which, like PostgreSQL, refuses a quantifier on one); \b, \B and \e are the
-# characters backspace, backslash and escape in PostgreSQL
-_CONSTRAINTS = {"m": r"(?=\w)\b", "M": r"(?<=\w)\b", "y": r"\b", "Y": r"\B", "A": r"\A", "Z": r"\Z"}
-_CHARACTERS = {"b": 0x08, "B": 0x5C, "e": 0x1B}
-# PostgreSQL's [:class:] names
-_CLASSES = frozenset({"alnum", "alpha", "ascii", "blank", "cntrl", "digit", "graph", "lower", "print"})
-_CLASSES |= {"punct", "space", "upper", "xdigit", "word"}
-_OPTIONS = re.compile(r"\(\?([bceimnpqstwx]+)\)")  # PostgreSQL's embedded options (only at the start)
-_SAME = frozenset("afnrtvdswDSW0123456789")  # \0: octal alike; \1 to \9 are refused before (backreferences)
-_DIGITS = {
-    "x": re.compile(r"[0-9A-Fa-f]{1,255}"),
-    "u": re.compile(r"[0-9A-Fa-f]{4}"),
-    "U": re.compile(r"[0-9A-Fa-f]{8}"),
-}
-_UNSAFE = (
-    (re.compile(r"\\[1-9]"), "uses a backreference (\\1 ... \\9), which can take exponential time"),
-    (re.compile(r"\(\?[=!<]"), "uses a lookaround ((?=, (?!, (?<), which is not allowed"),
-)
-NESTED = "nests quantifiers (like (a+)+), which can take exponential time"
 
 
 class TriggerRuleError(InputError):
@@ -105,252 +79,6 @@ class TriggerRule:
     metadata: Mapping[str, Any] | None = None
 
 
-def _count(digits: str) -> int:
-    return _HUGE if len(digits) > 6 else min(int(digits), _HUGE)
-
-
-def written_out_size(pattern: str) -> int:
-    """How many atoms (a character, an escape, a bracket expression) ``pattern`` has once every bounded
-    repetition is written out: ``(a|b){0,255}`` is 510, ``((a|b){2}c){3}`` is 15. A group counts its atoms;
-    ``{m}`` and ``{m,n}`` multiply what they follow by m and n, ``{m,}`` by m + 1; ``*``, ``+`` and ``?``
-    copy nothing. Stops counting once past :data:`MAX_WRITTEN_OUT`. The database's copy of this count is
-    spark._trigger_pattern_problem (sql/045-triggers.sql): change both together."""
-    return _walk(pattern)[0]
-
-
-def _walk(pattern: str) -> tuple[int, bool]:
-    """(written_out_size, whether it nests quantifiers), in one pass over the pattern's pieces.
-
-    It nests them when a group holding an unbounded repetition (``*``, ``+`` or ``{m,}``, at any depth) is
-    itself repeated (``*``, ``+`` or a bound): ``(a+)+``, ``((a+))*``, ``(x(ab)*){2,5}``; not ``(a+)?``,
-    nor ``((a|b){0,9}c){0,9}``, whose bounded repetitions the written-out size limits. Escapes and bracket
-    expressions are characters (``(\\+)+`` does not nest). The database's copy is in the same walk of
-    spark._trigger_pattern_problem."""
-    saved: list[int] = []  # the count before each open group
-    total = 0  # atoms so far in the innermost open group (or the pattern)
-    last = 0  # atoms of the piece a bound would repeat (0: none, e.g. after | or ^)
-    held: list[bool] = []  # for each open group: whether what encloses it holds an unbounded repetition
-    inner = False  # the innermost open group (or the pattern) holds an unbounded repetition so far
-    closed = False  # the last piece is a group that holds one
-    i, n = 0, len(pattern)
-    while i < n:
-        c = pattern[i]
-        i += 1
-        repeats = closed
-        closed = False
-        if c == "\\":
-            i += 1
-            total, last = total + 1, 1
-        elif c == "[":  # to its closing ], past [:class:] [=x=] [.x.], escapes, and a leading ] or ^]
-            i += 1 if pattern[i : i + 1] == "^" else 0
-            i += 1 if pattern[i : i + 1] == "]" else 0
-            while i < n and pattern[i] != "]":
-                if pattern[i] == "[" and pattern[i + 1 : i + 2] in (":", "=", "."):
-                    end = pattern.find(pattern[i + 1] + "]", i + 2)
-                    i = n if end < 0 else end + 2
-                else:
-                    i += 2 if pattern[i] == "\\" else 1
-            i += 1
-            total, last = total + 1, 1
-        elif c == "(":
-            saved.append(total)
-            held.append(inner)
-            total, last, inner = 0, 0, False
-        elif c == ")" and saved:
-            last = total
-            total = saved.pop() + total
-            closed = inner
-            inner = held.pop() or inner
-        elif c == "{" and (bound := _BOUND.match(pattern, i - 1)):
-            if repeats:
-                return total + sum(saved), True
-            low, comma, high = bound.groups()
-            inner = inner or (comma is not None and not high)  # {m,} is unbounded; {m,n} is counted above
-            times = _count(low) if comma is None else _count(high) if high else _count(low) + 1
-            times = max(times, 1)  # x{0} still gets compiled
-            total, last = total + last * (times - 1), last * times
-            i = bound.end()
-            if total + sum(saved) > MAX_WRITTEN_OUT:
-                break
-        elif c in "*+":
-            if repeats:
-                return total + sum(saved), True
-            inner = True
-        elif c == "?":
-            pass
-        elif c in "|^$":
-            last = 0
-        else:
-            total, last = total + 1, 1
-    return total + sum(saved), False
-
-
-def _python_char(code: int) -> str:
-    return f"\\U{min(code, 0x10FFFF):08x}"  # past Unicode: only the syntax is checked, any character will do
-
-
-def as_python_pattern(pattern: str) -> tuple[str, list[int]] | str:
-    r"""``pattern`` (a PostgreSQL ARE) rewritten for Python's ``re``, to check its syntax there, and where
-    each character of the rewrite came from in ``pattern`` (plus its end); or, as a str, why PostgreSQL
-    refuses it where Python would not.
-
-    One walk, escape by escape (``\\m`` is a backslash, then an m). Outside a bracket expression the
-    constraint escapes ``\m \M \y \Y`` (and ``[[:<:]] [[:>:]]``, older spellings of ``\m \M``) become
-    zero-width Python of the same shape (_CONSTRAINTS); inside one PostgreSQL refuses them (and ``\A \Z``).
-    ``\b \B \e \cX \xhhh \uhhhh \Uhhhhhhhh`` become the character they stand for; any other escaped ASCII
-    letter or digit PostgreSQL does not know is refused (Python reads some, like ``\N{...}``). A ``{`` not
-    followed by a digit is text, as in PostgreSQL (Python reads ``{,5}`` as a bound); one followed by a
-    digit must be a bound with counts up to 255. In a bracket expression ``[:class:]`` must name a class
-    and ``[=x=]`` hold one character. Python's own syntax that PostgreSQL lacks is refused: ``(?`` groups
-    other than ``(?:`` and ``(?#comment)`` (options only at the start), possessive quantifiers (``a*+``).
-    The directors ``***=`` (the rest is text) and ``***:`` are read. Not mirrored (the database refuses
-    them): a range chained to another (``[a-c-e]``), an unknown named character (``[[.ab.]]``)."""
-    if pattern.startswith("***="):
-        return "", [len(pattern)]
-    out: list[str] = []
-    where: list[int] = []
-
-    def put(text: str, at: int) -> None:
-        out.append(text)
-        where.extend([at] * len(text))
-
-    i, n = (4, len(pattern)) if pattern.startswith("***:") else (0, len(pattern))
-    if options := _OPTIONS.match(pattern, i):
-        letters = options.group(1)
-        if "q" in letters:  # the rest is text
-            return "", [n]
-        if "b" in letters or "e" in letters:
-            return f"has the embedded option {options.group()}, which leaves the advanced syntax checked here"
-        if letters.rfind("x") > letters.rfind("t"):  # expanded syntax (t: tight, the default), as Python's
-            put("(?x)", i)
-        i = options.end()
-    bracket = -1  # where the open bracket expression's contents start, or -1 outside one
-    quantified = False  # the last piece was a quantifier (so a + would make it possessive)
-    while i < n:
-        at, c = i, pattern[i]
-        i += 1
-        if c == "\\" and i < n:
-            e = pattern[i]
-            i += 1
-            if e in _CONSTRAINTS:
-                if bracket >= 0:
-                    return f"has the constraint escape \\{e} inside a bracket expression (at position {at})"
-                put(_CONSTRAINTS[e], at)
-            elif e in _CHARACTERS:
-                put(_python_char(_CHARACTERS[e]), at)
-            elif e == "c" and i < n:
-                put(_python_char(ord(pattern[i]) & 0o37), at)
-                i += 1
-            elif e in _DIGITS and (digits := _DIGITS[e].match(pattern, i)):
-                code = int(digits.group(), 16) & 0xFFFFFFFF  # PostgreSQL's count wraps at 32 bits
-                if code > _CHR_MAX:
-                    return (
-                        f"has the escape \\{e}{digits.group()} past the largest character (at position {at})"
-                    )
-                put(_python_char(code), at)
-                i = digits.end()
-            elif e.isascii() and e.isalnum() and e not in _SAME:
-                return f"has the invalid escape \\{e} (at position {at})"
-            else:
-                put(c + e, at)
-            quantified = False
-        elif bracket >= 0:
-            if c == "[" and pattern[i : i + 1] in (":", "=", "."):
-                kind = pattern[i]
-                end = pattern.find(kind + "]", i + 1)
-                if end < 0:
-                    return f"has an unclosed [{kind} in a bracket expression (at position {at})"
-                name, i = pattern[i + 1 : end], end + 2
-                if kind == ":" and name not in _CLASSES:
-                    return f"has the unknown character class [:{name}:] (at position {at})"
-                if not name or (kind == "=" and len(name) != 1):
-                    return f"has the invalid collating element [{kind}{name}{kind}] (at position {at})"
-                # a class (not a range's end, like \w in Python), or a character: [.space.] is one too
-                put(_python_char(ord(name) if len(name) == 1 else 0) if kind == "." else r"\w", at)
-                continue
-            if c == "]" and at > bracket:
-                bracket = -1
-            put(c, at)
-        elif c == "[" and pattern.startswith(("[[:<:]]", "[[:>:]]"), at):  # PostgreSQL's older \m and \M
-            put(_CONSTRAINTS["m" if pattern[at + 4] == "<" else "M"], at)
-            i = at + 7
-            quantified = False
-        elif c == "[":
-            i += 1 if pattern[i : i + 1] == "^" else 0
-            bracket = i  # a ] right after [ or [^ is a character
-            put(pattern[at:i], at)
-            quantified = False
-        elif c == "(" and pattern[i : i + 1] == "?":
-            if pattern[i + 1 : i + 2] == "#":  # a comment, to the next )
-                end = pattern.find(")", i)
-                i = n if end < 0 else end + 1
-                put(pattern[at:i], at)
-            elif pattern[i + 1 : i + 2] in (":", "=", "!", "<"):  # lookarounds are refused before
-                put(pattern[at : i + 2], at)
-                i += 2
-            else:
-                return f"has the group {pattern[at : i + 2]} PostgreSQL does not know (at position {at})"
-            quantified = False
-        elif c in "*+?":
-            if c == "+" and quantified:
-                return f"has a possessive quantifier (+ after a quantifier, at position {at})"
-            put(c, at)
-            quantified = True
-        elif c == "{" and "0" <= pattern[i : i + 1] <= "9":  # a bound: {m} {m,} {m,n}, 0 <= m <= n <= 255
-            bound = _BOUND.match(pattern, at)
-            if bound is None and "}" not in pattern[i:]:
-                return f"has an unclosed bound {{ (at position {at})"
-            low, _, high = bound.groups() if bound else ("", None, None)
-            if bound is None or int(low) > _MAX_BOUND or (high and not int(low) <= int(high) <= _MAX_BOUND):
-                return (
-                    f"has an invalid repetition count {{m,n}} (at position {at}; 0 <= m <= n <= {_MAX_BOUND})"
-                )
-            put(bound.group(), at)
-            i = bound.end()
-            quantified = True
-        else:
-            # a { is text, as in PostgreSQL; Python would read {,5} as a bound
-            put("\\{" if c == "{" else c, at)
-            quantified = False
-    where.append(n)
-    return "".join(out), where
-
-
-def pattern_problem(pattern: str) -> str | None:
-    """Why ``pattern`` cannot be a trigger pattern, or None when it can (mirrors the database's check)."""
-    if not pattern:
-        return "is empty"
-    if len(pattern) > MAX_PATTERN:
-        return f"is {len(pattern)} characters; the limit is {MAX_PATTERN}"
-    for check, problem in _UNSAFE:
-        if check.search(pattern):
-            return problem
-    size, nested = _walk(pattern)
-    if nested:
-        return NESTED
-    if size > MAX_WRITTEN_OUT:
-        return (
-            f"repeats too much: with its bounded repetitions ({{m,n}}) written out it is over "
-            f"{MAX_WRITTEN_OUT} atoms long, which compiles slowly"
-        )
-    python = as_python_pattern(pattern)
-    if isinstance(python, str):
-        return f"is not a valid regular expression: {python}"
-    rewritten, where = python
-    try:
-        with warnings.catch_warnings():
-            # Python's re reads a POSIX class ([[:alpha:]], valid where the pattern runs) as a possible
-            # nested set and warns; the warning is about Python's future syntax, not this pattern
-            warnings.simplefilter("ignore", FutureWarning)
-            re.compile(rewritten)
-    except re.error as exc:
-        at = "" if exc.pos is None else f" at position {where[min(exc.pos, len(where) - 1)]}"
-        return f"is not a valid regular expression: {exc.msg}{at}"
-    except (OverflowError, RecursionError) as exc:  # Overflow: a count past Python's limit
-        return f"is not a valid regular expression: {exc}"
-    return None
-
-
 def _rule(raw: Any, where: str, source: str, *, origin: str) -> TriggerRule:
     if not isinstance(raw, Mapping):
         raise TriggerRuleError(source, where, f"must be a mapping, not {type(raw).__name__}")
@@ -373,13 +101,12 @@ def _rule(raw: Any, where: str, source: str, *, origin: str) -> TriggerRule:
             continue
         if not isinstance(value, str):
             raise TriggerRuleError(source, where, f"{key} must be a string, not {type(value).__name__}")
-        problem = pattern_problem(value)
+        problem = string_problem(value)  # a NUL: the database cannot store it
+        if problem:
+            raise TriggerRuleError(source, where, f"{key} {problem}")
+        problem = pattern_problem(value) or (_empty_match_problem(value) if key == "pattern" else None)
         if problem:
             raise TriggerRuleError(source, where, f"{key} {value!r} {problem}")
-        if key == "pattern" and _matches_nothing_in_particular(value):
-            raise TriggerRuleError(
-                source, where, f"pattern {value!r} matches an empty text, so every call: say what it seeks"
-            )
         patterns[key] = value
     surface = raw.get("surface")
     if isinstance(surface, str):
@@ -395,6 +122,10 @@ def _rule(raw: Any, where: str, source: str, *, origin: str) -> TriggerRule:
     padded = next((k for k in surface if k != k.strip()), None)
     if padded is not None:  # " k " names no memory, and the rule would surface nothing without a word
         raise TriggerRuleError(source, where, f"surface key {padded!r} starts or ends with whitespace")
+    for key in surface:
+        problem = string_problem(key)
+        if problem:
+            raise TriggerRuleError(source, where, f"surface key {key!a} {problem}")
     priority = raw.get("priority", "normal")
     if priority not in PRIORITIES:
         raise TriggerRuleError(source, where, f"priority {priority!r} is not one of {', '.join(PRIORITIES)}")
@@ -413,6 +144,10 @@ def _rule(raw: Any, where: str, source: str, *, origin: str) -> TriggerRule:
     problem = json_problem(metadata)
     if problem:
         raise TriggerRuleError(source, where, f"metadata {problem}")
+    try:  # as it will be stored: a date (YAML reads 2024-05-01 as one) as ISO 8601; what is not JSON refused
+        metadata = json.loads(json.dumps(metadata, default=_json_date))
+    except (TypeError, ValueError) as exc:
+        raise TriggerRuleError(source, where, f"metadata is not JSON: {exc}") from None
     pattern = patterns["pattern"]
     assert pattern is not None
     return TriggerRule(
@@ -429,14 +164,28 @@ def _rule(raw: Any, where: str, source: str, *, origin: str) -> TriggerRule:
     )
 
 
-def _matches_nothing_in_particular(pattern: str) -> bool:
-    """Whether ``pattern`` matches the empty text (``.*``, ``a|``, ``x?``): then it matches every call."""
-    with warnings.catch_warnings():  # POSIX classes ([[:alpha:]]) warn in Python; valid in PostgreSQL
-        warnings.simplefilter("ignore")
-        try:
-            return re.search(pattern, "") is not None
-        except re.error:  # PostgreSQL's dialect where Python's differs: spark.put_trigger_rule checks it
-            return False
+def _json_date(value: Any) -> str:
+    """json.dumps ``default``: a date or time as ISO 8601; nothing else."""
+    if isinstance(value, date):  # datetime too
+        return value.isoformat()
+    raise TypeError(f"a {type(value).__name__} is not JSON")
+
+
+def _empty_match_problem(pattern: str) -> str | None:
+    """Why ``pattern`` would match every call: it matches the empty text (``.*``, ``a|``, ``x?``,
+    ``\\mdeploy|``); or None. Checked on the pattern as rewritten for Python's re (:func:`as_python_pattern`:
+    PostgreSQL's ``\\m`` is no escape to Python). A pattern that cannot be checked so is refused, never
+    passed: pattern_problem has compiled the same rewrite, so this does not happen."""
+    python = as_python_pattern(pattern)
+    try:
+        if isinstance(python, str):
+            raise re.error(python)
+        with warnings.catch_warnings():  # POSIX classes ([[:alpha:]]) warn in Python; valid in PostgreSQL
+            warnings.simplefilter("ignore")
+            matches = re.search(python[0], "") is not None
+    except (re.error, OverflowError, RecursionError) as exc:
+        return f"cannot be checked for matching an empty text: {exc}"
+    return "matches an empty text, so every call: say what it seeks" if matches else None
 
 
 def parse_rules(data: Any, source: str = "<rules>") -> list[TriggerRule]:
@@ -499,15 +248,35 @@ class SyncResult:
     removed: int
 
 
+def checked_rule(rule: object, source: str = "rules") -> TriggerRule:
+    """``rule`` checked as a rule file's are (a TriggerRule built in code can hold anything): the rule with
+    its fields as they will be stored, or TriggerRuleError naming it."""
+    if not isinstance(rule, TriggerRule):
+        raise TriggerRuleError(source, "rule", f"must be a TriggerRule, not {type(rule).__name__}")
+    where = f"rule {rule.name!r}"
+    if rule.origin not in ("static", "learned"):
+        raise TriggerRuleError(source, where, f"origin must be static or learned, got {rule.origin!r}")
+    fields = {key: getattr(rule, key) for key in RULE_KEYS}
+    if isinstance(rule.surface, tuple):
+        fields["surface"] = list(rule.surface)
+    return _rule(fields, where, source, origin=rule.origin)
+
+
 def sync_rules(conn: psycopg.Connection[Any], tenant: str, rules: Sequence[TriggerRule]) -> SyncResult:
     """Make the tenant's static rules exactly ``rules`` in one transaction; learned ones are only upserted.
-    The tenant is checked first, as every write of spark.put_trigger_rule checks it: with no rules, the
-    delete alone would otherwise empty the pack's rules (tenant _system) for every tenant."""
+    Each rule is checked first, as a rule file's are (:func:`checked_rule`), and then the tenant, as every
+    write of spark.put_trigger_rule checks it: with no rules, the delete alone would otherwise empty the
+    pack's rules (tenant _system) for every tenant. Syncs of one tenant take turns (a lock held to the
+    end of the transaction): the delete of the static rules not in ``rules`` cannot see those another
+    sync has written and not yet committed, and two at once left the rules of both. Raises
+    TriggerRuleError, naming the rule, for anything the database refuses."""
+    rules = [checked_rule(rule, "sync_rules") for rule in rules]
     with conn.transaction(), conn.cursor() as cur:
         try:
             cur.execute(queries.CHECK_WRITER, {"tenant": tenant})
-        except (psycopg.errors.InvalidParameterValue, psycopg.errors.NullValueNotAllowed) as exc:
+        except psycopg.DataError as exc:  # 22023 a bad tenant, 22004 NULL; a NUL (client side)
             raise TriggerRuleError("database", f"tenant {tenant!r}", one_line(exc)) from None
+        cur.execute(queries.ADVISORY_XACT_LOCK, (f"spark.trigger_rules\x1f{tenant}",))
         for rule in rules:
             try:
                 cur.execute(
@@ -526,7 +295,7 @@ def sync_rules(conn: psycopg.Connection[Any], tenant: str, rules: Sequence[Trigg
                         "metadata": Jsonb(dict(rule.metadata or {})),
                     },
                 )
-            except (psycopg.errors.InvalidRegularExpression, psycopg.errors.InvalidParameterValue) as exc:
+            except psycopg.DataError as exc:  # 2201B, 22023, 22003 (a confidence real cannot hold) ...
                 raise TriggerRuleError("database", f"rule {rule.name!r}", one_line(exc)) from None
         static = [r.name for r in rules if r.origin == "static"]
         cur.execute(queries.DROP_OTHER_STATIC_RULES, {"tenant": tenant, "names": static})

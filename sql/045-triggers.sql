@@ -7,21 +7,67 @@ SET search_path = pg_catalog, @vector_schema@, pg_temp
 AS $fn$
 DECLARE
     max_written_out CONSTANT integer := 1000;  -- twice the length limit
+    max_compile_steps CONSTANT bigint := 40000;
+    cap CONSTANT bigint := 1000000000;  -- skips are counted up to this; a product of two still fits a bigint
+    huge CONSTANT bigint := 100000;     -- any bound count of more than 6 digits (PostgreSQL allows 255 at most)
     nested CONSTANT text := 'nests quantifiers (like (a+)+), which can take exponential time';
+    empty_repeated CONSTANT text :=
+        'repeats something that can be empty (like (a?)+, (a|)* or (a?b?){2,9}), so compiles slowly';
     n integer;
     i integer := 1;
     c text;
-    saved bigint[] := '{}';  -- the count before each open group
-    total bigint := 0;       -- atoms so far in the innermost open group (or the pattern)
-    last bigint := 0;        -- atoms of the piece a bound would repeat (0: none, e.g. after | or ^)
+    kind text;  -- what c starts: open, close, quantifier, alternative or atom
     bound text[];
-    digits text;
-    times bigint;
+    high text;
     closing integer;
-    held boolean[] := '{}';   -- for each open group: whether what encloses it holds an unbounded repetition
-    unbounded boolean := false;  -- the innermost open group (or the pattern) holds one so far
+    -- what an open group saves of what encloses it, 17 values a group (booleans as 0 or 1): total, holds,
+    -- run_s, run_a, head_s, head_a, solid, cost, alts, alt_empty, g_ps, g_pa, g_hs, g_ha, g_ts, g_ta, g_cost
+    frames bigint[] := '{}';
+    f integer;
+    outer_total bigint := 0;  -- atoms of the alternatives enclosing the innermost open group
+    total bigint := 0;        -- atoms so far in the innermost open group (all its alternatives) or the pattern
+    last bigint := 0;         -- atoms of the piece a bound would repeat (0: none, e.g. after | or ^)
+    plain bigint := 0;        -- atoms as written (a bounded repetition's atoms once)
+    holds boolean := false;   -- the innermost open group (or the pattern) holds an unbounded repetition
     closed boolean := false;  -- the last piece is a group that holds one
+    quantified boolean := false;  -- the last token was a quantifier (so a ? makes it non-greedy)
     repeats boolean;
+    after_quantifier boolean;
+    -- the current alternative: its open run (skip starts, states), its head once it has a piece that
+    -- cannot be empty (solid), its skips so far
+    run_s bigint := 0;
+    run_a bigint := 0;
+    head_s bigint := 0;
+    head_a bigint := 0;
+    cost bigint := 0;
+    solid boolean := false;
+    -- the innermost group's finished alternatives: how many, whether one can be empty, the sums of their
+    -- parts, heads, tails and skips
+    alts bigint := 0;
+    alt_empty boolean := false;
+    g_ps bigint := 0;
+    g_pa bigint := 0;
+    g_hs bigint := 0;
+    g_ha bigint := 0;
+    g_ts bigint := 0;
+    g_ta bigint := 0;
+    g_cost bigint := 0;
+    -- the last piece, not yet added to its alternative: whether there is one and whether it can be empty,
+    -- its part (when it can be empty) or head, its tail, its own skips
+    piece boolean := false;
+    empty boolean := false;
+    p_s bigint := 0;
+    p_a bigint := 0;
+    t_s bigint := 0;
+    t_a bigint := 0;
+    p_cost bigint := 0;
+    low bigint;
+    copies bigint;
+    times bigint;
+    fan bigint;
+    branches bigint;
+    skips bigint;
+    named bigint;
 BEGIN
     -- patterns run inside every retrieval: refuse what could make one slow, not only what is invalid
     IF pattern IS NULL OR pattern = '' THEN
@@ -33,88 +79,237 @@ BEGIN
     ELSIF pattern ~ '\(\?[=!<]' THEN
         RETURN 'uses a lookaround ((?=, (?!, (?<), which is not allowed';
     END IF;
-    -- and what would compile slowly: the regex compiler copies x{m,n}'s x n times, and its NFA clean-up
-    -- grows faster than the copies ('(a|b){0,255}' x 30: ~1 s). Count the atoms (a character, an escape, a
-    -- bracket expression) of the pattern with every bounded repetition written out: {m} and {m,n} multiply
-    -- what they follow by m and n, {m,} by m + 1. The same count as spark_pg.triggers.written_out_size:
-    -- change both together. The same walk finds nested quantifiers: a group holding an unbounded repetition
-    -- (*, + or {m,}, at any depth) that is itself repeated (*, + or a bound): (a+)+, ((a+))*; not (a+)? nor
-    -- bounded ones inside, which the count limits. The same walk as spark_pg.triggers._walk.
+    -- and what would compile slowly. One walk over the pattern's pieces, the same as spark_pg.triggers._walk
+    -- (its docstring says what it counts and why): change both together. It counts
+    -- * atoms (a character, an escape, a bracket expression) with every bounded repetition written out:
+    --   {m} and {m,n} multiply what they follow by m and n, {m,} by m + 1 (spark_pg.triggers.written_out_size);
+    -- * skips: for each state that begins a part that can be skipped (x?, x*, x{0,n}, (x|)), the states
+    --   it reaches through empty transitions, which the compiler's clean-up copies transitions between
+    --   (after the walk: skips + added copies x kinds of character is the estimate of compile steps);
+    -- and finds nested quantifiers (a group holding *, + or {m,}, at any depth, itself repeated: (a+)+,
+    -- ((a+))*) and repetitions of what can be empty ((a?)+, (a|)*, (a?b?){2,9}).
     n := length(pattern);
     WHILE i <= n LOOP
         c := substr(pattern, i, 1);
         i := i + 1;
         repeats := closed;
         closed := false;
-        IF c = '\' THEN
-            i := i + 1;
-            total := total + 1;
-            last := 1;
-        ELSIF c = '[' THEN  -- to its closing ], past [:class:] [=x=] [.x.], escapes, and a leading ] or ^]
-            IF substr(pattern, i, 1) = '^' THEN
-                i := i + 1;
-            END IF;
-            IF substr(pattern, i, 1) = ']' THEN
-                i := i + 1;
-            END IF;
-            WHILE i <= n AND substr(pattern, i, 1) <> ']' LOOP
-                IF substr(pattern, i, 1) = '[' AND substr(pattern, i + 1, 1) IN (':', '=', '.') THEN
-                    closing := strpos(substr(pattern, i + 2), substr(pattern, i + 1, 1) || ']');
-                    i := CASE WHEN closing = 0 THEN n + 1 ELSE i + closing + 3 END;
-                ELSE
-                    i := i + CASE WHEN substr(pattern, i, 1) = '\' THEN 2 ELSE 1 END;
+        after_quantifier := quantified;
+        quantified := false;
+        bound := CASE WHEN c = '{' THEN regexp_match(substr(pattern, i - 1), '^\{([0-9]+)(,([0-9]*))?\}') END;
+        kind := CASE WHEN c = '(' THEN 'open' WHEN c = ')' AND cardinality(frames) > 0 THEN 'close'
+                     WHEN c IN ('*', '+', '?') OR bound IS NOT NULL THEN 'quantifier'
+                     WHEN c = '|' THEN 'alternative' ELSE 'atom' END;
+        IF kind <> 'quantifier' AND piece THEN  -- the last piece joins its alternative (fold)
+            cost := least(cost + least(run_s * p_a, cap) + p_cost, cap);
+            run_s := least(run_s + p_s, cap);
+            run_a := least(run_a + p_a, cap);
+            IF NOT empty THEN
+                IF NOT solid THEN
+                    head_s := run_s;
+                    head_a := run_a;
+                    solid := true;
                 END IF;
-            END LOOP;
-            i := i + 1;
-            total := total + 1;
-            last := 1;
-        ELSIF c = '(' THEN
-            saved := saved || total;
-            held := held || unbounded;
+                run_s := t_s;
+                run_a := t_a;
+            END IF;
+        END IF;
+        IF kind <> 'quantifier' THEN
+            piece := false;
+        END IF;
+        IF kind IN ('close', 'alternative') THEN  -- the alternative joins its group (finish)
+            alts := alts + 1;
+            alt_empty := alt_empty OR NOT solid;
+            g_cost := least(g_cost + cost, cap);
+            g_ps := least(g_ps + run_s + CASE WHEN solid THEN head_s ELSE 0 END, cap);
+            g_pa := least(g_pa + run_a + CASE WHEN solid THEN head_a ELSE 0 END, cap);
+            IF solid THEN
+                g_hs := least(g_hs + head_s, cap);
+                g_ha := least(g_ha + head_a, cap);
+                g_ts := least(g_ts + run_s, cap);
+                g_ta := least(g_ta + run_a, cap);
+            END IF;
+        END IF;
+        IF kind = 'open' THEN
+            IF substr(pattern, i, 2) = '?:' THEN  -- a non-capturing group
+                i := i + 2;
+            END IF;
+            frames := frames || ARRAY[total, holds::integer, run_s, run_a, head_s, head_a, solid::integer, cost,
+                                      alts, alt_empty::integer, g_ps, g_pa, g_hs, g_ha, g_ts, g_ta, g_cost];
+            outer_total := outer_total + total;
             total := 0;
             last := 0;
-            unbounded := false;
-        ELSIF c = ')' AND cardinality(saved) > 0 THEN
+            holds := false;
+            run_s := 0; run_a := 0; head_s := 0; head_a := 0; cost := 0; solid := false;
+            alts := 0; alt_empty := false;
+            g_ps := 0; g_pa := 0; g_hs := 0; g_ha := 0; g_ts := 0; g_ta := 0; g_cost := 0;
+        ELSIF kind = 'close' THEN
+            branches := CASE WHEN alts > 1 THEN alts ELSE 0 END;  -- the group's start reaches each alternative
+            piece := true;
+            empty := alt_empty;
+            p_cost := g_cost;
+            IF empty THEN  -- its start is a skip start too, reaching every alternative
+                p_s := least(g_ps + 1, cap);
+                p_a := least(g_pa + branches + 1, cap);
+                t_s := 0;
+                t_a := 0;
+                p_cost := least(p_cost + g_pa + branches, cap);
+            ELSE
+                p_s := g_hs;
+                p_a := least(g_ha + branches, cap);
+                t_s := g_ts;
+                t_a := g_ta;
+            END IF;
             last := total;
-            total := saved[cardinality(saved)] + total;
-            saved := saved[1:cardinality(saved) - 1];
-            closed := unbounded;
-            unbounded := held[cardinality(held)] OR unbounded;
-            held := held[1:cardinality(held) - 1];
-        ELSIF c = '{' AND substr(pattern, i - 1) ~ '^\{[0-9]+(,[0-9]*)?\}' THEN
-            IF repeats THEN
+            f := cardinality(frames) - 16;
+            outer_total := outer_total - frames[f];
+            total := frames[f] + total;
+            closed := holds;
+            holds := frames[f + 1] = 1 OR holds;
+            run_s := frames[f + 2]; run_a := frames[f + 3]; head_s := frames[f + 4]; head_a := frames[f + 5];
+            solid := frames[f + 6] = 1; cost := frames[f + 7];
+            alts := frames[f + 8]; alt_empty := frames[f + 9] = 1;
+            g_ps := frames[f + 10]; g_pa := frames[f + 11]; g_hs := frames[f + 12]; g_ha := frames[f + 13];
+            g_ts := frames[f + 14]; g_ta := frames[f + 15]; g_cost := frames[f + 16];
+            frames := frames[1:f - 1];
+        ELSIF kind = 'quantifier' THEN
+            IF c = '?' AND after_quantifier THEN  -- after a quantifier, ? makes it non-greedy
+                CONTINUE;
+            END IF;
+            IF c <> '?' AND repeats THEN
                 RETURN nested;
             END IF;
-            bound := regexp_match(substr(pattern, i - 1), '^\{([0-9]+)(,([0-9]*))?\}');
-            unbounded := unbounded OR (bound[2] IS NOT NULL AND bound[3] = '');  -- {m,} is unbounded
-            digits := CASE WHEN bound[2] IS NULL OR bound[3] = '' THEN bound[1] ELSE bound[3] END;
-            -- a count of more than 6 digits is taken as 100000 (PostgreSQL allows 255 at most)
-            times := CASE WHEN length(digits) > 6 THEN 100000 ELSE least(digits::bigint, 100000) END;
-            IF bound[2] IS NOT NULL AND bound[3] = '' THEN
-                times := times + 1;
+            low := CASE WHEN bound IS NOT NULL
+                        THEN CASE WHEN length(bound[1]) > 6 THEN huge ELSE least(bound[1]::bigint, huge) END
+                        WHEN c IN ('*', '?') THEN 0 ELSE 1 END;
+            high := CASE WHEN bound[2] IS NULL THEN bound[1] ELSE bound[3] END;  -- '': unbounded ({m,})
+            -- how many copies: ? one, * + and {m,} unbounded
+            copies := CASE WHEN c = '?' THEN 1 WHEN bound IS NULL OR high = '' THEN huge
+                           WHEN length(high) > 6 THEN huge ELSE least(high::bigint, huge) END;
+            IF piece AND empty AND copies > 1 AND NOT after_quantifier THEN  -- a*+ is a syntax error: not here
+                RETURN empty_repeated;
             END IF;
-            times := greatest(times, 1);  -- x{0} still gets compiled
-            total := total + last * (times - 1);
-            last := last * times;
-            i := i - 1 + length('{' || bound[1] || coalesce(bound[2], '') || '}');
-            EXIT WHEN total + (SELECT coalesce(sum(s), 0) FROM unnest(saved) s) > max_written_out;
-        ELSIF c IN ('*', '+') THEN
-            IF repeats THEN
-                RETURN nested;
+            quantified := true;
+            holds := holds OR c IN ('*', '+') OR (bound IS NOT NULL AND high = '');  -- {m,n} is counted here
+            IF bound IS NOT NULL THEN
+                i := i - 1 + length('{' || bound[1] || coalesce(bound[2], '') || '}');
+                times := greatest(CASE WHEN high = '' THEN low + 1 ELSE copies END, 1);  -- x{0} still compiles
+                total := total + last * (times - 1);
+                last := last * times;
             END IF;
-            unbounded := true;
-        ELSIF c = '?' THEN
-            NULL;
-        ELSIF c IN ('|', '^', '$') THEN
+            IF NOT piece OR after_quantifier THEN
+                NULL;
+            ELSIF empty THEN  -- (a?)? or (a?){0,1}: one copy; a further skip start when it can be skipped
+                IF low = 0 THEN
+                    p_cost := least(p_cost + p_a, cap);
+                    p_s := least(p_s + 1, cap);
+                    p_a := least(p_a + 1, cap);
+                END IF;
+            ELSIF c = '?' THEN  -- its start skips it, and reaches what it begins with
+                p_cost := least(p_cost + p_a, cap);
+                p_s := least(1 + p_s + t_s, cap);
+                p_a := least(1 + p_a + t_a, cap);
+                t_s := 0;
+                t_a := 0;
+                empty := true;
+            ELSIF c = '*' THEN  -- a loop state: the start reaches it, it the head, and the tail reaches it
+                p_cost := least(p_cost + least((2 + t_s) * (1 + p_a), cap), cap);
+                p_s := least(2 + p_s + t_s, cap);
+                p_a := least(2 + p_a + t_a, cap);
+                t_s := 0;
+                t_a := 0;
+                empty := true;
+            ELSIF c = '+' THEN  -- its end loops back to its start: the tail reaches the head
+                p_cost := least(p_cost + least((1 + t_s) * (1 + p_a), cap), cap);
+                p_a := least(1 + p_a, cap);
+                t_s := least(1 + t_s, cap);
+                t_a := least(1 + t_a, cap);
+            ELSE  -- copies: each one's tail reaches the next one's head; the start fans out to every copy
+                fan := least(times * (1 + p_a), cap);
+                p_cost := least(least(times * p_cost, cap) + least((times - 1) * least(t_s * (1 + p_a), cap), cap),
+                                cap);
+                IF low = 0 THEN  -- the start is a skip start, reaching every copy
+                    p_s := least(1 + t_s, cap);
+                    p_a := least(1 + fan + t_a, cap);
+                    p_cost := least(p_cost + fan, cap);
+                    t_s := 0;
+                    t_a := 0;
+                    empty := true;
+                ELSE
+                    p_a := fan;
+                END IF;
+            END IF;
+        ELSIF kind = 'alternative' THEN
+            run_s := 0; run_a := 0; head_s := 0; head_a := 0; cost := 0; solid := false;
             last := 0;
-        ELSE
-            total := total + 1;
-            last := 1;
+        ELSE  -- an atom: a character, an escape, a bracket expression, a constraint (^ $)
+            IF c = '\' THEN
+                i := i + 1;
+            ELSIF c = '[' THEN  -- to its closing ], past [:class:] [=x=] [.x.], escapes, and a leading ] or ^]
+                IF substr(pattern, i, 1) = '^' THEN
+                    i := i + 1;
+                END IF;
+                IF substr(pattern, i, 1) = ']' THEN
+                    i := i + 1;
+                END IF;
+                WHILE i <= n AND substr(pattern, i, 1) <> ']' LOOP
+                    IF substr(pattern, i, 1) = '[' AND substr(pattern, i + 1, 1) IN (':', '=', '.') THEN
+                        closing := strpos(substr(pattern, i + 2), substr(pattern, i + 1, 1) || ']');
+                        i := CASE WHEN closing = 0 THEN n + 1 ELSE i + closing + 3 END;
+                    ELSE
+                        i := i + CASE WHEN substr(pattern, i, 1) = '\' THEN 2 ELSE 1 END;
+                    END IF;
+                END LOOP;
+                i := i + 1;
+            END IF;
+            IF c IN ('^', '$') THEN  -- a piece that cannot be empty, which no quantifier may follow, and no atom
+                last := 0;
+                IF NOT solid THEN
+                    head_s := run_s;
+                    head_a := run_a;
+                    solid := true;
+                END IF;
+                run_s := 0;
+                run_a := 0;
+            ELSE
+                piece := true;
+                empty := false;
+                p_s := 0; p_a := 0; t_s := 0; t_a := 0; p_cost := 0;
+                total := total + 1;
+                last := 1;
+                plain := plain + 1;
+            END IF;
         END IF;
+        EXIT WHEN outer_total + total > max_written_out;
     END LOOP;
-    IF total + (SELECT coalesce(sum(s), 0) FROM unnest(saved) s) > max_written_out THEN
+    IF piece THEN  -- the last piece joins its alternative, and that its group (as above)
+        cost := least(cost + least(run_s * p_a, cap) + p_cost, cap);
+        run_s := least(run_s + p_s, cap);  -- (the rest of the fold changes nothing counted below)
+    END IF;
+    g_cost := least(g_cost + cost, cap);
+    skips := g_cost;
+    FOR f IN 0 .. cardinality(frames) / 17 - 1 LOOP  -- groups left open (an invalid pattern)
+        skips := skips + least(frames[f * 17 + 8] + frames[f * 17 + 17], cap);
+    END LOOP;
+    skips := least(skips, cap);
+    IF outer_total + total > max_written_out THEN
         RETURN format('repeats too much: with its bounded repetitions ({m,n}) written out it is over %s atoms '
                       'long, which compiles slowly', max_written_out);
+    END IF;
+    -- how many kinds of character the compiler tells apart (spark_pg.triggers.kinds): each state of a copy
+    -- carries up to that many transitions
+    named := 1 + (SELECT count(DISTINCT ch)
+                  FROM regexp_split_to_table(translate(regexp_replace(pattern, '\{[0-9]+(,[0-9]*)?\}', '', 'g'),
+                                                       'ABCDEFGHIJKLMNOPQRSTUVWXYZ', 'abcdefghijklmnopqrstuvwxyz'),
+                                             '') ch
+                  WHERE strpos('()|*+?{}[]^$.\', ch) = 0)
+               + 8 * (SELECT count(DISTINCT m[1]) FROM regexp_matches(pattern, '(\\[dswDSW]|\[:[a-z]+:\])', 'g') m);
+    IF skips + (outer_total + total - plain) * named > max_compile_steps THEN
+        RETURN format('repeats too much: compiling it takes about %s steps (the limit is %s): %s for the places its '
+                      'optional parts (x?, x*, x{0,n}) can skip to, and %s x %s for the atoms its bounded '
+                      'repetitions ({m,n}) add times the kinds of character it names',
+                      skips + (outer_total + total - plain) * named, max_compile_steps, skips,
+                      outer_total + total - plain, named);
     END IF;
     BEGIN
         PERFORM '' ~* pattern;
@@ -126,8 +321,8 @@ END
 $fn$;
 COMMENT ON FUNCTION spark._trigger_pattern_problem(text) IS
     'Internal: why pattern cannot be a trigger pattern (empty, over 500 characters, a backreference, a '
-    'lookaround, nested quantifiers, over 1000 atoms with its bounded repetitions written out, invalid), or '
-    'NULL when it can.';
+    'lookaround, nested quantifiers, a repetition of what can be empty, over 1000 atoms with its bounded '
+    'repetitions written out, an estimate of over 40000 compile steps, invalid), or NULL when it can.';
 
 CREATE OR REPLACE FUNCTION spark.put_trigger_rule(
     tenant text, name text, pattern text, surface text[], context_pattern text DEFAULT NULL,
@@ -217,5 +412,5 @@ COMMENT ON FUNCTION spark.put_trigger_rule(text, text, text, text[], text, text,
     'and logged, never surfaced; metadata: a JSON object kept with the rule. Errors: 22004 any NULL argument '
     'but context_pattern, 22023 bad tenant (the pack''s _system too, unless spark.pack_writes is on), name, surface, priority, origin, confidence or metadata, 2201B '
     'an empty, unsafe or invalid pattern or context_pattern (backreferences, lookarounds, nested '
-    'quantifiers, over 500 characters), a pattern that matches an empty text (.*, a|: every call); 22023 '
-    'also a surface key with leading or trailing whitespace.';
+    'quantifiers, over 500 characters, what would compile slowly), a pattern that matches an empty text '
+    '(.*, a|: every call); 22023 also a surface key with leading or trailing whitespace.';

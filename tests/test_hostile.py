@@ -49,15 +49,8 @@ from spark_pg.embedding import MODELS, model_dir_for
 from spark_pg.errors import IngestError
 from spark_pg.ingest import register_model
 from spark_pg.records import FIELDS, MemoryIn, read_file
-from spark_pg.triggers import (
-    RULE_KEYS,
-    TriggerRule,
-    TriggerRuleError,
-    load_rules,
-    parse_rules,
-    pattern_problem,
-    sync_rules,
-)
+from spark_pg.trigger_patterns import pattern_problem
+from spark_pg.triggers import RULE_KEYS, TriggerRule, TriggerRuleError, load_rules, parse_rules, sync_rules
 from tests.conftest import temp_database
 
 # hypothesis keeps its caches (unicode tables, constants) outside the repository; no example database
@@ -1165,7 +1158,7 @@ REPETITION_ATOMS = (
 @settings(HOSTILE, max_examples=300)
 @given(pattern=st.lists(st.sampled_from(REPETITION_ATOMS), min_size=1, max_size=60).map("".join))
 def test_d4_both_checks_count_repetitions_alike(db: Conn, pattern: str) -> None:
-    """spark._trigger_pattern_problem and triggers.pattern_problem refuse the same patterns for repeating
+    """spark._trigger_pattern_problem and trigger_patterns.pattern_problem refuse the same patterns for repeating
     too much, in the same words (each also compiles the pattern, where Python's re and PostgreSQL's
     differ: only the repetition verdicts are compared)."""
     ours = pattern_problem(pattern)

@@ -14,15 +14,8 @@ from psycopg import errors
 from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
-from spark_pg.triggers import (
-    TriggerRule,
-    TriggerRuleError,
-    load_rules,
-    parse_rules,
-    pattern_problem,
-    sync_rules,
-    written_out_size,
-)
+from spark_pg.trigger_patterns import pattern_problem, written_out_size
+from spark_pg.triggers import TriggerRule, TriggerRuleError, load_rules, parse_rules, sync_rules
 from tests.conftest import rolled_back, temp_database
 
 Conn = psycopg.Connection[Any]
