@@ -79,10 +79,10 @@ BEGIN
     ELSIF pattern ~ '\(\?[=!<]' THEN
         RETURN 'uses a lookaround ((?=, (?!, (?<), which is not allowed';
     END IF;
-    -- and what would compile slowly. One walk over the pattern's pieces, the same as spark_pg.triggers._walk
+    -- and what would compile slowly. One walk over the pattern's pieces, the same as spark_pg.trigger_patterns._walk
     -- (its docstring says what it counts and why): change both together. It counts
     -- * atoms (a character, an escape, a bracket expression) with every bounded repetition written out:
-    --   {m} and {m,n} multiply what they follow by m and n, {m,} by m + 1 (spark_pg.triggers.written_out_size);
+    --   {m} and {m,n} multiply what they follow by m and n, {m,} by m + 1 (spark_pg.trigger_patterns.written_out_size);
     -- * skips: for each state that begins a part that can be skipped (x?, x*, x{0,n}, (x|)), the states
     --   it reaches through empty transitions, which the compiler's clean-up copies transitions between
     --   (after the walk: skips + added copies x kinds of character is the estimate of compile steps);
@@ -296,7 +296,7 @@ BEGIN
         RETURN format('repeats too much: with its bounded repetitions ({m,n}) written out it is over %s atoms '
                       'long, which compiles slowly', max_written_out);
     END IF;
-    -- how many kinds of character the compiler tells apart (spark_pg.triggers.kinds): each state of a copy
+    -- how many kinds of character the compiler tells apart (spark_pg.trigger_patterns.kinds): each state of a copy
     -- carries up to that many transitions
     named := 1 + (SELECT count(DISTINCT ch)
                   FROM regexp_split_to_table(translate(regexp_replace(pattern, '\{[0-9]+(,[0-9]*)?\}', '', 'g'),

@@ -1158,8 +1158,8 @@ REPETITION_ATOMS = (
 @settings(HOSTILE, max_examples=300)
 @given(pattern=st.lists(st.sampled_from(REPETITION_ATOMS), min_size=1, max_size=60).map("".join))
 def test_d4_both_checks_count_repetitions_alike(db: Conn, pattern: str) -> None:
-    """spark._trigger_pattern_problem and trigger_patterns.pattern_problem refuse the same patterns for repeating
-    too much, in the same words (each also compiles the pattern, where Python's re and PostgreSQL's
+    """spark._trigger_pattern_problem and trigger_patterns.pattern_problem refuse the same patterns for
+    repeating too much, in the same words (each also compiles the pattern, where Python's re and PostgreSQL's
     differ: only the repetition verdicts are compared)."""
     ours = pattern_problem(pattern)
     theirs = db.execute("SELECT spark._trigger_pattern_problem(%s)", (pattern,)).fetchone()
