@@ -31,8 +31,7 @@ from spark_pg.intent.inputs import _find_field, command_text
 from spark_pg.records import PRIORITIES
 from spark_pg.refusals import refusals
 from spark_pg.retrieve import one_statement
-from spark_pg.rowfiles import checked_text
-from spark_pg.sql_args import INT8, int_arg, params_arg
+from spark_pg.sql_args import INT8, int_arg, params_arg, text_arg
 from spark_pg.traces.reflect import Reflection, query_text, reflect
 from spark_pg.traces.scrub import scrub
 
@@ -152,12 +151,6 @@ class Advisor:
         self.options = options or AdvisorOptions()
         self.last_intent: Intent | None = None
 
-    def _check_tenant(self) -> None:
-        """InputError unless the tenant is a string: sent as it is, an int selected no SQL function (42883,
-        naming nothing the caller wrote)."""
-        if not isinstance(self.tenant, str):
-            raise InputError(f"tenant must be a string, got {type(self.tenant).__name__}")
-
     @property
     def conn(self) -> psycopg.Connection[Any]:
         """The connection this call uses."""
@@ -182,11 +175,9 @@ class Advisor:
         self, tool_name: str, tool_input: Mapping[str, Any] | str | None, task_context: str = ""
     ) -> list[Advice]:
         """Ranked advice for a tool call (empty for a trivial read-only call or when nothing is worth it)."""
-        self._check_tenant()
+        text_arg("tenant", self.tenant)
         for name, value in (("tool_name", tool_name), ("task_context", task_context)):
-            if not isinstance(value, str):
-                raise InputError(f"{name} must be a string, got {type(value).__name__}")
-            checked_text(name, value)
+            text_arg(name, value)
         if len(tool_name) > MAX_TOOL_NAME:
             raise InputError(f"tool_name is {len(tool_name)} characters; the limit is {MAX_TOOL_NAME}")
         intent = extract_intent(tool_name, tool_input, task_context)
@@ -253,7 +244,7 @@ class Advisor:
         embedding; without an embedder, the lexical fallback). Empty for an empty query. The query vector
         goes with its model's name (params.query_model): during a model switch, while another model is
         active, spark.reflect ignores it and runs lexically rather than compare two models' vectors."""
-        self._check_tenant()
+        text_arg("tenant", self.tenant)
         params_arg("params", params)  # checked before it is merged ([1] was a TypeError)
         if intent_or_text is None:  # no query, as an empty one: nothing to reflect on (was the text "None")
             return []

@@ -1,9 +1,9 @@
 """Python values checked before they are sent as a SQL function's arguments.
 
 psycopg picks the SQL type from the Python type: a float or a bool where an integer belongs, or an int
-past 2**31, selects no function (42883 "function ... does not exist", naming nothing the caller wrote),
-and a params mapping json.dumps cannot write fails inside the driver. These raise InputError naming the
-argument instead.
+past 2**31, or a tenant that is not a str, selects no function (42883 "function ... does not exist",
+naming nothing the caller wrote), and a params mapping json.dumps cannot write fails inside the driver.
+These raise InputError naming the argument instead.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from typing import Any
 from psycopg.types.json import Jsonb
 
 from spark_pg.errors import InputError
+from spark_pg.rowfiles import checked_text
 
 INT4 = (-(2**31), 2**31 - 1)
 INT8 = (-(2**63), 2**63 - 1)
@@ -27,6 +28,19 @@ def int_arg(name: str, value: Any, bounds: tuple[int, int] = INT4) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or not bounds[0] <= value <= bounds[1]:
         raise InputError(f"{name} must be an integer from {bounds[0]} to {bounds[1]}, got {value!r}")
     return value
+
+
+def text_arg(name: str, value: Any) -> str:
+    """``value`` if it is a str PostgreSQL can store (:func:`~spark_pg.rowfiles.checked_text`)."""
+    if not isinstance(value, str):
+        raise InputError(f"{name} must be a string, got {type(value).__name__}")
+    return checked_text(name, value)
+
+
+def nullable_text_arg(name: str, value: Any) -> str | None:
+    """:func:`text_arg`, except that None goes on to the SQL function, which refuses a NULL (22004) in its
+    own words."""
+    return None if value is None else text_arg(name, value)
 
 
 def _time(value: Any) -> str:

@@ -18,17 +18,7 @@ from typing import Any
 
 from spark_pg.errors import InputError
 from spark_pg.revalue.records import Decision
-from spark_pg.rowfiles import checked_text
-
-
-def text_arg(name: str, value: Any) -> str | None:
-    """``value`` when it is a str PostgreSQL can store; None goes on to the SQL function, which refuses a NULL
-    (22004) in its own words."""
-    if value is None:
-        return None
-    if not isinstance(value, str):
-        raise InputError(f"{name} must be a string, got {type(value).__name__} {value!r:.80}")
-    return checked_text(name, value)
+from spark_pg.sql_args import text_arg
 
 
 def fraction_arg(name: str, value: Any) -> float:

@@ -13,7 +13,7 @@ from spark_pg import queries
 from spark_pg.errors import InputError
 from spark_pg.refusals import refusals
 from spark_pg.retrieve import one_statement
-from spark_pg.revalue.checks import decisions_arg, flag_arg, fraction_arg, text_arg
+from spark_pg.revalue.checks import decisions_arg, flag_arg, fraction_arg
 from spark_pg.revalue.records import (
     DEFAULT_COOLDOWN_DAYS,
     DEFAULT_MAX_IMPORTANCE,
@@ -24,7 +24,7 @@ from spark_pg.revalue.records import (
     Decision,
     Sampled,
 )
-from spark_pg.sql_args import INT8, int_arg
+from spark_pg.sql_args import INT8, int_arg, nullable_text_arg
 
 
 def sample(
@@ -42,7 +42,7 @@ def sample(
     each); ``seed`` an integer or None. An argument of the wrong type or out of range raises InputError
     naming it (a tenant that is not a str, an ``n`` or ``seed`` that is not an integer, ...)."""
     checked = {
-        "tenant": text_arg("tenant", tenant),
+        "tenant": nullable_text_arg("tenant", tenant),
         "n": int_arg("n", n),
         "max_importance": fraction_arg("max_importance", max_importance),
         "seed": None if seed is None else int_arg("seed", seed, INT8),
@@ -73,7 +73,10 @@ def apply(
     sampled", the others applied. An argument of the wrong type raises InputError naming it before anything
     is sent (a tenant or ``decided_by`` that is not a str, an item that is not a :class:`Decision`, a NaN
     importance, ...)."""
-    args = {"tenant": text_arg("tenant", tenant), "decided_by": text_arg("decided_by", decided_by)}
+    args = {
+        "tenant": nullable_text_arg("tenant", tenant),
+        "decided_by": nullable_text_arg("decided_by", decided_by),
+    }
     payload = json.dumps([d.as_json() for d in decisions_arg(decisions)])
     with refusals(), conn.transaction(force_rollback=flag_arg("dry_run", dry_run)):
         rows = conn.execute(queries.REVALUE_APPLY, args | {"decisions": payload}).fetchall()

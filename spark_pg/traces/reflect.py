@@ -19,8 +19,7 @@ from psycopg.rows import dict_row
 from spark_pg import queries
 from spark_pg.errors import InputError
 from spark_pg.refusals import refusals
-from spark_pg.rowfiles import checked_text
-from spark_pg.sql_args import int_arg, params_arg
+from spark_pg.sql_args import int_arg, params_arg, text_arg
 
 MAX_QUERY = 1000  # characters of a plain-text reflection query
 
@@ -116,10 +115,7 @@ def reflect(
     model that made ``embedding`` (params.query_model, unless ``params`` names one): while another model
     is active, spark.reflect ignores the vector and runs lexically instead of comparing two models'
     vectors. Arguments of the wrong type are refused here (InputError naming them), not by the server."""
-    if not isinstance(tenant, str):  # an int selected no function: 42883, naming nothing the caller wrote
-        raise InputError(f"tenant must be a string, got {type(tenant).__name__}")
-    if not isinstance(text, str):
-        raise InputError(f"query text must be a string, got {type(text).__name__}")
+    tenant, text = text_arg("tenant", tenant), text_arg("query text", text)
     if query_model is not None and not isinstance(query_model, str):
         raise InputError(f"query_model must be a model name, got {type(query_model).__name__}")
     params_arg("params", params)  # a params that is no mapping is named before anything is merged into it
@@ -127,8 +123,8 @@ def reflect(
     if embedding is not None and query_model is not None:
         merged.setdefault("query_model", query_model)
     args = {
-        "tenant": checked_text("tenant", tenant),
-        "query": checked_text("query text", text),
+        "tenant": tenant,
+        "query": text,
         "embedding": embedding,
         "k": int_arg("k", k),
         "params": params_arg("params", merged),
