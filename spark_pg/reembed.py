@@ -52,6 +52,7 @@ class ReembedReport:
     dropped_vectors: int = 0
     failed: int = 0  # memories the new model could not embed (left without its vector, queued at the switch)
     errors: list[str] = field(default_factory=list)
+    too_many_failed: bool = False  # more than max_failed_share failed (or all): a switch is held back
     decision: str = ""
 
     def as_json(self) -> dict[str, Any]:
@@ -68,6 +69,7 @@ class ReembedReport:
             "dropped_vectors": self.dropped_vectors,
             "failed": self.failed,
             "errors": self.errors[-5:],
+            "too_many_failed": self.too_many_failed,
             "decision": self.decision,
         }
 
@@ -191,24 +193,36 @@ def reembed(
         _finish_switch(conn, report, switch=switch, drop_old_vectors=drop_old_vectors, progress=progress)
         return report
     have = _count(conn, queries.COUNT_HAVING_MODEL, model_id)  # this run's and a stopped run's
-    if report.failed and (have == 0 or report.failed > max_failed_share * (have + report.failed)):
+    report.too_many_failed = bool(report.failed) and (
+        have == 0 or report.failed > max_failed_share * (have + report.failed)
+    )
+    if previous is None:  # the first model registered: spark.register_model made it the active one
+        # nothing was switched from, so too many failures hold nothing back: they are said, and wait
+        name = embedder.spec.name
+        failed = (
+            f"; {report.failed} memories could not be embedded by it: they wait in the queue for a worker "
+            "(fix the model or the texts, or run a worker)"
+            if report.failed
+            else ""
+        )
+        if switch:  # the queue rebuilt for it: what the build could not embed waits there
+            _switch(conn, report)
+            # said "nothing to switch" before, followed by the CLI's line for a switch that ran
+            report.decision = (
+                f"no model was active before: {name} is the active model now, its vectors built{failed}"
+            )
+        else:
+            report.decision = (
+                f"no model was active before: {name} became the active model when it was registered (the "
+                f"first model registered always does, --no-switch or not); its vectors are built{failed}"
+            )
+        return report
+    if report.too_many_failed:
         report.decision = (
             f"not switched: {report.failed} memories could not be embedded by {embedder.spec.name} (more "
             f"than {max_failed_share:.0%}); the vectors built so far are kept, fix the model or the texts "
             "and run again"
         )
-        return report
-    if previous is None:  # the first model registered: spark.register_model made it the active one
-        name = embedder.spec.name
-        if switch:  # the queue rebuilt for it: what the build could not embed waits there
-            _switch(conn, report)
-            # said "nothing to switch" before, followed by the CLI's line for a switch that ran
-            report.decision = f"no model was active before: {name} is the active model now, its vectors built"
-        else:
-            report.decision = (
-                f"no model was active before: {name} became the active model when it was registered (the "
-                "first model registered always does, --no-switch or not); its vectors are built"
-            )
         return report
     old_row = conn.execute(queries.MODEL_ID, {"name": previous}).fetchone()
     assert old_row is not None

@@ -65,6 +65,8 @@ def cmd_reembed(args: argparse.Namespace) -> int:
                 f"set embedding.model to {out['model']} for every worker and client "
                 f"({out['queued_after_switch']} memories queued for the worker)"
             )
+        elif out["previous"] is None:  # --no-switch: registering the first model made it active all the same
+            print(f"set embedding.model to {out['model']} for every worker and client")
     if report.failed:  # the rest were embedded; these wait in the queue once the model is active
         print(
             f"spark-pg reembed: {report.failed} memories could not be embedded by {report.model}:",
@@ -72,7 +74,8 @@ def cmd_reembed(args: argparse.Namespace) -> int:
         )
         for error in report.errors[-5:]:
             print(f"  {error}", file=sys.stderr)
-    return 1 if out["decision"].startswith("not switched") else 0
+    # a first model is active whatever failed, but more failures than allowed still fail the run
+    return 1 if report.too_many_failed or out["decision"].startswith("not switched") else 0
 
 
 def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

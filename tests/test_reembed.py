@@ -501,3 +501,57 @@ def test_the_way_back_builds_the_old_index_without_blocking_writers(
         ).fetchone()
     assert valid == (True,)
     assert search(rdb, embedder, "rotate refresh tokens")[1] == "hybrid"
+
+
+def test_the_first_model_failing_on_many_memories_is_said_to_be_active_with_them_queued(
+    installed_db: str, cls_embedder: Embedder
+) -> None:
+    """No model registered, 1 of 3 deferred memories the model cannot embed (more than the 1% allowed):
+    the run said "not switched ... the vectors built so far are kept", though registering the first model
+    had made it the active one, and the memory it failed on was in no queue."""
+
+    class Picky(Embedder):
+        def embed_documents(self, texts: Sequence[str], batch_size: int = 16) -> list[Vector]:
+            if any("backup" in t for t in texts):
+                raise ValueError("cannot tokenise")
+            return cls_embedder.embed_documents(texts, batch_size)
+
+    with connect(installed_db) as c:
+        ingest(c, [MemoryIn(tenant="a", key=f"a{i}", text=TOPICS[i]) for i in range(3)], None)
+        c.commit()
+    with connect(installed_db, autocommit=True) as c:
+        report = reembed(c, Picky(cls_embedder.spec, cls_embedder._model), batch=1, canaries=0)
+        active = c.execute("SELECT name FROM spark.embedding_models WHERE active").fetchone()
+        queued = c.execute(
+            "SELECT m.key FROM spark.embed_queue q JOIN spark.memories m ON m.id = q.memory_id ORDER BY 1"
+        ).fetchall()
+    assert active == (NEW,) and report.failed == 1 and report.embedded == 2 and report.too_many_failed
+    assert not report.decision.startswith("not switched"), report.decision
+    assert report.decision.startswith(f"no model was active before: {NEW} is the active model now"), report
+    assert "1 memories could not be embedded" in report.decision and "wait in the queue" in report.decision
+    assert queued == [("a2",)]
+
+
+def test_cli_no_switch_on_a_database_without_a_model_still_says_to_set_it(
+    installed_db: str,
+    model_settings: Settings,
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """--no-switch where no model was registered: registering made the model active all the same, and the
+    run said so, but not to configure it for the workers and clients, as a switch does."""
+    from spark_pg.cli import main
+
+    with connect(installed_db) as c:
+        ingest(c, [MemoryIn(tenant="a", key="a0", text=TOPICS[0])], None)
+        c.commit()
+    config = tmp_path / "config.yaml"
+    config.write_text(f"embedding:\n  model_dir: {model_dir_for(model_settings)}\n")
+    monkeypatch.setenv("SPARK_PG_DATABASE_URL", installed_db)
+    monkeypatch.setenv("SPARK_PG_CONFIG", str(config))
+    name = "all-MiniLM-L6-v2-int8"
+    assert main(["reembed", "--model", name, "--no-switch", "--quiet"]) == 0
+    out = capsys.readouterr().out
+    assert "became the active model when it was registered" in out, out
+    assert f"set embedding.model to {name} for every worker and client\n" in out, out
