@@ -307,6 +307,7 @@ def ingest(
             model_id = _model_kept(conn, model_id, embedder.spec.name)
         cur.execute(queries.INDEX_INGEST_TABLE)
         cur.execute(queries.LOCK_INGEST_ROWS)
+        cur.execute(queries.DROP_ROW_TIER_MARKS)
         cur.execute(queries.KEEP_STORED_FIELDS)
         if embedder is not None and model_id is not None:
             _embed_stale_skips(cur, embedder, model_id, batch_size)

@@ -91,14 +91,29 @@ WHERE (m.kind, m.category, m.source, m.text, m.context, m.descriptor, m.content_
 RETURNING (xmax = 0) AS inserted
 """
 
+# The tier marks (metadata.tier_by_rule and tier_reason) are spark.assign_tiers' record that it set the
+# stored tier (sql/060-tiers.sql). A row never brings its own: a tier a row sets is the user's. Taken off
+# every staged row first; KEEP_STORED_FIELDS then gives the stored marks back to a row that keeps the tier.
+DROP_ROW_TIER_MARKS = """
+UPDATE _spark_ingest SET metadata = metadata - 'tier_by_rule' - 'tier_reason'
+WHERE metadata ?| ARRAY['tier_by_rule', 'tier_reason']
+"""
+
 # the fields a row left out take the stored row's values (it is locked: they cannot change before the
-# upsert), so the upsert keeps them and a row that changes nothing else is counted unchanged
+# upsert), so the upsert keeps them and a row that changes nothing else is counted unchanged. The tier
+# marks follow the tier, not the metadata: kept with a kept tier (new metadata or not: a rule's archive
+# stays the rule's, taken back when its rule stops holding), dropped with a tier the row sets (the user's)
 KEEP_STORED_FIELDS = """
 UPDATE _spark_ingest s
 SET importance = CASE WHEN 'importance' = ANY(s.keep) THEN m.importance ELSE s.importance END,
     tier = CASE WHEN 'tier' = ANY(s.keep) THEN m.tier ELSE s.tier END,
     priority = CASE WHEN 'priority' = ANY(s.keep) THEN m.priority ELSE s.priority END,
-    metadata = CASE WHEN 'metadata' = ANY(s.keep) THEN m.metadata ELSE s.metadata END
+    metadata = CASE WHEN 'metadata' = ANY(s.keep) THEN m.metadata - 'tier_by_rule' - 'tier_reason'
+                    ELSE s.metadata END
+               || CASE WHEN 'tier' = ANY(s.keep)
+                       THEN (SELECT coalesce(jsonb_object_agg(e.key, e.value), '{}'::jsonb)
+                             FROM jsonb_each(m.metadata) e WHERE e.key IN ('tier_by_rule', 'tier_reason'))
+                       ELSE '{}'::jsonb END
 FROM spark.memories m
 WHERE m.tenant = s.tenant AND m.key = s.key AND s.keep <> '{}'
 """

@@ -109,3 +109,62 @@ def test_the_rules_own_archive_is_still_taken_back(conn: Conn, tenant: str) -> N
     mid = add(conn, tenant, "lifted", 0.5, tier="archive", metadata=json.dumps(marks))
     assert tiers(conn, tenant) == [("lifted", "archive", "active", "no archive or pin rule holds any more")]
     assert stored(conn, mid) == ("active", {"tier_by_rule": False, "tier_reason": None})
+
+
+RELIABILITY_REASON = "reliability under 0.3 after 4+ outcomes"
+
+
+def ingest_row(conn: Conn, row: dict[str, Any]) -> None:
+    """Ingest one file row as `spark-pg ingest` would (its fields left out keep their stored values)."""
+    from spark_pg.ingest import ingest
+    from spark_pg.records import validate_row
+
+    ingest(conn, [validate_row(row, "tiers.jsonl", 1)], None)
+
+
+def archived_by_rule(conn: Conn, tenant: str, key: str) -> int:
+    """A memory ingested from a file, then archived by the reliability rule; returns its id."""
+    ingest_row(conn, {"tenant": tenant, "key": key, "text": f"memory {key}"})
+    row = conn.execute(
+        "SELECT id FROM spark.memories WHERE tenant = %s AND key = %s", (tenant, key)
+    ).fetchone()
+    assert row is not None
+    outcomes(conn, tenant, row[0], unhelpful=4)
+    assert tiers(conn, tenant) == [(key, "active", "archive", RELIABILITY_REASON)]
+    return int(row[0])
+
+
+def test_a_row_that_leaves_the_tier_out_keeps_the_rules_marks(conn: Conn, tenant: str) -> None:
+    """Was: re-ingesting a rule-archived memory with new metadata (and no tier) kept the archive but replaced
+    the metadata, marks included: the rule's archive became the user's, never taken back."""
+    mid = archived_by_rule(conn, tenant, "tagged")
+    ingest_row(
+        conn, {"tenant": tenant, "key": "tagged", "text": "memory tagged", "metadata": {"topic": "db"}}
+    )
+    marks = {"tier_by_rule": True, "tier_reason": RELIABILITY_REASON}
+    assert stored(conn, mid) == ("archive", {"topic": "db"} | marks)
+    outcomes(conn, tenant, mid, helpful=6)  # (6 + 1) / (10 + 2): the rule no longer holds
+    assert tiers(conn, tenant) == [("tagged", "archive", "active", "no archive or pin rule holds any more")]
+
+
+def test_a_row_that_sets_the_tier_drops_the_rules_marks(conn: Conn, tenant: str) -> None:
+    """Was: a row setting tier archive over the rule's archive (metadata left out) kept the rule's marks, so
+    the user's archive was taken back as soon as the rule stopped holding."""
+    mid = archived_by_rule(conn, tenant, "shelved")
+    ingest_row(conn, {"tenant": tenant, "key": "shelved", "text": "memory shelved", "tier": "archive"})
+    assert stored(conn, mid) == ("archive", {})
+    outcomes(conn, tenant, mid, helpful=6)
+    assert tiers(conn, tenant) == []
+    assert stored(conn, mid)[0] == "archive"
+
+
+def test_a_rows_own_marks_never_make_its_tier_the_rules(conn: Conn, tenant: str) -> None:
+    """The marks are spark.assign_tiers' own: a row carrying them (say, a copy of stored rows) sets a user's
+    tier, which the rules leave alone."""
+    marks = {"tier_by_rule": True, "tier_reason": RELIABILITY_REASON}
+    ingest_row(conn, {"tenant": tenant, "key": "copied", "text": "c", "tier": "archive", "metadata": marks})
+    row = conn.execute(
+        "SELECT id FROM spark.memories WHERE tenant = %s AND key = 'copied'", (tenant,)
+    ).fetchone()
+    assert row is not None and stored(conn, row[0]) == ("archive", {})
+    assert tiers(conn, tenant) == []
