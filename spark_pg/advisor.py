@@ -31,7 +31,7 @@ from spark_pg.intent.inputs import _find_field, command_text
 from spark_pg.records import PRIORITIES
 from spark_pg.refusals import refusals
 from spark_pg.retrieve import one_statement
-from spark_pg.sql_args import INT8, int_arg, params_arg, text_arg
+from spark_pg.sql_args import INT8, int_arg, nullable_text_arg, params_arg, text_arg
 from spark_pg.traces.reflect import Reflection, query_text, reflect
 from spark_pg.traces.scrub import scrub
 
@@ -320,12 +320,12 @@ class Advisor:
                 {
                     "tenant": self.tenant,
                     "memory_id": int_arg("memory_id", memory_id, INT8),
-                    "outcome": outcome,
+                    "outcome": nullable_text_arg("outcome", outcome),
                     "retrieval_id": None
                     if retrieval_id is None
                     else int_arg("retrieval_id", retrieval_id, INT8),
                     "session": self.session_id,
-                    "source": source,
+                    "source": nullable_text_arg("source", source),
                 },
             ).fetchone()
         assert row is not None

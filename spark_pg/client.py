@@ -122,13 +122,14 @@ class SparkClient:
         records = read_file(path, tenant)
         return self.ingest_records(records, progress=progress, label=path.name, defer=defer)
 
-    def load_seed_pack(self, *, progress: bool = False, extra: Path | None = None) -> IngestResult:
+    def load_seed_pack(self, *, progress: bool = False, extra: Path | str | None = None) -> IngestResult:
         """Load (or refresh) the cold-start pack and its trigger rules into the shared system tenant; with
         ``extra`` (an ingest file whose rows name no other tenant), those memories into the pack instead."""
         with resources.as_file(resources.files("spark_pg") / "data" / "seed_pack.yaml") as path:
             builtin = read_file(path, SYSTEM_TENANT, pack=True)
         records = builtin
         if extra is not None:
+            extra = Path(extra)  # a str path too, as ingest_file takes
             records = read_file(extra, SYSTEM_TENANT, pack=True)
             other = next((r.tenant for r in records if r.tenant != SYSTEM_TENANT), None)
             if other is not None:
@@ -166,12 +167,16 @@ class SparkClient:
         merged: dict[str, Any] = {
             name: self.settings.raw(f"retrieval.{name}") for name in RETRIEVE_PARAM_KEYS
         }
+        if params is not None and not isinstance(params, Mapping):
+            raise InputError(f"params must be a mapping of str keys, got {type(params).__name__}")
         merged.update(params or {})
         return merged
 
     def _embed_query(self, query: str) -> Vector | None:
         """The query's vector; None when no embedding model can be loaded: retrieval then runs lexically,
         says so in ``why.mode`` and a warning is logged (never a made-up vector)."""
+        if not isinstance(query, str):
+            raise InputError(f"query must be a string, got {type(query).__name__}")
         if not query or not query.strip():
             raise InputError("query must not be empty")
         embedder = self.query_model()

@@ -16,8 +16,7 @@ from spark_pg.connection_modes import autocommit
 from spark_pg.embedding import Vector
 from spark_pg.errors import InputError
 from spark_pg.refusals import refusals
-from spark_pg.rowfiles import checked_text
-from spark_pg.sql_args import params_arg
+from spark_pg.sql_args import nullable_text_arg, params_arg
 
 
 @dataclass(frozen=True)
@@ -92,8 +91,10 @@ def _params(
         # else 42883 "function does not exist" (a float, a bool or a bigint picks no spark.retrieve)
         raise InputError(f"k must be an integer between 1 and 1000, got {k!r}")
     return {
-        "tenant": checked_text("tenant", tenant) if isinstance(tenant, str) else tenant,
-        "query": checked_text("query text", query) if isinstance(query, str) else query,
+        # None goes on to spark.retrieve's own 22004; any other non-str is refused here, naming it (it
+        # would pick no function: 42883)
+        "tenant": nullable_text_arg("tenant", tenant),
+        "query": nullable_text_arg("query text", query),
         "embedding": embedding,
         "k": k,
         "params": params_arg("params", params),

@@ -14,7 +14,7 @@ import pytest
 from spark_pg.advisor import Advisor, AdvisorOptions
 from spark_pg.client import SparkClient
 from spark_pg.config import Settings
-from spark_pg.errors import InputError, SchemaError
+from spark_pg.errors import InputError, SchemaError, SparkPgError
 from spark_pg.ingest import ingest
 from spark_pg.records import MemoryIn
 from spark_pg.retrieve import retrieve
@@ -197,3 +197,29 @@ def test_an_advisor_from_the_client_outlives_a_closed_client_connection(
     assert (
         client._conn is not None and not client._conn.closed
     )  # the client's new connection, as its own calls
+
+
+def test_search_explain_and_outcomes_name_an_argument_of_the_wrong_type(
+    client: SparkClient, tenant: str, tmp_path: Any
+) -> None:
+    """Were: psycopg's UndefinedFunction (a tenant, outcome or source that is not a str picks no function),
+    AttributeError (a query that is not a str, an extra pack path given as a str), TypeError or ValueError
+    (params that are not a mapping): none of them a SparkPgError."""
+    advisor = client.advisor(tenant)
+    for call, message in (
+        (lambda: client.search(5, "x"), "tenant must be a string, got int"),  # type: ignore[arg-type]
+        (lambda: client.explain(5, "x"), "tenant must be a string, got int"),  # type: ignore[arg-type]
+        (lambda: client.search(tenant, 5), "query must be a string, got int"),  # type: ignore[arg-type]
+        (lambda: client.search(tenant, "x", params=[1]), "params must be a mapping"),  # type: ignore[arg-type]
+        (lambda: client.search(tenant, "x", params="abc"), "params must be a mapping"),  # type: ignore[arg-type]
+        (lambda: advisor.record_outcome(1, 5), "outcome must be a string, got int"),  # type: ignore[arg-type]
+        (
+            lambda: advisor.record_outcome(1, "helpful", source=3),  # type: ignore[arg-type]
+            "source must be a string, got int",
+        ),
+    ):
+        with pytest.raises(InputError, match=message):
+            call()
+    assert client.conn.info.transaction_status == IDLE
+    with pytest.raises(SparkPgError, match=r"no-such\.yaml"):  # a str path: was AttributeError on .suffix
+        client.load_seed_pack(extra=str(tmp_path / "no-such.yaml"))
