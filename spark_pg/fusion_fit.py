@@ -6,8 +6,9 @@ reliability + w_trigger x trigger) x (1 + priority)``. :func:`fit` learns non-ne
 signals that vary in the log with a logistic regression on the labelled items (helpful / followed = 1,
 unhelpful = 0, ignored = 0 at a quarter weight, as in reliability), time-ordered: the oldest 70% of the
 advise calls train, the newest 30% judge. A signal the training log does not show varying (constant, NULL in
-every item, or off its usual value in fewer than :data:`MIN_VARYING` items: a trigger that seldom fires, a
-similarity that lexical-mode calls leave NULL) has nothing to be learned from, so it keeps its default weight.
+every item, or off its usual value in fewer than :data:`MIN_VARYING` items, values at most :data:`SAME_VALUE`
+apart counting as one: a trigger that seldom fires, a similarity that lexical-mode calls leave NULL, the
+recency of a log a few hours old) has nothing to be learned from, so it keeps its default weight, as it is.
 The fitted weights are rescaled so that together they add to a typical item what their defaults added, so a
 typical item scores what it scored under the defaults (the score gates, ``min_fusion_score``, keep their
 meaning) and a kept default stands to the fitted weights as it stood to theirs.
@@ -18,6 +19,12 @@ a held-out ROC AUC at least ``min_gain`` above the defaults', and both the AUC a
 gain over the defaults above 0 in 97.5% of :data:`BOOTSTRAP_RESAMPLES` paired bootstrap resamples of the
 held-out calls (fixed seed: the same log gets the same verdict). With ``min_gain`` the only test, about 40%
 of fits on pure-noise outcomes went into use; with these, under 1%.
+
+Fitted weights already in use are judged on the same held-out calls. A new fit replaces them only when it
+beats them by the same rule as the defaults (and beats the defaults too); a fit that cannot be judged (too
+few samples, too few outcomes of a kind held out) leaves them in use; they go back to the defaults only
+when the defaults beat them by that rule, when the log holds no labelled item at all, or on
+:func:`reset_tenant` (``spark-pg fit-weights --reset``).
 
 Selection bias, said plainly: only surfaced items get outcomes, so the fit learns to reorder what the
 defaults already surface, not to find what they miss.
@@ -44,6 +51,12 @@ LABELS = {"helpful": (1.0, 1.0), "followed": (1.0, 1.0), "unhelpful": (0.0, 1.0)
 MAX_WEIGHT = 10.0  # spark.retrieve's bound for every w_* param
 # a signal is fitted only when at least this many training items have a value off its most common one
 MIN_VARYING = 20
+# values at most this far apart count as one value when telling whether a signal varies. Every signal is a
+# score from 0 to 1 (similarity from -1); a spread under this (the recency of a log a few hours old, at the
+# default 30-day half-life; float noise) moves a fused score by a hundredth of its weight at most, and the
+# regression cannot tell it from its intercept: fitted, such a signal came out at 0
+SAME_VALUE = 0.01
+KEPT = "the fitted weights in use"
 # good and bad outcomes (ignored at a quarter) the held-out calls must hold for their AUC to judge anything
 MIN_HOLDOUT_EACH = 20
 BOOTSTRAP_RESAMPLES = 1000
@@ -67,7 +80,10 @@ class FitResult:
     samples: int
     weights: dict[str, float]
     evaluation: dict[str, Any]
-    in_use: bool
+    in_use: bool  # the fit's weights go into use
+    # the weights in use before the fit, which stay in use (their row unchanged but for its latest_fit);
+    # None when the fit's weights or the defaults are used after it
+    kept: dict[str, float] | None = None
 
     def as_json(self) -> dict[str, Any]:
         return {
@@ -76,6 +92,7 @@ class FitResult:
             "weights": self.weights,
             "evaluation": self.evaluation,
             "in_use": self.in_use,
+            "kept_weights": self.kept,
         }
 
 
@@ -206,13 +223,14 @@ def _values(samples: Sequence[Sample]) -> np.ndarray:
 
 
 def _varies(column: np.ndarray) -> bool:
-    """Whether a training column shows the signal varying: at least MIN_VARYING items with a value off its
-    most common one (missing values show nothing)."""
-    present = column[~np.isnan(column)]
+    """Whether a training column shows the signal varying: at least MIN_VARYING items off its most common
+    value, where values at most SAME_VALUE apart count as one (missing values show nothing). The most common
+    value is the interval SAME_VALUE wide that holds the most items."""
+    present = np.sort(column[~np.isnan(column)])
     if not len(present):
         return False
-    _, counts = np.unique(present, return_counts=True)
-    return len(present) - int(counts.max()) >= MIN_VARYING
+    within = np.searchsorted(present, present + SAME_VALUE, side="right") - np.arange(len(present))
+    return len(present) - int(within.max()) >= MIN_VARYING
 
 
 def _scores(samples: Sequence[Sample], coef: Sequence[float]) -> list[float]:
@@ -222,18 +240,39 @@ def _scores(samples: Sequence[Sample], coef: Sequence[float]) -> list[float]:
     return [float(v) for v in (np.nan_to_num(_values(samples), nan=0.0) @ c) * prio]
 
 
+def applied_weights(stored: Mapping[str, Any], defaults: Mapping[str, float]) -> dict[str, float]:
+    """The weights spark.retrieve applies from a stored row: each of the five that is a number from 0 to
+    MAX_WEIGHT (0, or at least 1e-9), the default for the others (a row written by hand may hold anything)."""
+    out = {key: float(defaults[key]) for key in WEIGHT_KEYS}
+    for key in WEIGHT_KEYS:
+        value = stored.get(key)
+        if (
+            isinstance(value, int | float)
+            and not isinstance(value, bool)
+            and 0 <= value <= MAX_WEIGHT
+            and (value == 0 or value >= 1e-9)
+        ):
+            out[key] = float(value)
+    return out
+
+
 def fit(
     samples: Sequence[Sample],
     defaults: Mapping[str, float],
     *,
     tenant: str,
+    current: Mapping[str, float] | None = None,
     min_samples: int = 40,
     holdout_share: float = 0.3,
     min_gain: float = 0.02,
     l2: float = 0.01,
     min_holdout_each: int = MIN_HOLDOUT_EACH,
 ) -> FitResult:
-    """Fit weights on the older calls, judge them against ``defaults`` on the newer ones."""
+    """Fit weights on the older calls, judge them on the newer ones against ``defaults`` and, when fitted
+    weights are in use (``current``, as spark.retrieve applies them), against those too. A fit replaces
+    weights in use only when it surely beats both; a fit that cannot be judged leaves them in use; they go
+    back to the defaults when the defaults surely beat them (by the same rule), or when the log holds no
+    labelled item at all."""
     if not 0 < holdout_share < 1:
         raise InputError(f"holdout_share must be between 0 and 1, got {holdout_share}")
     # a negative gain would put weights in use that do worse than the defaults; NaN would be stored as such
@@ -256,10 +295,24 @@ def fit(
         "metric": "held-out ROC AUC of the fused score",
         "min_gain": min_gain,
     }
+    kept = None if current is None else {k: float(current[k]) for k in WEIGHT_KEYS}
+    if kept is not None:
+        evaluation["in_use_before"] = kept
     weights = dict(zip(WEIGHT_KEYS, default_coef, strict=True))
+
+    def undecided(reason: str) -> FitResult:
+        """Nothing judged: what was in use stays in use (the weights or the defaults)."""
+        evaluation["decision"] = f"kept {'the defaults' if kept is None else KEPT}: {reason}"
+        return FitResult(tenant, len(samples), weights, evaluation, False, kept)
+
+    if kept is not None and not samples:
+        # the outcomes the weights in use were fitted on are gone (their memories deleted): nothing holds them
+        evaluation["decision"] = (
+            "back to the defaults: the log holds no labelled item to support the weights in use"
+        )
+        return FitResult(tenant, 0, weights, evaluation, False)
     if len(train) < min_samples:
-        evaluation["decision"] = f"kept the defaults: {len(train)} training samples, fewer than {min_samples}"
-        return FitResult(tenant, len(samples), weights, evaluation, False)
+        return undecided(f"{len(train)} training samples, fewer than {min_samples}")
     # the fused score multiplies the weighted signals by (1 + priority): train on what is scored
     values = _values(train)
     prio = np.asarray([1 + s.priority for s in train], dtype=float)[:, None]
@@ -269,20 +322,17 @@ def fit(
     evaluation["fitted_signals"] = [WEIGHT_KEYS[j] for j in varying]
     evaluation["default_signals"] = [k for j, k in enumerate(WEIGHT_KEYS) if j not in varying]
     if y.min() == y.max():
-        evaluation["decision"] = "kept the defaults: every training outcome is the same"
-        return FitResult(tenant, len(samples), weights, evaluation, False)
+        return undecided("every training outcome is the same")
     if not varying:
-        evaluation["decision"] = (
-            f"kept the defaults: no signal varies in {MIN_VARYING} training items or more"
+        return undecided(
+            f"no signal varies (by more than {SAME_VALUE}) in {MIN_VARYING} training items or more"
         )
-        return FitResult(tenant, len(samples), weights, evaluation, False)
     # a missing value (NULL) says nothing of its signal's weight: the column's mean stands in for the fit
     present_mean = np.nanmean(values[:, varying], axis=0)
     x = np.where(np.isnan(values[:, varying]), present_mean, values[:, varying]) * prio
     fitted = _logistic(x, y, sw, l2)
     if not fitted.any():
-        evaluation["decision"] = "kept the defaults: no signal predicts the outcomes"
-        return FitResult(tenant, len(samples), weights, evaluation, False)
+        return undecided("no signal predicts the outcomes")
     # onto the score's scale: the fitted signals together add to a typical item what they added under the
     # defaults, and the others keep their default weights, so a typical item scores what it did (the score
     # gates keep their meaning) and a kept weight stands to the fitted ones as it did to their defaults (one
@@ -296,6 +346,7 @@ def fit(
     coef[varying] = fitted * budget / max(float(np.dot(mean_x[varying], fitted)), 1e-9)
     coef = np.minimum(coef, MAX_WEIGHT)
     weights = {k: round(float(v), 4) for k, v in zip(WEIGHT_KEYS, coef, strict=True)}
+    held_calls = [s.retrieval_id for s in held]
     labels = [s.label for s in held]
     held_w = [s.weight for s in held]
     default_scores = _scores(held, default_coef)
@@ -304,49 +355,89 @@ def fit(
     fitted_auc = auc(fitted_scores, labels, held_w)
     evaluation["default_auc"] = None if default_auc is None else round(default_auc, 4)
     evaluation["fitted_auc"] = None if fitted_auc is None else round(fitted_auc, 4)
-    in_use = False
+    kept_scores = [] if kept is None else _scores(held, [kept[k] for k in WEIGHT_KEYS])
+    kept_auc = None if kept is None else auc(kept_scores, labels, held_w)
+    if kept is not None:
+        evaluation["in_use_auc"] = None if kept_auc is None else round(kept_auc, 4)
     if not held:
-        evaluation["decision"] = "kept the defaults: no calls left to hold out"
-    elif default_auc is None or fitted_auc is None or min(held_good, held_bad) < min_holdout_each:
-        evaluation["decision"] = (
-            f"kept the defaults: the held-out calls have {held_good:g} good and {held_bad:g} bad outcomes "
+        return undecided("no calls left to hold out")
+    if default_auc is None or fitted_auc is None or min(held_good, held_bad) < min_holdout_each:
+        return undecided(
+            f"the held-out calls have {held_good:g} good and {held_bad:g} bad outcomes "
             f"(ignored counts a quarter); judging a fit needs at least {min_holdout_each} of each"
         )
-    elif fitted_auc <= 0.5:
-        evaluation["decision"] = f"kept the defaults: held-out AUC {fitted_auc:.3f} is no better than chance"
-    elif fitted_auc < default_auc + min_gain:
-        evaluation["decision"] = (
-            f"kept the defaults: held-out AUC {fitted_auc:.3f} does not beat {default_auc:.3f} by {min_gain}"
+    assert kept is None or kept_auc is not None  # both classes are held out
+    sure = f"in {1 - BOOTSTRAP_QUANTILE:.1%} of {BOOTSTRAP_RESAMPLES} resamples of the held-out calls"
+
+    def lost(reason: str) -> FitResult:
+        """The fit stays out of use. Weights in use stay too, unless the defaults surely beat them."""
+        if kept is None or kept_auc is None:
+            evaluation["decision"] = f"kept the defaults: {reason}"
+            return FitResult(tenant, len(samples), weights, evaluation, False)
+        # the rule a fit must meet, with the defaults in its place: above chance, and a sure gain over them
+        if default_auc > 0.5 and default_auc >= kept_auc + min_gain:
+            defaults_low, loss_low = bootstrap_bounds(default_scores, kept_scores, labels, held_w, held_calls)
+            note = evaluation.setdefault("bootstrap", _bootstrap_note())
+            note["defaults_auc_low"], note["defaults_over_in_use_low"] = (
+                round(defaults_low, 4),
+                round(loss_low, 4),
+            )
+            if defaults_low > 0.5 and loss_low > 0:
+                evaluation["decision"] = (
+                    f"back to the defaults: the weights in use do worse (held-out AUC {kept_auc:.3f} vs "
+                    f"{default_auc:.3f}, a loss of at least {loss_low:.3f} {sure}), and the new fit does not "
+                    f"replace them: {reason}"
+                )
+                return FitResult(tenant, len(samples), weights, evaluation, False)
+        evaluation["decision"] = f"kept {KEPT}: {reason}"
+        return FitResult(tenant, len(samples), weights, evaluation, False, kept)
+
+    versus = f"{default_auc:.3f}" if kept_auc is None else f"the defaults' {default_auc:.3f}"
+    if fitted_auc <= 0.5:
+        return lost(f"held-out AUC {fitted_auc:.3f} is no better than chance")
+    if fitted_auc < default_auc + min_gain:
+        return lost(f"held-out AUC {fitted_auc:.3f} does not beat {versus} by {min_gain}")
+    if kept_auc is not None and fitted_auc < kept_auc + min_gain:
+        return lost(
+            f"held-out AUC {fitted_auc:.3f} does not beat the in-use weights' {kept_auc:.3f} by {min_gain}"
         )
-    else:
-        auc_low, gain_low = bootstrap_bounds(
-            fitted_scores, default_scores, labels, held_w, [s.retrieval_id for s in held]
+    auc_low, gain_low = bootstrap_bounds(fitted_scores, default_scores, labels, held_w, held_calls)
+    evaluation["bootstrap"] = {
+        **_bootstrap_note(),
+        "fitted_auc_low": round(auc_low, 4),
+        "gain_low": round(gain_low, 4),
+    }
+    if kept_auc is not None:
+        over_kept_low = bootstrap_bounds(fitted_scores, kept_scores, labels, held_w, held_calls)[1]
+        evaluation["bootstrap"]["gain_over_in_use_low"] = round(over_kept_low, 4)
+    scores = f"held-out AUC {fitted_auc:.3f} vs {versus}"
+    if kept_auc is not None:
+        scores += f" and the in-use weights' {kept_auc:.3f}"
+    if auc_low <= 0.5:
+        return lost(f"{scores} is not surely above chance (at least {auc_low:.3f} {sure})")
+    if gain_low <= 0:
+        return lost(f"{scores} is not a sure gain (at least {gain_low:.3f} {sure})")
+    if kept_auc is not None and over_kept_low <= 0:
+        return lost(
+            f"{scores} is not a sure gain over the in-use weights (at least {over_kept_low:.3f} {sure})"
         )
-        evaluation["bootstrap"] = {
-            "resamples": BOOTSTRAP_RESAMPLES,
-            "of": "held-out calls",
-            "quantile": BOOTSTRAP_QUANTILE,
-            "fitted_auc_low": round(auc_low, 4),
-            "gain_low": round(gain_low, 4),
-        }
-        sure = f"in {1 - BOOTSTRAP_QUANTILE:.1%} of {BOOTSTRAP_RESAMPLES} resamples of the held-out calls"
-        if auc_low <= 0.5:
-            evaluation["decision"] = (
-                f"kept the defaults: held-out AUC {fitted_auc:.3f} vs {default_auc:.3f} is not surely above "
-                f"chance (at least {auc_low:.3f} {sure})"
-            )
-        elif gain_low <= 0:
-            evaluation["decision"] = (
-                f"kept the defaults: held-out AUC {fitted_auc:.3f} vs {default_auc:.3f} is not a sure gain "
-                f"(at least {gain_low:.3f} {sure})"
-            )
-        else:
-            evaluation["decision"] = (
-                f"fitted weights in use: held-out AUC {fitted_auc:.3f} vs {default_auc:.3f}, a gain of at "
-                f"least {gain_low:.3f} {sure}"
-            )
-            in_use = True
-    return FitResult(tenant, len(samples), weights, evaluation, in_use)
+    gains = f"a gain of at least {gain_low:.3f}"
+    if kept_auc is not None:
+        gains += f" over the defaults and {over_kept_low:.3f} over the weights they replace"
+    evaluation["decision"] = f"fitted weights in use: {scores}, {gains} {sure}"
+    return FitResult(tenant, len(samples), weights, evaluation, True)
+
+
+def _bootstrap_note() -> dict[str, Any]:
+    return {"resamples": BOOTSTRAP_RESAMPLES, "of": "held-out calls", "quantile": BOOTSTRAP_QUANTILE}
+
+
+def _check_tenant(tenant: str) -> None:
+    problem = text_problem(tenant, MAX_TENANT)  # as every other tenant; nothing is written for a bad one
+    if problem:
+        raise InputError(f"tenant {problem}")
+    if tenant == SYSTEM_TENANT:
+        raise InputError(f"tenant {SYSTEM_TENANT} holds the cold-start pack: it has no advise log to fit")
 
 
 def fit_tenant(
@@ -357,35 +448,62 @@ def fit_tenant(
     min_gain: float = 0.02,
     dry_run: bool = False,
 ) -> FitResult:
-    """Fit one tenant's weights from its log and store them (with the evaluation) unless ``dry_run``. A
-    tenant with no labelled item and no stored weights stores nothing (a row for every tenant name ever
-    asked about would say nothing); stored weights are replaced by the defaults' verdict."""
-    problem = text_problem(tenant, MAX_TENANT)  # as every other tenant; nothing is written for a bad one
-    if problem:
-        raise InputError(f"tenant {problem}")
-    if tenant == SYSTEM_TENANT:
-        raise InputError(f"tenant {SYSTEM_TENANT} holds the cold-start pack: it has no advise log to fit")
+    """Fit one tenant's weights from its log, judged against the defaults and the weights in use, and store
+    the verdict unless ``dry_run``: the fit's weights and evaluation, in use or not; or, when the weights in
+    use stay in use, only the fit's evaluation, as ``evaluation.latest_fit`` of their row. A tenant with no
+    labelled item and no stored weights stores nothing (a row for every tenant name ever asked about would
+    say nothing). Two fits of one tenant take turns, so each judges what the other put in use."""
+    _check_tenant(tenant)
     if min_samples < 1:
         raise InputError(f"min_samples must be at least 1, got {min_samples}")
     with conn.transaction():
+        if not dry_run:
+            conn.execute(queries.FUSION_LOCK, {"tenant": tenant})
         row = conn.execute(queries.RETRIEVE_DEFAULTS).fetchone()
         assert row is not None
         defaults = {k: float(row[0][k]) for k in WEIGHT_KEYS}
+        stored = conn.execute(queries.FUSION_IN_USE, {"tenant": tenant}).fetchone()
+        current = None if stored is None else applied_weights(stored[0], defaults)
         result = fit(
-            load_samples(conn, tenant), defaults, tenant=tenant, min_samples=min_samples, min_gain=min_gain
+            load_samples(conn, tenant),
+            defaults,
+            tenant=tenant,
+            current=current,
+            min_samples=min_samples,
+            min_gain=min_gain,
         )
         if not dry_run:
-            conn.execute(
-                queries.PUT_FUSION_WEIGHTS,
-                {
-                    "tenant": tenant,
-                    "weights": Jsonb(result.weights),
-                    "samples": result.samples,
-                    "evaluation": Jsonb(result.evaluation),
-                    "in_use": result.in_use,
-                },
-            )
+            _store(conn, result)
     return result
+
+
+def _store(conn: psycopg.Connection[Any], result: FitResult) -> None:
+    """The fit's verdict: its weights and evaluation, in use or not; or, when the weights in use stay,
+    only its evaluation (with its weights and sample size), as their row's ``evaluation.latest_fit``."""
+    if result.kept is not None:
+        latest = {**result.evaluation, "weights": result.weights, "samples": result.samples}
+        conn.execute(queries.FUSION_LATEST_FIT, {"tenant": result.tenant, "evaluation": Jsonb(latest)})
+        return
+    conn.execute(
+        queries.PUT_FUSION_WEIGHTS,
+        {
+            "tenant": result.tenant,
+            "weights": Jsonb(result.weights),
+            "samples": result.samples,
+            "evaluation": Jsonb(result.evaluation),
+            "in_use": result.in_use,
+        },
+    )
+
+
+def reset_tenant(conn: psycopg.Connection[Any], tenant: str) -> bool:
+    """Take the tenant's fitted weights out of use (spark.retrieve goes back to the defaults), without
+    fitting; whether any were in use. Their row stays, for the record, with the reset in its evaluation;
+    the next fit is judged against the defaults alone."""
+    _check_tenant(tenant)
+    with conn.transaction():
+        conn.execute(queries.FUSION_LOCK, {"tenant": tenant})
+        return conn.execute(queries.FUSION_RESET, {"tenant": tenant}).fetchone() is not None
 
 
 def format_fit(result: FitResult) -> str:
@@ -397,10 +515,13 @@ def format_fit(result: FitResult) -> str:
     ]
     if ev.get("default_signals") and "default_auc" in ev:
         lines.append(
-            "fitted: " + (", ".join(ev["fitted_signals"]) or "none") + "; kept at the defaults (rescaled, "
-            "they do not vary in the training log): " + ", ".join(ev["default_signals"])
+            f"fitted: {', '.join(ev['fitted_signals']) or 'none'}; kept at the defaults (as they are, not "
+            f"rescaled: they vary too little in the training log): {', '.join(ev['default_signals'])}"
         )
     if "default_auc" in ev:
-        lines.append(f"held-out AUC: defaults {ev['default_auc']}, fitted {ev['fitted_auc']}")
+        in_use = f", in use {ev['in_use_auc']}" if "in_use_auc" in ev else ""
+        lines.append(f"held-out AUC: defaults {ev['default_auc']}, fitted {ev['fitted_auc']}{in_use}")
     lines.append(ev["decision"])
+    if result.kept is not None:
+        lines.append("weights in use, kept: " + ", ".join(f"{k}={v:g}" for k, v in result.kept.items()))
     return "\n".join(lines)

@@ -301,6 +301,29 @@ SET weights = EXCLUDED.weights, samples = EXCLUDED.samples, evaluation = EXCLUDE
     in_use = EXCLUDED.in_use, fitted_at = EXCLUDED.fitted_at
 """
 
+# fit-weights of one tenant, one at a time: each judges the weights the one before put in use
+FUSION_LOCK = "SELECT pg_advisory_xact_lock(hashtextextended('spark.fusion_weights:' || %(tenant)s, 0))"
+
+FUSION_IN_USE = "SELECT weights FROM spark.fusion_weights WHERE tenant = %(tenant)s AND in_use"
+
+# the weights in use stay: their row keeps its weights, samples and evaluation, and notes the latest fit
+FUSION_LATEST_FIT = """
+UPDATE spark.fusion_weights
+SET evaluation = CASE WHEN jsonb_typeof(evaluation) = 'object' THEN evaluation ELSE '{}' END
+                 || jsonb_build_object('latest_fit', %(evaluation)s::jsonb || jsonb_build_object('at', now()))
+WHERE tenant = %(tenant)s AND in_use
+"""
+
+FUSION_RESET = """
+UPDATE spark.fusion_weights
+SET in_use = false,
+    evaluation = CASE WHEN jsonb_typeof(evaluation) = 'object' THEN evaluation ELSE '{}' END
+                 || jsonb_build_object('decision', 'back to the defaults: fit-weights --reset',
+                                       'reset_at', now(), 'decision_before_reset', evaluation -> 'decision')
+WHERE tenant = %(tenant)s AND in_use
+RETURNING tenant
+"""
+
 # write-behind embedding (spark_pg/worker.py; the queue and its triggers: migration 0008)
 # what a run can claim now, what waits out the backoff of a failure, what was given up (max_attempts)
 QUEUE_STATE = """

@@ -23,14 +23,17 @@ from spark_pg.fusion_fit import (
     Sample,
     _logistic,
     _resampled_auc,
+    _varies,
+    applied_weights,
     auc,
     bootstrap_bounds,
     fit,
     fit_tenant,
     format_fit,
     load_samples,
+    reset_tenant,
 )
-from tests.conftest import rolled_back, temp_database
+from tests.conftest import rolled_back, temp_database, usage_error
 
 Conn = psycopg.Connection[Any]
 DEFAULTS = {"w_similarity": 0.8, "w_keyword": 1.0, "w_recency": 0.05, "w_outcome": 0.1, "w_trigger": 0.3}
@@ -184,7 +187,7 @@ def test_signals_that_never_vary_keep_their_default_weight() -> None:
 
 def test_a_lexical_log_keeps_the_similarity_weight() -> None:
     """Lexical-mode calls log no similarity (NULL): missing, not 0. The fit keeps w_similarity at its
-    default (rescaled) so semantic retrieval still counts once a model is present."""
+    default so semantic retrieval still counts once a model is present."""
     result = fit(keyword_world(60, lexical=True), DEFAULTS, tenant="t")
     w, ev = result.weights, result.evaluation
     assert ev["fitted_signals"] == ["w_keyword", "w_recency"]
@@ -228,6 +231,125 @@ def test_too_few_or_uniform_samples_keep_the_defaults() -> None:
     assert not lone.in_use and "no calls left to hold out" in lone.evaluation["decision"]
     with pytest.raises(InputError, match="holdout_share"):
         fit(same, DEFAULTS, tenant="t", holdout_share=1.0)
+
+
+def with_recency(samples: list[Sample], recency: list[float]) -> list[Sample]:
+    return [
+        Sample(s.retrieval_id, (*s.features[:2], r, *s.features[3:]), s.priority, s.label, s.weight)
+        for s, r in zip(samples, recency, strict=True)
+    ]
+
+
+def test_a_signal_that_varies_by_float_noise_keeps_its_default_weight() -> None:
+    """The recency of a log a few minutes old spans 0.999974 to 0.9999998: 40 distinct values, which passed
+    the '20 items off the most common value' test, so recency was fitted, came out at 0, and the tenant lost
+    recency as its memories aged. Values at most 0.01 apart count as one value."""
+    world = keyword_world(60)
+    rng = random.Random(3)
+    fresh = with_recency(world, [1 - rng.uniform(0, 2.6e-5) for _ in world])
+    result = fit(fresh, DEFAULTS, tenant="t")
+    ev = result.evaluation
+    assert ev["fitted_signals"] == ["w_similarity", "w_keyword"], ev
+    assert ev["default_signals"] == ["w_recency", "w_outcome", "w_trigger"]
+    assert result.weights["w_recency"] == DEFAULTS["w_recency"]
+    # the tolerance: 20 items more than 0.01 off the rest vary; 0.01 apart or less is one value
+    column = np.asarray([0.5] * 100 + [0.511] * 20)
+    assert _varies(column) and not _varies(np.asarray([0.5] * 100 + [0.509] * 20))
+    assert not _varies(np.asarray([0.5] * 100 + [0.511] * 19))
+    assert _varies(np.linspace(0, 1, 200)) and not _varies(np.linspace(0.3, 0.309, 200))
+
+
+def test_kept_signals_are_reported_as_kept_not_rescaled() -> None:
+    """The report said the signals kept at their defaults were 'rescaled'; they keep their default weights
+    as they are."""
+    result = fit(keyword_world(60), DEFAULTS, tenant="t")
+    lines = format_fit(result).splitlines()
+    assert lines[1].endswith(f"w_outcome={DEFAULTS['w_outcome']:g}, w_trigger={DEFAULTS['w_trigger']:g}")
+    assert lines[2] == (
+        "fitted: w_similarity, w_keyword, w_recency; kept at the defaults (as they are, not rescaled: they "
+        "vary too little in the training log): w_outcome, w_trigger"
+    )
+
+
+def test_a_fit_that_cannot_be_judged_keeps_the_weights_in_use() -> None:
+    """Weights proven and in use were replaced by the defaults whenever a refit could not decide: a
+    stricter --min-samples, too few outcomes of a kind held out. Such a fit changes nothing and says so."""
+    in_use = fit(keyword_world(60), DEFAULTS, tenant="t").weights
+    stricter = fit(keyword_world(60), DEFAULTS, tenant="t", current=in_use, min_samples=1000)
+    assert not stricter.in_use and stricter.kept == in_use
+    assert stricter.evaluation["decision"] == (
+        "kept the fitted weights in use: 168 training samples, fewer than 1000"
+    )
+    assert stricter.as_json()["kept_weights"] == in_use
+    assert format_fit(stricter).splitlines()[-1].startswith("weights in use, kept: w_similarity=")
+    rare_good = fit(keyword_world(60, threshold=0.42), DEFAULTS, tenant="t", current=in_use)
+    assert not rare_good.in_use and rare_good.kept == in_use
+    assert rare_good.evaluation["decision"].startswith("kept the fitted weights in use: the held-out calls")
+    # without weights in use, the same fits keep the defaults, as before
+    alone = fit(keyword_world(60), DEFAULTS, tenant="t", min_samples=1000)
+    assert alone.kept is None and alone.evaluation["decision"].startswith("kept the defaults: ")
+    # a log with no labelled item left (its memories deleted) holds up nothing: back to the defaults
+    empty = fit([], DEFAULTS, tenant="t", current=in_use)
+    assert (empty.in_use, empty.kept) == (False, None)
+    assert empty.evaluation["decision"].startswith("back to the defaults: ")
+
+
+def test_a_refit_replaces_the_weights_in_use_only_when_it_surely_beats_them() -> None:
+    """A refit was compared with the defaults only, so a fit that beat them replaced weights in use that
+    did better than it. The weights in use are judged on the same held-out calls, by the same rule."""
+    world = keyword_world(60)
+    first = fit(world, DEFAULTS, tenant="t")
+    assert first.in_use
+    # the same fit again: it gains nothing over itself
+    again = fit(world, DEFAULTS, tenant="t", current=first.weights)
+    ev = again.evaluation
+    assert not again.in_use and again.kept == first.weights
+    assert ev["in_use_auc"] == ev["fitted_auc"] > ev["default_auc"] + 0.02
+    assert ev["decision"] == (
+        f"kept the fitted weights in use: held-out AUC {ev['fitted_auc']:.3f} does not beat the in-use "
+        f"weights' {ev['in_use_auc']:.3f} by 0.02"
+    )
+    # weights in use that rank by the signal that decides: the fit beats the defaults, not them
+    keyword_only = {**dict.fromkeys(WEIGHT_KEYS, 0.0), "w_keyword": 1.0}
+    better = fit(world, DEFAULTS, tenant="t", current=keyword_only)
+    assert better.evaluation["fitted_auc"] >= better.evaluation["default_auc"] + 0.02
+    assert not better.in_use and better.kept == keyword_only, better.evaluation
+    # weights in use that rank by similarity, which decides nothing: the fit surely beats them, and the
+    # defaults
+    similarity_only = {**dict.fromkeys(WEIGHT_KEYS, 0.0), "w_similarity": 1.0}
+    worse = fit(world, DEFAULTS, tenant="t", current=similarity_only)
+    ev = worse.evaluation
+    assert worse.in_use and worse.kept is None, ev
+    assert worse.weights == first.weights and ev["in_use_before"] == similarity_only
+    assert ev["bootstrap"]["gain_over_in_use_low"] > 0 and ev["bootstrap"]["gain_low"] > 0
+    assert (
+        ev["decision"].startswith("fitted weights in use: ")
+        and "over the weights they replace" in ev["decision"]
+    )
+
+
+def test_the_weights_in_use_are_judged_as_retrieve_applies_them() -> None:
+    """A row written by hand may hold anything: only the five weights that are numbers in their range
+    count, as in spark.retrieve (test_fitted_weights_are_stored_and_used_only_when_in_use)."""
+    stored = {"fusion": "bogus", "w_keyword": "x", "w_recency": 50, "w_similarity": 0.5, "w_outcome": True}
+    assert applied_weights(stored, DEFAULTS) == {**DEFAULTS, "w_similarity": 0.5}
+    assert applied_weights({"w_trigger": 1e-12, "w_keyword": 0}, DEFAULTS) == {**DEFAULTS, "w_keyword": 0.0}
+
+
+def test_weights_in_use_that_surely_lose_to_the_defaults_leave_use() -> None:
+    """A fit that does not win keeps the weights in use, unless the defaults beat them by the rule a fit
+    must meet: then the defaults come back."""
+    lexical = keyword_world(60, lexical=True)  # the defaults rank it by its keywords: a fit gains nothing
+    recency_only = {**dict.fromkeys(WEIGHT_KEYS, 0.0), "w_recency": 1.0}  # ranks by chance
+    result = fit(lexical, DEFAULTS, tenant="t", current=recency_only)
+    ev = result.evaluation
+    assert (result.in_use, result.kept) == (False, None), ev
+    assert ev["bootstrap"]["defaults_over_in_use_low"] > 0 and ev["bootstrap"]["defaults_auc_low"] > 0.5
+    assert ev["decision"].startswith("back to the defaults: the weights in use do worse (held-out AUC ")
+    assert "and the new fit does not replace them: held-out AUC " in ev["decision"]
+    # weights in use about as good as the defaults stay
+    near = fit(lexical, DEFAULTS, tenant="t", current={**DEFAULTS, "w_recency": 0.06})
+    assert near.kept is not None and near.evaluation["decision"].startswith("kept the fitted weights in use")
 
 
 # --- the database: log, fit, store, use ---
@@ -375,6 +497,74 @@ def test_bad_input_is_refused_and_nothing_is_written(conn: Conn, tenant: str) ->
     assert conn.execute("SELECT count(*) FROM spark.fusion_weights").fetchone() == (0,)
 
 
+def stored_row(conn: Conn, tenant: str) -> tuple[Any, ...] | None:
+    return conn.execute(
+        "SELECT weights, samples, in_use, fitted_at, evaluation FROM spark.fusion_weights WHERE tenant = %s",
+        (tenant,),
+    ).fetchone()
+
+
+def test_a_refit_that_loses_leaves_the_stored_weights_in_use(conn: Conn, tenant: str) -> None:
+    """`fit-weights --min-samples 1000` on a tenant with proven weights in use stored the defaults with
+    in_use false. Now the row keeps its weights, and notes the fit as evaluation.latest_fit."""
+    log_world(conn, tenant, keyword_world(60))
+    first = fit_tenant(conn, tenant)
+    before = stored_row(conn, tenant)
+    assert first.in_use and before is not None
+    stricter = fit_tenant(conn, tenant, min_samples=1000)
+    after = stored_row(conn, tenant)
+    assert after is not None and after[:4] == before[:4]  # weights, samples, in_use, fitted_at
+    assert stricter.kept == first.weights
+    latest = after[4]["latest_fit"]
+    assert latest["decision"] == "kept the fitted weights in use: 168 training samples, fewer than 1000"
+    assert latest["weights"] == DEFAULTS and latest["samples"] == 240 and "at" in latest
+    assert after[4]["decision"] == first.evaluation["decision"]
+    assert why_weights(conn, tenant) == {**first.weights, "_samples": 240}
+    # weights in use that do worse than a fit are replaced by it
+    similarity_only = {**dict.fromkeys(WEIGHT_KEYS, 0.0), "w_similarity": 1.0}
+    conn.execute(
+        "UPDATE spark.fusion_weights SET weights = %s WHERE tenant = %s", (Jsonb(similarity_only), tenant)
+    )
+    replaced = fit_tenant(conn, tenant)
+    assert replaced.in_use and replaced.evaluation["in_use_before"] == similarity_only
+    row = stored_row(conn, tenant)
+    assert row is not None and (row[0], row[2]) == (first.weights, True) and "latest_fit" not in row[4]
+    # a dry run judges against the weights in use too, and stores nothing
+    assert fit_tenant(conn, tenant, dry_run=True, min_samples=1000).kept == first.weights
+    assert stored_row(conn, tenant) == row
+
+
+def test_reset_takes_the_weights_out_of_use(conn: Conn, tenant: str) -> None:
+    log_world(conn, tenant, keyword_world(60))
+    first = fit_tenant(conn, tenant)
+    assert first.in_use and why_weights(conn, tenant) is not None
+    assert reset_tenant(conn, tenant)
+    assert why_weights(conn, tenant) is None
+    row = stored_row(conn, tenant)
+    assert row is not None and (row[0], row[2]) == (first.weights, False)
+    assert row[4]["decision"] == "back to the defaults: fit-weights --reset"
+    assert row[4]["decision_before_reset"] == first.evaluation["decision"] and "reset_at" in row[4]
+    assert not reset_tenant(conn, tenant)  # nothing in use: nothing changes
+    # the next fit is judged against the defaults alone
+    again = fit_tenant(conn, tenant)
+    assert again.in_use and "in_use_before" not in again.evaluation
+    with pytest.raises(InputError, match="tenant _system holds the cold-start pack"):
+        reset_tenant(conn, "_system")
+
+
+def test_fits_of_one_tenant_take_turns(conn: Conn, fit_db: str, tenant: str) -> None:
+    """Each fit judges the weights the one before put in use: a second fit waits for the first's commit."""
+    fit_tenant(conn, tenant)  # holds the tenant's lock to the end of conn's transaction
+    with rolled_back(fit_db) as other:
+        other.execute("SET LOCAL lock_timeout = '200ms'")
+        with pytest.raises(errors.LockNotAvailable):
+            fit_tenant(other, tenant)
+    with rolled_back(fit_db) as other:
+        other.execute("SET LOCAL lock_timeout = '200ms'")
+        assert not fit_tenant(other, tenant, dry_run=True).in_use  # a dry run writes nothing: no wait
+        fit_tenant(other, tenant + "-2")  # another tenant: no wait
+
+
 def test_cli_fits_and_reports(cli_env: str, tenant: str, capsys: pytest.CaptureFixture[str]) -> None:
     with psycopg.connect(cli_env) as c:
         log_world(c, tenant, keyword_world(60))
@@ -384,3 +574,25 @@ def test_cli_fits_and_reports(cli_env: str, tenant: str, capsys: pytest.CaptureF
     code = main(["fit-weights", "--tenant", tenant, "--dry-run"])
     text = capsys.readouterr().out
     assert code == 0 and "held-out AUC" in text and "fitted weights in use" in text
+
+
+def test_cli_reset(cli_env: str, tenant: str, capsys: pytest.CaptureFixture[str]) -> None:
+    with psycopg.connect(cli_env) as c:
+        log_world(c, tenant, keyword_world(60))
+    assert main(["fit-weights", "--tenant", tenant, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["in_use"]
+    assert main(["fit-weights", "--tenant", tenant, "--min-samples", "1000"]) == 0
+    out = capsys.readouterr().out
+    assert "kept the fitted weights in use: 168 training samples, fewer than 1000" in out
+    assert main(["fit-weights", "--tenant", tenant, "--reset"]) == 0
+    assert capsys.readouterr().out == (
+        f"tenant {tenant}: fitted weights taken out of use; spark.retrieve uses the defaults\n"
+    )
+    assert main(["fit-weights", "--tenant", tenant, "--reset", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out) == {"tenant": tenant, "reset": False}
+    assert main(["fit-weights", "--tenant", tenant, "--reset", "--min-gain", "0.1"]) == 2
+    err = capsys.readouterr().err
+    assert err == "spark-pg: error: --reset fits nothing: --min-gain does not apply\n"
+    assert "not allowed with argument --reset" in usage_error(
+        capsys, ("fit-weights", "--tenant", tenant, "--reset", "--dry-run")
+    )
