@@ -197,15 +197,40 @@ _RETRIEVE_ARGS = """tenant => %(tenant)s, query_text => %(query)s, query_embeddi
                       k => %(k)s, params => %(params)s"""
 
 # The query's vector is cached (for replay from psql) in the same statement as the retrieval: one round trip.
+# Only a vector the retrieval searches with is cached, under the active model: one of its dimension, sent
+# without params.query_model or with the active model's name there. A vector of another model (a client still
+# on the old one during a switch), which spark.retrieve ignores, is never filed under the active model.
+# A call repeating a cached text writes its vector over the cached one: one model embeds one query text to the
+# same vector (the model's query prefix included) up to float noise, so the row holds what the last call
+# searched with, and a row holding anything else (another model's vector, cached before this check) is
+# repaired by the next call.
+# Never waits: the writer of a (tenant, model, text) row first takes a transaction-level advisory lock on
+# the row's bucket (its hash modulo 1024) with pg_try_advisory_xact_lock, and skips the write (not the
+# retrieval) when another transaction holds it, e.g. has written that row and not yet committed. Two
+# retrievals of one text therefore never wait for each other, nor deadlock inside callers' transactions; the
+# skipped call's bump of uses and last_used_at is lost (nothing reads them: they describe the cache to a
+# person). Buckets, not a lock per text: a transaction caching many texts holds at most 1024 locks (a lock
+# per text runs the lock table out of memory, 53200, past some thousands of texts in one transaction), and
+# two transactions share a bucket by chance once in 1024 pairs, which costs one a cache write.
+# Only in a READ COMMITTED transaction: under REPEATABLE READ or SERIALIZABLE, a row another transaction
+# committed since the snapshot would make the insert a serialization failure (40001), failing the retrieval.
 _CACHE_QUERY_VECTOR = """
 WITH cache AS (
     INSERT INTO spark.query_embeddings AS e (tenant, model_id, query_hash, query_text, embedding)
     SELECT %(tenant)s, m.id, sha256(convert_to(%(query)s, 'UTF8')), %(query)s, %(embedding)s
     FROM spark.active_model() m
-    WHERE %(cache)s AND m.id IS NOT NULL AND %(embedding)s::vector IS NOT NULL
-      AND vector_dims(%(embedding)s::vector) = m.dim AND spark._check_tenant(%(tenant)s) IS NOT NULL
-      {async_commit}
-    ON CONFLICT (tenant, model_id, query_hash) DO UPDATE SET last_used_at = now(), uses = e.uses + 1
+    -- CASE: the lock is taken last, only for a row that will be written
+    WHERE CASE WHEN %(cache)s AND m.id IS NOT NULL AND %(embedding)s::vector IS NOT NULL
+                    AND vector_dims(%(embedding)s::vector) = m.dim
+                    AND coalesce(%(params)s::jsonb ->> 'query_model', m.name) = m.name
+                    AND current_setting('transaction_isolation') = 'read committed'
+                    AND spark._check_tenant(%(tenant)s) IS NOT NULL
+               THEN pg_try_advisory_xact_lock(hashtext('spark.query_embeddings'),
+                                              hashtext(m.id || ':' || %(tenant)s || ':' || %(query)s) & 1023)
+                    {async_commit}
+               ELSE false END
+    ON CONFLICT (tenant, model_id, query_hash) DO UPDATE
+        SET embedding = EXCLUDED.embedding, last_used_at = now(), uses = e.uses + 1
 )"""
 
 # retrieve writes nothing but the cache, which is best effort: its transaction does not wait for the WAL
@@ -218,6 +243,9 @@ SELECT memory_id, key, text, category, kind, system_default, created_at, score, 
        recency, outcome, trigger_conf, priority, pools, why
 FROM spark.retrieve({_RETRIEVE_ARGS})
 """
+# without the cache (cache off, or no vector to cache): no INSERT in the statement, so it also runs in a
+# read-only transaction and on a standby
+RETRIEVE_UNCACHED = _RETRIEVE_SELECT
 RETRIEVE = _CACHE_QUERY_VECTOR.format(async_commit="") + _RETRIEVE_SELECT
 RETRIEVE_OWN_TRANSACTION = (
     _CACHE_QUERY_VECTOR.format(async_commit="AND set_config('synchronous_commit', 'off', true) IS NOT NULL")

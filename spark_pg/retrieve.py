@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+import numpy as np
 import psycopg
+from pgvector import Vector as PgVector
 from psycopg.rows import class_row
 
 from spark_pg import queries
@@ -17,6 +19,11 @@ from spark_pg.embedding import Vector
 from spark_pg.errors import InputError
 from spark_pg.refusals import refusals
 from spark_pg.sql_args import nullable_text_arg, params_arg
+
+MAX_DIMENSIONS = 16_000  # pgvector's limit for a vector
+
+# what the embedding argument takes; converted to a float32 numpy array, which psycopg sends as a vector
+EmbeddingArg = Vector | Sequence[float] | PgVector
 
 
 @dataclass(frozen=True)
@@ -84,8 +91,46 @@ def one_statement(conn: psycopg.Connection[Any]) -> Iterator[bool]:
                 yield True
 
 
+def embedding_arg(value: Any) -> Vector | None:
+    """``value`` as the float32 array psycopg sends as pgvector's ``vector``: a 1-D numpy array of numbers, a
+    list or tuple of numbers, or a pgvector ``Vector``, of 1 to 16,000 finite float32 numbers; None stays
+    None (no vector: the query cache, or lexical mode). Anything else is an InputError naming ``embedding``:
+    psycopg sends a list as double precision[], which picks no spark.retrieve (42883), and pgvector's adapter
+    raises a bare ValueError for an array of two dimensions."""
+    if value is None:
+        return None
+    if isinstance(value, PgVector):
+        value = value.to_numpy()
+    if isinstance(value, np.ndarray):
+        if value.ndim != 1:
+            shape = value.shape
+            raise InputError(f"embedding must be one vector (a 1-D array), got an array of shape {shape}")
+        if not (np.issubdtype(value.dtype, np.integer) or np.issubdtype(value.dtype, np.floating)):
+            raise InputError(f"embedding must hold numbers, got an array of {value.dtype}")
+    elif isinstance(value, list | tuple):
+        for i, x in enumerate(value):
+            if isinstance(x, bool | np.bool_) or not isinstance(x, int | float | np.integer | np.floating):
+                raise InputError(f"embedding must hold numbers, got {type(x).__name__} at index {i}")
+    else:
+        raise InputError(
+            f"embedding must be a 1-D numpy array or a list or tuple of numbers, got {type(value).__name__}"
+        )
+    if not 1 <= len(value) <= MAX_DIMENSIONS:
+        raise InputError(f"embedding must have 1 to {MAX_DIMENSIONS} dimensions, got {len(value)}")
+    try:
+        with np.errstate(over="ignore"):  # a number past float32's range becomes inf, refused below
+            vector = np.asarray(value, dtype=np.float32)
+    except OverflowError:  # a Python int past even a double's range
+        raise InputError("embedding must hold finite float32 numbers, got a huge integer") from None
+    bad = np.flatnonzero(~np.isfinite(vector))
+    if bad.size:
+        i = int(bad[0])
+        raise InputError(f"embedding must hold finite float32 numbers, got {value[i]!r:.40} at index {i}")
+    return vector
+
+
 def _params(
-    tenant: str, query: str, embedding: Vector | None, k: int, params: Mapping[str, Any], cache: bool
+    tenant: str, query: str, embedding: Any, k: int, params: Mapping[str, Any], cache: bool
 ) -> dict[str, Any]:
     if isinstance(k, bool) or not isinstance(k, int) or not -(2**31) <= k < 2**31:
         # else 42883 "function does not exist" (a float, a bool or a bigint picks no spark.retrieve)
@@ -95,10 +140,10 @@ def _params(
         # would pick no function: 42883)
         "tenant": nullable_text_arg("tenant", tenant),
         "query": nullable_text_arg("query text", query),
-        "embedding": embedding,
+        "embedding": embedding_arg(embedding),
         "k": k,
         "params": params_arg("params", params),
-        "cache": cache,
+        "cache": bool(cache),
     }
 
 
@@ -107,19 +152,27 @@ def retrieve(
     tenant: str,
     query: str,
     *,
-    embedding: Vector | None = None,
+    embedding: EmbeddingArg | None = None,
     k: int = 8,
     params: Mapping[str, Any] | None = None,
     cache: bool = True,
 ) -> list[Retrieved]:
-    """Call ``spark.retrieve`` once (and cache the query vector in the same statement).
+    """Call ``spark.retrieve`` once (and, with ``cache`` and an ``embedding``, cache the query vector in the
+    same statement: queries._CACHE_QUERY_VECTOR says which vectors and when; the write never waits for
+    another transaction).
 
     Called outside a transaction, the call is its own transaction (one round trip, see :func:`one_statement`)
     and the cache write does not wait for the WAL flush (queries.RETRIEVE_OWN_TRANSACTION); inside the
-    caller's transaction it commits with it."""
+    caller's transaction it commits with it. Without ``cache`` or an ``embedding`` the statement writes
+    nothing, so it runs on a read-only connection or a standby too (with both, a read-only transaction
+    refuses the cache write: psycopg's ReadOnlySqlTransaction)."""
+    args = _params(tenant, query, embedding, k, params or {}, cache)
     with one_statement(conn) as own, conn.cursor(row_factory=class_row(Retrieved)) as cur:
-        statement = queries.RETRIEVE_OWN_TRANSACTION if own else queries.RETRIEVE
-        cur.execute(statement, _params(tenant, query, embedding, k, params or {}, cache))
+        if not (args["cache"] and args["embedding"] is not None):
+            statement = queries.RETRIEVE_UNCACHED
+        else:
+            statement = queries.RETRIEVE_OWN_TRANSACTION if own else queries.RETRIEVE
+        cur.execute(statement, args)
         return cur.fetchall()
 
 
@@ -128,13 +181,14 @@ def explain(
     tenant: str,
     query: str,
     *,
-    embedding: Vector | None = None,
+    embedding: EmbeddingArg | None = None,
     k: int = 8,
     params: Mapping[str, Any] | None = None,
 ) -> list[Candidate]:
     """Every candidate ``spark.retrieve`` would consider, surfaced first, with the reason for the rest."""
+    args = _params(tenant, query, embedding, k, params or {}, False)
     with one_statement(conn), conn.cursor() as cur:
-        cur.execute(queries.EXPLAIN, _params(tenant, query, embedding, k, params or {}, False))
+        cur.execute(queries.EXPLAIN, args)
         names = [d.name for d in cur.description or ()]
         rows = [dict(zip(names, row, strict=True)) for row in cur.fetchall()]
     return [Candidate(**row) for row in rows]
