@@ -9,6 +9,7 @@ from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import numpy as np
 import psycopg
 import pytest
 from psycopg import errors
@@ -667,6 +668,9 @@ def test_reflect_refuses_a_params_or_tenant_of_the_wrong_type_before_any_call(
         (lambda: reflect_py(conn, T, raw, None), "query text must be a string, got bytes"),
         (lambda: reflect_py(conn, T, "auth", None, params=listed), "params must be a mapping of str keys"),
         (lambda: reflect_py(conn, T, "auth", None, query_model=five), "query_model must be a model name"),
+        # were UndefinedFunction (a list is sent as double precision[]) and a bare ValueError (2-D)
+        (lambda: reflect_py(conn, T, "auth", "[0.1]"), "embedding must be a 1-D numpy array or a list"),
+        (lambda: reflect_py(conn, T, "auth", np.ones((2, 384))), "embedding must be one vector"),
     ]
     for call, message in cases:
         with pytest.raises(InputError, match=re.escape(message)) as info:

@@ -19,6 +19,7 @@ from psycopg.rows import dict_row
 from spark_pg import queries
 from spark_pg.errors import InputError
 from spark_pg.refusals import refusals
+from spark_pg.retrieve import embedding_arg
 from spark_pg.sql_args import int_arg, params_arg, text_arg
 
 MAX_QUERY = 1000  # characters of a plain-text reflection query
@@ -125,7 +126,7 @@ def reflect(
     args = {
         "tenant": tenant,
         "query": text,
-        "embedding": embedding,
+        "embedding": embedding_arg(embedding),
         "k": int_arg("k", k),
         "params": params_arg("params", merged),
     }
