@@ -26,7 +26,8 @@ from spark_pg.db import connect
 from spark_pg.embedding import Embedder
 from spark_pg.errors import InputError
 from spark_pg.hooks import client, wire
-from spark_pg.hooks.outcomes import Pending, advice_tokens, judge
+from spark_pg.hooks.advice_tokens import advice_tokens
+from spark_pg.hooks.outcomes import Pending, judge
 from spark_pg.hooks.protocol import POST, PRE, call_failed, parse_event, pre_output
 from spark_pg.hooks.server import HookServer, HookServerError, SocketClaim, client_closed, open_pool
 from spark_pg.hooks.service import HookService

@@ -17,7 +17,8 @@ import yaml
 from spark_pg.client import SparkClient
 from spark_pg.config import Settings
 from spark_pg.embedding import Embedder
-from spark_pg.hooks.outcomes import Pending, advice_tokens, judge
+from spark_pg.hooks.advice_tokens import advice_tokens
+from spark_pg.hooks.outcomes import Pending, judge
 from spark_pg.hooks.protocol import POST, PRE, HookEvent
 from spark_pg.hooks.server import open_pool
 from spark_pg.hooks.service import HookService
