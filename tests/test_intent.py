@@ -486,6 +486,11 @@ def test_classify_family(tool: str, text: str, family: str) -> None:
         ("Bash", {"command": "ls # list the files\ngit log --oneline"}),
         ("Bash", {"command": "cd /repo && git remote -v && rg TODO src | head"}),
         ("Bash", {"command": "find . -name '*.py' -newer setup.cfg"}),
+        ("Bash", {"command": "ls -la 2>&1 | head"}),  # a stream joined to another writes nothing
+        ("Bash", {"command": "find / -name pg_hba.conf 2>/dev/null"}),  # nor one thrown away
+        ("Bash", {"command": "git reflog show main && tree -L 2 && file README.md"}),
+        ("Bash", {"command": "GIT_PAGER=cat git log -5 && LC_ALL=C ls"}),  # inert env assignments
+        ("Bash", {"command": "cd /repo\ncd src\nls\ngit status\ngit log"}),  # cd lines are not counted
     ],
 )
 def test_read_only_calls_without_context_are_trivial(tool: str, tool_input: dict[str, Any]) -> None:
@@ -534,6 +539,28 @@ def test_writes_and_other_calls_are_never_trivial(tool: str, tool_input: dict[st
         "less '+!rm -rf /tmp/x' notes.md",
         "date -s '2020-01-01'",
         "ls " + "a" * 5000 + " && rm -rf /",  # longer than what is read
+        "ls " + "a " * 300 + "&& rm -rf /",  # more words than are read
+        # a redirect with a file-descriptor number still writes a file
+        "echo 'rm -rf ~' 1>>~/.bashrc",
+        "cat /dev/null 1>prod.db",
+        "ls 2>errors.log",
+        "ls >/dev/null.bak",
+        # options and env assignments that write or run a program
+        "git reflog expire --expire=now --all",
+        "git reflog delete HEAD@{1}",
+        "tree -o ~/.bashrc",
+        "tree -ao ~/.bashrc",
+        "file -C -m magic",
+        "less -o copy.txt notes.md",
+        "GIT_PAGER='sh -c \"rm -rf ~\"' git log",
+        "LESSOPEN='|rm -rf ~ %s' less README",
+        "env GIT_EXTERNAL_DIFF=./wipe.sh git diff",
+        "GIT_SSH_COMMAND='rm -rf ~' git remote -v",
+        "PATH=./evil:$PATH ls",
+        "sudo LD_PRELOAD=./hook.so ls",
+        "cd /repo && GIT_TRACE=/etc/motd git status",
+        # setup lines do not count towards the lines read, but every line is read
+        "cd /repo\nls\ncd src\nls\nls\nrm -rf /var/lib/app",
     ],
 )
 def test_a_command_whose_effect_the_words_do_not_show_is_not_trivial(command: str) -> None:
@@ -557,6 +584,119 @@ def test_the_intent_is_the_segment_that_acts_not_a_read_only_preamble(
 ) -> None:
     intent = extract_intent("Bash", {"command": command})
     assert (intent.action, intent.target) == (action, target)
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        "cat .env.production",
+        "cat .envrc",
+        "cat ~/.ssh/id_ed25519",
+        "cat ~/.ssh/id_ecdsa",
+        "cat ~/.netrc",
+        "cat ~/.pgpass",
+        "cat ~/.npmrc",
+        "cat ~/.kube/config",
+        "cat ~/.docker/config.json",
+        "cat ~/.config/gh/hosts.yml",
+        "cat server.p12",
+        "head certs/client.pfx",
+        "cat /etc/shadow",
+        "cat /proc/self/environ",
+        "env",
+        "sudo env",
+        "printenv",
+        "env | grep KEY",
+    ],
+)
+def test_printing_secrets_or_the_environment_is_worth_advice(command: str) -> None:
+    """Each of these was read-only (or, bare ``env``, a call with nothing to go on): skipped, no advice."""
+    intent = extract_intent("Bash", {"command": command})
+    assert not intent.trivial
+    assert intent.target
+
+
+def test_shadow_in_a_css_property_is_no_secret() -> None:
+    assert extract_intent("Bash", {"command": "grep -rn box-shadow src/styles"}).trivial
+
+
+@pytest.mark.parametrize(
+    ("command", "action", "target"),
+    [
+        # "<<" outside a heredoc: a shift, a quoted word
+        ("echo $((1<<3)); git push --force origin main", "push", "git push --force origin main"),
+        ("git commit -m 'a << b' && git push --force origin main", "commit", "git commit a b"),
+        ('git commit -m "x <<EOF" && git push', "commit", "git commit x EOF"),
+        # a heredoc's body is skipped and reading resumes after its delimiter line
+        ("cat > m.sql <<'EOF'\nDROP TABLE users;\nEOF\npsql prod -f m.sql", "query", "psql prod m.sql"),
+        (
+            "cat <<-SQL > m.sql\n\tDROP TABLE users;\n\tSQL\nalembic upgrade head",
+            "migrate",
+            "alembic upgrade head",
+        ),
+        # setup-only lines do not use up the three lines read
+        (
+            "cd /repo\nsource .venv/bin/activate\nexport X=1\nkubectl apply -f prod.yaml",
+            "deploy",
+            "kubectl apply prod.yaml",
+        ),
+        ("set -euo pipefail\nX=1\n. env.sh\necho start\nls\npwd\nfly deploy", "deploy", "fly deploy"),
+        ("ls \\\n  -la && rm -rf dist", "delete", "rm -rf dist"),  # a continued line
+        ("rm -rf dist  # clean first", "delete", "rm -rf dist"),  # a comment is no word of the command
+    ],
+)
+def test_the_acting_command_survives_shifts_quotes_heredocs_and_setup_lines(
+    command: str, action: str, target: str
+) -> None:
+    intent = extract_intent("Bash", {"command": command})
+    assert (intent.action, intent.target) == (action, target)
+
+
+def test_a_heredoc_still_makes_a_command_not_read_only() -> None:
+    assert not extract_intent("Bash", {"command": "cat <<EOF\nhello\nEOF"}).trivial
+    assert not extract_intent("Bash", {"command": 'grep x <<< "$DATA"'}).trivial
+
+
+# ------------------------------------------------------------------------------------------ MCP tools
+
+
+@pytest.mark.parametrize(
+    ("tool", "tool_input", "family", "words"),
+    [
+        # read by the kind table, "exec" was a shell call: the SQL went unread, the call was skipped as blank
+        ("mcp__postgres__exec", {"sql": "DROP TABLE users"}, "data_schema", ("drop table users",)),
+        ("mcp__db__read", {"sql": "DELETE FROM users WHERE 1=1"}, "data_schema", ("delete from users",)),
+        # "fetch" was a web fetch and "quote" a social post, each with nothing to go on
+        ("mcp__git__fetch", {"repo_path": "/srv/app", "remote": "origin"}, "version_control", ("fetch",)),
+        ("mcp__stripe__create_quote", {"customer": "cus_Q1", "currency": "usd"}, "general", ("create",)),
+        ("mcp__x__get_user_profile", {"username": "dana_dev"}, "social_content", ("dana_dev",)),
+    ],
+)
+def test_an_mcp_tool_of_an_unknown_server_is_read_from_its_fields(
+    tool: str, tool_input: dict[str, Any], family: str, words: tuple[str, ...]
+) -> None:
+    intent = extract_intent(tool, tool_input)
+    assert not intent.trivial
+    assert intent.family == family
+    for word in words:
+        assert word in intent.text.lower(), (word, intent.text)
+
+
+@pytest.mark.parametrize(
+    ("tool", "tool_input", "action", "trivial"),
+    [
+        ("mcp__filesystem__read_file", {"path": "/repo/src/auth/login.py"}, "read", True),
+        ("mcp__filesystem__write_file", {"path": "/repo/notes.md", "content": "x"}, "write", False),
+        ("mcp__desktop-commander__execute_command", {"command": "rm -rf /srv/app"}, "delete", False),
+        ("mcp__fetch__fetch", {"url": "https://docs.python.org/3/library/re.html"}, "fetch", False),
+        ("mcp__x__post_tweet", {"text": "v2 is out"}, "post", False),
+    ],
+)
+def test_an_mcp_tool_of_a_known_server_keeps_its_kind(
+    tool: str, tool_input: dict[str, Any], action: str, trivial: bool
+) -> None:
+    intent = extract_intent(tool, tool_input)
+    assert (intent.action, intent.trivial) == (action, trivial)
 
 
 # ---------------------------------------------------------------------------------------- odd input
@@ -680,6 +820,36 @@ def test_source_markers_yield_to_clear_technical_advice() -> None:
         == "training_log"
     )
     assert classify_domain("RT @a: pin your GitHub Actions to a SHA", source="x_research") == "social"
+
+
+@pytest.mark.parametrize(
+    ("text", "source"),
+    [
+        ("Pin the Node version in .nvmrc.", "onboarding-training"),
+        ("Always run the linter before committing.", "in-depth-review"),
+        ("Rotate API keys every 90 days.", "customer_engagement_team"),
+        ("Never force-push to main.", "socialproof"),
+    ],
+)
+def test_a_source_marker_is_the_sources_first_word_not_a_substring(text: str, source: str) -> None:
+    """These sources only contain a marker: the memory was classed training_log or social, hidden from
+    every code call."""
+    assert classify_domain(text, source=source) == classify_domain(text, source="user")
+    assert classify_domain(text, source=source) not in {"training_log", "social"}
+
+
+@pytest.mark.parametrize(
+    ("source", "domain"),
+    [
+        ("depth", "training_log"),
+        ("training-run-7", "training_log"),
+        ("x_social", "social"),
+        ("Twitter/bookmarks", "social"),
+        ("engagement", "social"),
+    ],
+)
+def test_a_source_named_for_its_provenance_still_marks_it(source: str, domain: str) -> None:
+    assert classify_domain("Loved the energy of this one", source=source) == domain
 
 
 def test_cross_cutting_memories_are_general() -> None:
@@ -842,6 +1012,34 @@ def test_a_long_token_does_not_stall_the_hook(token: str) -> None:
     started = time.monotonic()
     intent = extract_intent("TodoWrite", {"todos": [{"content": token, "status": "pending"}] * 20}, token)
     assert time.monotonic() - started < 2 and intent.text
+
+
+def test_a_markdown_table_does_not_stall_classification() -> None:
+    """The size-table pattern of the log detector read the rest of a line from every bar: one 4 KB line
+    of a markdown table took 150 to 370 ms here, five over 1 s. A hang guard, not a speed target."""
+    import time
+
+    row = "| " * 2048
+    started = time.monotonic()
+    for _ in range(5):
+        assert classify_domain(row) in ACTION_DOMAINS
+    assert time.monotonic() - started < 0.5
+    assert classify_domain("dist/app.js  \u2502 142.3 kB \u2502 gzip: 40.1 kB") == "system"  # still a log
+
+
+def test_brackets_do_not_stall_link_cleaning() -> None:
+    """Markdown link text was re-read from every "[" of a "[[[..." prompt (17 ms a call here). A hang
+    guard, not a speed target."""
+    import time
+
+    from spark_pg.intent.text import _MD_LINK
+
+    started = time.monotonic()
+    for text in ("[" * 4096, "[a](" * 1024) * 10:
+        _MD_LINK.sub(r"\1", text)
+    assert time.monotonic() - started < 0.1
+    task = {"description": "Read [the guide](https://example.com/guide) first", "prompt": "["}
+    assert "the guide" in extract_intent("Task", task).text
 
 
 @pytest.mark.parametrize(

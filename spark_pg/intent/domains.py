@@ -24,8 +24,10 @@ from spark_pg.intent.observations import (
 )
 from spark_pg.intent.text import _URL, _clip
 
-_SOCIAL_SOURCES = re.compile(r"x_research|x_social|engagement|social|twitter|tweet|\bx\b", re.I)
-_TRAINING_SOURCES = re.compile(r"depth|training", re.I)
+# provenance a source names by its first word (x_research, x_social, engagement_tracker, depth_session):
+# "in-depth-review", "onboarding-training" and "customer_engagement_team" name something else
+_SOCIAL_SOURCES = frozenset({"x", "twitter", "tweet", "tweets", "social", "engagement"})
+_TRAINING_SOURCES = frozenset({"depth", "training"})
 _RETWEET = re.compile(r"^\s*RT\s+@\w+|\(eng:")
 
 _USER_CATEGORIES = frozenset(
@@ -152,12 +154,13 @@ def classify_domain(
 
     Hard text markers first: retweets, engagement counts and hashtag posts -> social; training logs ->
     training_log; user quotes -> user_context; log output -> system; a code dump -> code (SQL -> data); a
-    bare link -> research. Source markers (x_research, x_social, engagement, social -> social; depth ->
-    training_log) come next, except for actionable text with clear technical evidence: a CI rule learned
-    from X research is still a CI rule. Otherwise keyword evidence for security, data, system, code, research
-    and social (plus a bonus for a matching category) decides; a memory of a cross-cutting category (safety,
-    workflow), one that speaks to three or more domains alike, or one that speaks to none clearly, is
-    "general", which every intent may see.
+    bare link -> research. Source markers come next: the source's first word, x, twitter, social or
+    engagement -> social (x_research, engagement_tracker), depth or training -> training_log
+    (depth_session; not in-depth-review), except for actionable text with clear technical evidence: a CI
+    rule learned from X research is still a CI rule. Otherwise keyword evidence for security, data, system,
+    code, research and social (plus a bonus for a matching category) decides; a memory of a cross-cutting
+    category (safety, workflow), one that speaks to three or more domains alike, or one that speaks to none
+    clearly, is "general", which every intent may see.
     """
     body = _clip(text)
     category = _clip(category, 100) or "general"
@@ -167,10 +170,9 @@ def classify_domain(
         return marked
     scores = _domain_scores(body, category, source)
     ranked = sorted(scores.items(), key=lambda kv: (-kv[1], _DOMAIN_ORDER.index(kv[0])))
-    if _SOCIAL_SOURCES.search(source) or _TRAINING_SOURCES.search(source):
-        provenance = "social" if _SOCIAL_SOURCES.search(source) else "training_log"
-        if not _technical_advice(body, ranked):
-            return provenance
+    provenance = _source_provenance(source)
+    if provenance is not None and not _technical_advice(body, ranked):
+        return provenance
     if category.strip().lower() in _CROSS_CUTTING_CATEGORIES:
         return "general"
     if ranked and ranked[0][1] >= _MIN_EVIDENCE:
@@ -183,6 +185,15 @@ def classify_domain(
     if _clip(kind, 50) in {"trace", "failure"}:
         return "code"  # traces and failures are records of coding work even when their words are plain
     return "general"
+
+
+def _source_provenance(source: str) -> str | None:
+    """social or training_log when the source's first word (words split at anything but letters and
+    digits, so at "_", "-", ":" and "/") is a marker of that provenance, else None."""
+    first = next(iter(re.findall(r"[a-z0-9]+", source.lower())), "")
+    if first in _SOCIAL_SOURCES:
+        return "social"
+    return "training_log" if first in _TRAINING_SOURCES else None
 
 
 def _marked_domain(body: str) -> str | None:

@@ -12,7 +12,7 @@ from types import MappingProxyType
 from spark_pg.intent.limits import SCAN_LIMIT
 from spark_pg.intent.shell import _command_family, _main_segment, _segments
 from spark_pg.intent.text import _CAMEL, _clip, _squash
-from spark_pg.intent.tools import _tool_kind, _tool_tokens
+from spark_pg.intent.tools import _SOCIAL_NAMES, _mcp_parts, _tool_kind, _tool_tokens
 
 # Keyword evidence per family: (alternation, weight). Matched as whole words against the normalised text
 # (lower case, separators turned into spaces, so "auth/login.py" reads "auth login py").
@@ -234,6 +234,9 @@ def _tool_priors(tool: str) -> dict[str, float]:
         return {family: weight}
     if kind != "other":
         return {}
+    mcp = _mcp_parts(tool)
+    if mcp is not None and mcp[0] in _SOCIAL_NAMES:  # mcp__x__get_user: a social network's server
+        return {"social_content": 4.0}
     tokens = set(_tool_tokens(tool))
     hints = (
         (

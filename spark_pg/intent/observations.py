@@ -93,10 +93,13 @@ _LOG_LINE = re.compile(
     r"Traceback \(most recent call last\)|^\s*File \"[^\"]+\", line \d+|^\s*at [\w.$]+\(.*:\d+\)|"
     r"^\s*(?:FAILED|PASSED|ERROR|XFAIL|XPASS|SKIPPED)\s+\S+::|"  # pytest
     r"^\s*#\d+ (?:\[|\d+\.\d+ |DONE|CACHED)|"  # docker buildkit
-    r"^\s*[\u2713\u2714\u2717\u2718\u00d7]\s|"  # check marks of build tools
-    r"\s[\u2502|]\s.*\b\d+(?:\.\d+)?\s*[kKMG]i?B\b",  # size tables
+    r"^\s*[\u2713\u2714\u2717\u2718\u00d7]\s",  # check marks of build tools
     re.M,
 )
+# a size table's row: a column bar, then a size further on ("dist/app.js  \u2502 142.3 kB"); found in two
+# linear steps, since one pattern (bar, any text, size) tried every bar against the rest of its line
+_TABLE_BAR = re.compile(r"\s[\u2502|]\s")
+_SIZE = re.compile(r"\b\d+(?:\.\d+)?\s*[kKMG]i?B\b")
 _PROMOTION = re.compile(
     r"^\W*(?:check (?:it |this )?out|follow @|join (?:us|our|the)|sign up|don'?t miss|subscribe|"
     r"link in bio|dm me|giveaway|big news|excited to (?:announce|share))\b",
@@ -131,7 +134,14 @@ _TECH_TERMS = re.compile(
 
 def _is_log(text: str) -> bool:
     """Log or tool output: a timestamp, level, traceback, test report or build line in the first lines."""
-    return bool(_LOG_LINE.search("\n".join(text.strip().splitlines()[:3])))
+    lines = text.strip().splitlines()[:3]
+    if _LOG_LINE.search("\n".join(lines)):
+        return True
+    for line in lines:
+        bar = _TABLE_BAR.search(line)
+        if bar is not None and _SIZE.search(line, bar.end()):
+            return True
+    return False
 
 
 def _code_dump(text: str) -> bool:

@@ -6,6 +6,8 @@ whole line is read-only.
 
 from __future__ import annotations
 
+import functools
+import itertools
 import re
 import shlex
 from types import MappingProxyType
@@ -39,52 +41,201 @@ _KEEP_FLAGS = frozenset(
 _SEPARATORS = frozenset({"&&", "||", ";", "|", "&", ";;", "(", ")", "|&"})
 
 
-_MAX_LINES = 3  # command lines read for the intent
+_MAX_LINES = 3  # command lines read for the intent, not counting setup-only lines (cd, source, export, ...)
+_MAX_SETUP_LINES = 10  # setup-only lines read besides them
+_MAX_TOKENS = 200  # shell words read; a command with more is not read whole
+# where the scan of a command line must look closer: quotes, escapes, comments, heredocs, arithmetic
+_SPECIAL = re.compile(r"""['"\\#\n<$()]""")
+_HEREDOC = re.compile(r"""<<(-?)[ \t]*((?:[^\s;&|<>()'"\\]|\\.|'[^'\n]*'|"[^"\n]*")+)""")
 
 
-def _lines(command: str) -> list[str]:
-    """The command's lines up to any heredoc, without blank and comment lines."""
-    head = command[:SCAN_LIMIT].split("<<", 1)[0]
-    return [ln for ln in head.splitlines() if ln.strip() and not ln.lstrip().startswith("#")]
+@functools.lru_cache(maxsize=64)  # a call reads the same command several times
+def _command_lines(command: str) -> tuple[str, ...]:
+    """The meaningful lines of a command (its first :data:`SCAN_LIMIT` characters): heredoc bodies, comments
+    and blank lines dropped, backslash-continued lines joined. A ``<<`` counts as a heredoc only outside
+    quotes and ``$((...))`` (``echo $((1<<3))`` shifts, ``git commit -m 'a << b'`` quotes); the operator and
+    its delimiter leave the line, its body (up to the delimiter line) leaves the command, and reading
+    resumes after it."""
+    text = command[:SCAN_LIMIT]
+    if not _SPECIAL.search(text):
+        return tuple(ln for ln in text.splitlines() if ln.strip())
+    out: list[str] = []
+    pending: list[tuple[str, bool]] = []  # heredocs opened on the current line: (delimiter, strip tabs)
+    quote = ""
+    arithmetic: list[list[int]] = []  # open $(( )): where each starts in out, parentheses open inside it
+    i, n = 0, len(text)
+    while i < n:
+        if quote == "'":
+            end = text.find("'", i)
+            end = n if end < 0 else end + 1
+            out.append(text[i:end])
+            quote, i = "", end
+            continue
+        match = _SPECIAL.search(text, i)
+        if match is None:
+            out.append(text[i:])
+            break
+        j = match.start()
+        out.append(text[i:j])
+        char = text[j]
+        i = j + 1
+        if char == "\\":
+            if text.startswith("\n", i):  # a continued line
+                i += 1
+            else:
+                out.append(text[j : i + 1])
+                i += 1
+        elif quote == '"':
+            out.append(char)
+            if char == '"':
+                quote = ""
+        elif char in "'\"":
+            out.append(char)
+            quote = char
+        elif char == "#" and (j == 0 or text[j - 1] in " \t\n;&|()"):  # a comment, to the end of the line
+            end = text.find("\n", j)
+            i = n if end < 0 else end
+        elif char == "$" and text.startswith("((", i):
+            arithmetic.append([len(out), 0])
+            out.append("$((")
+            i += 2
+        elif char in "()" and arithmetic:
+            if char == "(":
+                arithmetic[-1][1] += 1
+            elif arithmetic[-1][1]:
+                arithmetic[-1][1] -= 1
+            elif text.startswith(")", i):  # its "<<" shifts, its words say nothing: one word stands for it
+                del out[arithmetic.pop()[0] :]
+                out.append("$ARITHMETIC")
+                i += 1
+                continue
+            out.append(char)
+        elif char == "<" and not arithmetic and text.startswith("<", i) and not text.startswith("<<", i):
+            heredoc = _HEREDOC.match(text, j)
+            if heredoc is None:
+                out.append("<<")
+                i += 1
+            else:
+                delimiter = re.sub(r"""\\(.)|['"]""", r"\1", heredoc.group(2))
+                pending.append((delimiter, bool(heredoc.group(1))))
+                out.append(" ")
+                i = heredoc.end()
+        elif char == "\n" and pending:
+            out.append("\n")
+            for delimiter, strip_tabs in pending:  # each body runs to its delimiter line
+                while i < n:
+                    end = text.find("\n", i)
+                    end = n if end < 0 else end
+                    line = text[i:end]
+                    i = end + 1
+                    if (line.lstrip("\t") if strip_tabs else line) == delimiter:
+                        break
+            pending = []
+        else:
+            out.append(char)
+            if char == "<" and text.startswith("<<", i):  # a here-string, <<<
+                out.append("<<")
+                i += 2
+    return tuple(ln for ln in "".join(out).splitlines() if ln.strip())
 
 
-def _shell_tokens(command: str) -> list[str]:
-    """Shell words of the first lines of a command (heredoc bodies dropped); never raises. A ``#`` is a
-    word, not a comment: the lines are joined with ``;``, and a comment ending the first one would hide the
-    others."""
-    text = " ; ".join(_lines(command)[:_MAX_LINES])
+def _tokenize(text: str) -> list[str]:
+    """Shell words of a text (a ``#`` is a word: comments are gone already); never raises."""
     try:
         lexer = shlex.shlex(text, posix=True, punctuation_chars=True)
         lexer.whitespace_split = True
         lexer.commenters = ""
-        return list(lexer)[:200]
+        return list(itertools.islice(lexer, _MAX_TOKENS + 1))
     except ValueError:
-        return text.split()[:200]
+        return text.split()[: _MAX_TOKENS + 1]
+
+
+# how a setup-only line starts: an assignment or a setup command (the whole line is checked after)
+_SETUP_START = re.compile(
+    r"\s*(?:[A-Za-z_]\w*=|(?:cd|pushd|popd|source|\.|export|set|unset|echo|true)(?=[\s;&|]|$))"
+)
+
+
+def _setup_line(line: str) -> bool:
+    """True for a line that only prepares the shell: ``cd /repo``, ``source .venv/bin/activate``,
+    ``export X=1``, ``set -e``, ``X=1``."""
+    if not _SETUP_START.match(line):
+        return False
+    return all(not s or s[0] in _CMD_SETUP for s in map(_strip_prefixes, _split_segments(_tokenize(line))))
+
+
+def _lines(command: str) -> list[str]:
+    """The lines read for the intent: up to :data:`_MAX_LINES` lines that act, and up to
+    :data:`_MAX_SETUP_LINES` setup-only lines (``cd``, ``source``, ``export``, ...) before and among them."""
+    return list(_read_lines(command[:SCAN_LIMIT]))
+
+
+@functools.lru_cache(maxsize=64)
+def _read_lines(command: str) -> tuple[str, ...]:
+    read: list[str] = []
+    acting = setup = 0
+    for line in _command_lines(command):
+        if acting == _MAX_LINES:
+            break
+        if _setup_line(line):
+            if setup == _MAX_SETUP_LINES:
+                break
+            setup += 1
+        else:
+            acting += 1
+        read.append(line)
+    return tuple(read)
+
+
+def _shell_tokens(command: str) -> list[str]:
+    """Shell words of the lines read (heredoc bodies and comments dropped), at most :data:`_MAX_TOKENS`
+    and one more when there are more; never raises. The lines are joined with ``;``."""
+    return list(_line_tokens(command[:SCAN_LIMIT]))
+
+
+@functools.lru_cache(maxsize=64)
+def _line_tokens(command: str) -> tuple[str, ...]:
+    return tuple(_tokenize(" ; ".join(_read_lines(command))))
+
+
+def _split_segments(tokens: list[str]) -> list[list[str]]:
+    """Shell words split into simple commands at ``&&``, ``|``, ``;`` and the like (redirects stay)."""
+    segments: list[list[str]] = []
+    current: list[str] = []
+    for token in [*tokens, ";"]:
+        if token in _SEPARATORS or (token and set(token) <= set("&|;()")):
+            segments.append(current)
+            current = []
+        else:
+            current.append(token)
+    return segments
 
 
 def _segments(command: str) -> list[list[str]]:
     """The simple commands of a command line, each without env assignments, sudo and runner prefixes."""
-    segments: list[list[str]] = []
-    current: list[str] = []
-    for token in [*_shell_tokens(command), ";"]:
-        if token in _SEPARATORS or (token and set(token) <= set("&|;()")):  # redirects stay in the segment
-            if current:
-                segments.append(_strip_prefixes(current))
-            current = []
-        else:
-            current.append(token)
-    return [s for s in segments if s]
+    stripped = (_strip_prefixes(s) for s in _split_segments(_shell_tokens(command)[:_MAX_TOKENS]))
+    return [s for s in stripped if s]
 
 
 def _strip_prefixes(words: list[str]) -> list[str]:
     """``FOO=1 sudo uv run python -m pytest -x`` -> ``pytest -x``."""
+    return _split_prefixes(words)[1]
+
+
+def _split_prefixes(words: list[str]) -> tuple[list[str], list[str]]:
+    """(env assignments, the command without assignments, sudo and runner prefixes). A bare prefix is its
+    own command: ``env`` or ``sudo env`` prints the environment."""
+    assignments: list[str] = []
+    last_prefix = ""
     i = 0
     while i < len(words):
         word = words[i]
         base = word.rsplit("/", 1)[-1]
-        if re.fullmatch(r"[A-Za-z_]\w*=.*", word):
+        if re.fullmatch(r"[A-Za-z_]\w*=.*", word, re.S):
+            assignments.append(word)
             i += 1
         elif base in _CMD_PREFIXES:  # "sudo -E", "timeout 30s", "nice -n 10": skip their options too
+            last_prefix = base
             i += 1
             takes = _PREFIX_ARGS.get(base, frozenset())
             while i < len(words) and (words[i].startswith("-") or re.fullmatch(r"\d+[smhd]?", words[i])):
@@ -100,7 +251,9 @@ def _strip_prefixes(words: list[str]) -> list[str]:
     rest = words[i:]
     if rest:
         rest = [rest[0].rsplit("/", 1)[-1] if rest[0].startswith(("/", "./")) else rest[0], *rest[1:]]
-    return rest
+    elif last_prefix:
+        rest = [last_prefix]
+    return assignments, rest
 
 
 def _main_segment(segments: list[list[str]]) -> list[str]:
@@ -322,16 +475,47 @@ _RUNS_OR_WRITES = MappingProxyType(
         "rg": ("--pre",),
         "fd": ("-x", "-X", "--exec"),
         "bat": ("--pager",),
-        "less": ("+",),
+        "less": ("+", "--log-file", "--LOG-FILE", "--lesskey"),
         "more": ("+",),
         "date": ("-s", "--set"),
         "tail": ("--pid",),
+        "file": ("--compile",),
     }
 )
+# short options that write a file, alone or in a cluster: "tree -o out.txt", "tree -ao out.txt",
+# "file -C" (compiles magic.mgc), "less -o log" (copies what it shows)
+_WRITING_LETTERS = MappingProxyType({"tree": "o", "file": "C", "less": "oO"})
 _GIT_RUNS = ("-c", "--config-env", "--exec-path", "--output", "--ext-diff", "--textconv")
+_GIT_REFLOG_WRITES = frozenset({"expire", "delete", "drop"})
 # shell syntax whose effect the words do not show: a heredoc fed to a program, command and process
 # substitution, a redirect of both streams
 _HIDDEN = re.compile(r"<<|`|\$\(|<\(|>\(|&>")
+# redirects that write nothing: a stream joined to another or closed (2>&1, >&-), output thrown away
+# (>/dev/null, 2>>/dev/null); any other ">" writes a file
+_HARMLESS_REDIRECT = re.compile(r"\d*>&(?:\d+|-)(?![\w/.~-])|\d*>>?[ \t]*/dev/null(?![\w/.~-])")
+# files that hold secrets: printing one is worth advice
+_SECRET_WORDS = re.compile(
+    r"\.env(?:rc)?\b|secret|passw|credential|token|\.pem\b|\.key\b|\bid_\w+|\.ssh\b|\.gnupg\b|"
+    r"[._]netrc\b|\.pgpass\b|\.npmrc\b|\.pypirc\b|\.s3cfg\b|\.kube\b|kubeconfig|docker/config\.json|"
+    r"gh/hosts\.ya?ml|\.p12\b|\.pfx\b|\.jks\b|\.keystore\b|\.kdbx\b|(?<![\w-])g?shadow\b|"
+    r"\bauth\.json\b|\benviron\b",
+    re.I,
+)
+# env assignments that cannot make a read-only program run or write anything: locale, time zone,
+# terminal size and colours. Any other may (GIT_PAGER, LESSOPEN, GIT_EXTERNAL_DIFF, GIT_SSH_COMMAND,
+# LD_PRELOAD and PATH name a program to run, GIT_TRACE a file to write).
+_INERT_ENV = re.compile(
+    r"LANG|LANGUAGE|LC_\w+|TZ|TERM|COLUMNS|LINES|NO_COLOR|CLICOLOR(?:_FORCE)?|FORCE_COLOR|COLORTERM|"
+    r"GREP_COLORS?|LS_COLORS|TIME_STYLE|QUOTING_STYLE|(?:DU_|DF_|LS_)?BLOCK_SIZE|BLOCKSIZE|POSIXLY_CORRECT"
+)
+
+
+def _inert_assignment(word: str) -> bool:
+    """True for ``LC_ALL=C`` or ``GIT_PAGER=cat``: an env assignment that runs and writes nothing."""
+    name, _, value = word.partition("=")
+    if _INERT_ENV.fullmatch(name):
+        return True
+    return name.endswith("PAGER") and value.strip() in {"", "cat", "/bin/cat", "/usr/bin/cat"}
 
 
 def _segment_read_only(segment: list[str]) -> bool:
@@ -341,22 +525,39 @@ def _segment_read_only(segment: list[str]) -> bool:
         sub = _subcommand(segment)
         if sub not in _GIT_READ_ONLY or any(w.startswith(_GIT_RUNS) for w in segment[1:]):
             return False
-        # "git remote" lists; "git remote add/remove/set-url ..." changes the repository
+        # "git remote" and "git reflog" list; "git remote add/remove/set-url ...", "git reflog
+        # expire/delete" change the repository
         rest = segment[segment.index(sub, 1) + 1 :] if sub in segment[1:] else []
-        return sub != "remote" or not [w for w in rest if not w.startswith("-")] or rest[0] in {"show"}
+        words = [w for w in rest if not w.startswith("-")]
+        if sub == "reflog":
+            return not (words and words[0].lower() in _GIT_REFLOG_WRITES)
+        return sub != "remote" or not words or rest[0] in {"show"}
     if program not in _READ_ONLY_PROGRAMS:
+        return False
+    letters = _WRITING_LETTERS.get(program, "")
+    if letters and any(
+        w.startswith("-") and not w.startswith("--") and set(w[1:]) & set(letters) for w in segment[1:]
+    ):
         return False
     risky = _RUNS_OR_WRITES.get(program, ())
     return not any(w.startswith(risky) for w in segment[1:]) if risky else True
 
 
 def _is_read_only_command(command: str) -> bool:
-    """True for a command line made only of listing/printing programs (no redirects, no secret files),
-    read whole: one longer than :data:`SCAN_LIMIT` or than the lines read, or with syntax whose effect its
-    words do not show (a heredoc, `` `...` ``, ``$(...)``), is not."""
-    if not command.strip() or re.search(r"(?<![<>&\d])>", command) or _SECRET_WORDS.search(command):
+    """True for a command line made only of listing/printing programs (no redirect but to /dev/null or
+    another stream, no secret files, no env assignment but inert ones), read whole: one longer than
+    :data:`SCAN_LIMIT`, than the lines or the words read, or with syntax whose effect its words do not show
+    (a heredoc, `` `...` ``, ``$(...)``), is not."""
+    if not command.strip() or ">" in _HARMLESS_REDIRECT.sub(" ", command) or _SECRET_WORDS.search(command):
         return False
-    if len(command) >= SCAN_LIMIT or _HIDDEN.search(command) or len(_lines(command)) > _MAX_LINES:
+    if len(command) >= SCAN_LIMIT or _HIDDEN.search(command):
         return False
-    segments = _segments(command)
-    return bool(segments) and all(s[0] == "cd" or _segment_read_only(s) for s in segments)
+    tokens = _shell_tokens(command)
+    if len(tokens) > _MAX_TOKENS or len(_lines(command)) < len(_command_lines(command)):
+        return False
+    commands = [_split_prefixes(s) for s in _split_segments(tokens)]
+    commands = [(env, words) for env, words in commands if env or words]
+    return bool(commands) and all(
+        all(map(_inert_assignment, env)) and (not words or words[0] == "cd" or _segment_read_only(words))
+        for env, words in commands
+    )

@@ -28,7 +28,9 @@ _METADATA = re.compile(  # tool metadata: "file_path=/x.py", "tool_use_id: toolu
 )
 _LINE_REF = re.compile(r"\b(?:line|ln|L)\s?\d+(?::\d+)?\b|:\d+(?::\d+)?\b")
 _FENCE = re.compile(r"```.*?(?:```|$)", re.S)
-_MD_LINK = re.compile(r"\[([^\]\n]{1,200})\]\([^)\s]{1,500}\)")
+# link text and target stop at a bracket or parenthesis, so each "[" reads only up to the next one (text
+# that could hold "[" was re-read from every "[" of a "[[[..." prompt)
+_MD_LINK = re.compile(r"\[([^\[\]\n]{1,200})\]\([^()\[\]\s]{1,500}\)")
 _CURLY = re.compile(r"\{[^{}]*\}")
 _SQUARE_DATA = re.compile(r"\[[^\[\]]*[\"':,][^\[\]]*\]")
 _LEFTOVER = re.compile(r"[{}\[\]<>\"`|\\]+")
