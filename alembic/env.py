@@ -20,6 +20,21 @@ from alembic import context
 from spark_pg.schema import LOCK_TIMEOUT_MS, VERSION_TABLE, apply_sql
 
 
+def _find_vector(connection) -> None:  # type: ignore[no-untyped-def]
+    """Put the schema holding pgvector last on this transaction's search_path when it is not on it.
+
+    The migrations name pgvector's type as plain ``vector``; a database may hold the extension in a schema
+    of its own (the sql/ files allow it). Last, so that what the migrations create unqualified still goes
+    where it did; for this transaction only (a column keeps its type by oid). Nothing to do before the
+    extension exists: the first migration creates it on the search_path.
+    """
+    connection.exec_driver_sql("""
+        SELECT set_config('search_path', concat_ws(', ', nullif(current_setting('search_path'), ''),
+                                                   quote_ident(n.nspname)), true)
+        FROM pg_extension e JOIN pg_namespace n ON n.oid = e.extnamespace
+        WHERE e.extname = 'vector' AND NOT n.nspname = ANY (current_schemas(false))""")
+
+
 def _run(connection) -> None:  # type: ignore[no-untyped-def]
     context.configure(
         connection=connection,
@@ -35,6 +50,7 @@ def _run(connection) -> None:  # type: ignore[no-untyped-def]
         # one init at a time: two at once raced to create the version table (23505) or to replace the same
         # function (XX000 tuple concurrently updated); the second now waits, then finds nothing to do
         connection.exec_driver_sql("SELECT pg_advisory_xact_lock(hashtext('spark_pg.schema'))")
+        _find_vector(connection)
         context.run_migrations()
         heads = set(context.get_context().get_current_heads())
         if heads and heads == set(context.script.get_heads()):

@@ -432,11 +432,13 @@ def cmd_config(args: argparse.Namespace) -> int:
     settings = load_settings()
     print(f"# file: {settings.config_file or '(none)'}")
     where = {"file": "from the file", "environment": "from ${env}", "arguments": "from the arguments"}
+    secret = {"database.url"}  # the keys that can hold a password: shown with it as ***, as db status does
     for key in KEYS:
         value = settings.raw(key.name)
         origin = settings.origins.get(key.name)
         note = where[origin].format(env=key.env) if origin else f"default; set with ${key.env}"
-        print(f"{key.name} = {'' if value is None else value}    # {note}")
+        shown = "" if value is None else _redact(str(value)) if key.name in secret else value
+        print(f"{key.name} = {shown}    # {note}")
     return 0
 
 

@@ -12,6 +12,7 @@ import contextlib
 import fcntl
 import json
 import os
+import shutil
 import subprocess
 import warnings
 from collections.abc import Iterator
@@ -76,30 +77,32 @@ class EmbeddedServer:
 
     @staticmethod
     def _is_postmaster(info: Any) -> bool:
-        """Whether the pid file's process is that postmaster, not a process that got its PID after a crash
-        or a reboot: named postgres and created when the pid file says the server started. A process we
-        may not inspect counts as the postmaster (never treat a live server as gone)."""
-        proc = info.process
-        if proc is None:
-            return False
-        try:
-            if not proc.is_running() or proc.name() not in _POSTMASTER_NAMES:
-                return False
-            started: float = info.start_time.timestamp()
-            return bool(abs(proc.create_time() - started) <= _START_SLACK_S)
-        except psutil.AccessDenied:
-            return True
-        except psutil.Error:  # gone, or a zombie
-            return False
+        """Whether the pid file's process is that postmaster (see ``_runs_postmaster``)."""
+        return info.process is not None and _runs_postmaster(info.process, info.start_time.timestamp())
 
-    def _drop_stale_pid_file(self) -> None:
-        """Remove a postmaster.pid whose PID now belongs to another process: PostgreSQL would refuse to
-        start beside it ("lock file already exists") and the wheel would take that process for the server;
-        `db down` must never signal it."""
+    def _drop_stale_lock_files(self) -> None:
+        """Remove postmaster.pid and the socket's lock file when the PID they name now belongs to a zombie or
+        to another process: PostgreSQL would refuse to start beside either ("lock file already exists"), the
+        wheel would take that process for the server, and `db down` must never signal it. A file naming no
+        process at all is left to PostgreSQL, which removes it itself."""
         info = self._postmaster()
-        if info is not None and info.process is not None and not self._is_postmaster(info):
-            with contextlib.suppress(FileNotFoundError):
-                (self.pgdata / "postmaster.pid").unlink()
+        folders = {self.pgdata, *([Path(info.socket_dir)] if info is not None and info.socket_dir else [])}
+        locks = [
+            self.pgdata / "postmaster.pid",
+            *(p for f in folders for p in sorted(f.glob(".s.PGSQL.*.lock"))),
+        ]
+        for lock in locks:
+            try:
+                lines = lock.read_text().splitlines()
+                process = psutil.Process(int(lines[0]))
+                started = float(lines[2])
+            except (OSError, ValueError, IndexError, psutil.Error):  # none; partly written; no such process
+                continue
+            # a socket folder may be shared: only a lock file of this data directory
+            ours = lock.name == "postmaster.pid" or Path(lines[1]) == self.pgdata
+            if ours and not _runs_postmaster(process, started):
+                with contextlib.suppress(OSError):  # gone; one we may not remove is PostgreSQL's to refuse
+                    lock.unlink()
 
     def _unwritable(self, exc: OSError) -> DatabaseError:
         return DatabaseError(
@@ -160,11 +163,13 @@ class EmbeddedServer:
             raise self._unwritable(exc) from None
         if existing:
             self._prune_dead_handles()
-            self._drop_stale_pid_file()
+            self._drop_stale_lock_files()
+            self._refuse_an_unfinished_initdb()
         pg = _pgserver()
         # the wheel caches one handle per data dir and per process, even after the server died: drop it
         pg.postgres_server.PostgresServer._instances.pop(self.pgdata, None)
         try:
+            self._init_cluster(pg)
             server = pg.get_server(self.pgdata, cleanup_mode=None)
         except (subprocess.SubprocessError, OSError, RuntimeError, AssertionError) as exc:
             log = self.pgdata / "log"
@@ -183,6 +188,41 @@ class EmbeddedServer:
                 self._restore_shared_buffers(previous, exc, socket_dir)
             url = self.status().url or url
         return url
+
+    def _init_cluster(self, pg: ModuleType) -> None:
+        """Run initdb when there is no cluster yet: in ``<home>/pgdata.initdb``, renamed to pgdata once it has
+        finished. A first `db up` killed midway leaves only that folder, where no server ever ran (so it holds
+        no data): the next `db up` deletes it and starts over. (initdb run in place left a data directory that
+        PostgreSQL could not start in.)"""
+        if (self.pgdata / "PG_VERSION").exists():
+            return
+        if self.pgdata.is_dir() and any(self.pgdata.iterdir()):
+            raise DatabaseError(
+                f"{self.pgdata} holds files but no PostgreSQL cluster (no PG_VERSION), so the embedded "
+                "server cannot start there: move it away, or delete it if it holds nothing you need, then "
+                "run `spark-pg db up` again"
+            )
+        staging = self.pgdata.with_name(self.pgdata.name + ".initdb")
+        shutil.rmtree(staging, ignore_errors=True)
+        pg.get_server(staging, cleanup_mode=None, start=False).ensure_pgdata_inited()
+        with contextlib.suppress(FileNotFoundError):
+            self.pgdata.rmdir()  # empty (checked above): rename() needs the name free
+        staging.rename(self.pgdata)
+
+    def _refuse_an_unfinished_initdb(self) -> None:
+        """DatabaseError naming what to delete in a data directory an older spark_pg's initdb left when it was
+        killed (it ran initdb in place): its postmaster.pid names initdb's standalone backend (a negative PID)
+        and no server ever started there (no log). PostgreSQL cannot start in it."""
+        try:
+            pid = (self.pgdata / "postmaster.pid").read_text().split("\n", 1)[0].strip()
+        except OSError:
+            return
+        if pid.startswith("-") and not (self.pgdata / "log").exists():
+            raise DatabaseError(
+                f"{self.pgdata} is what an initdb left when it was stopped midway (a first `db up` killed): "
+                f"no server ever ran there, so it holds no data. Delete it (rm -rf {self.pgdata}) and run "
+                "`spark-pg db up` again"
+            )
 
     def _check_memory(self) -> None:
         """DatabaseError when the configured shared_buffers exceed the machine's memory."""
@@ -252,6 +292,24 @@ class EmbeddedServer:
         return True
 
 
+def _runs_postmaster(process: psutil.Process, started: float) -> bool:
+    """Whether ``process`` is the postmaster a lock file names, not a process that got its PID after a crash
+    or a reboot: named postgres and created when the file says the server started (``started``, Unix time).
+    A zombie (a postmaster that died and that its parent has not reaped, as under a container's PID 1 that
+    reaps nothing) is not: it answers no connection. A process we may not inspect is (never treat a live
+    server as gone)."""
+    try:
+        if not process.is_running() or process.status() == psutil.STATUS_ZOMBIE:
+            return False
+        if process.name() not in _POSTMASTER_NAMES:
+            return False
+        return bool(abs(process.create_time() - started) <= _START_SLACK_S)
+    except psutil.AccessDenied:
+        return True
+    except psutil.Error:  # gone
+        return False
+
+
 def database_url(settings: Settings, *, start: bool = True) -> str:
     """The URL to use: ``database.url`` if set, else the embedded server's (started if needed)."""
     url = settings.opt_str("database.url")
@@ -283,10 +341,25 @@ def open_plain(url: str, **kwargs: Any) -> psycopg.Connection[Any]:
 
 
 def register_vector_if_present(conn: psycopg.Connection[Any]) -> bool:
-    """Register pgvector's adapters on ``conn`` if the extension exists in its database."""
+    """Register pgvector's adapters on ``conn`` if the extension exists in its database.
+
+    spark_pg's queries name pgvector's type and functions unqualified: when the extension is in a schema
+    that is not on the session's search_path, that schema is added to it, last, for the session.
+    """
     from pgvector.psycopg import register_vector
 
-    row = conn.execute("SELECT 1 FROM pg_extension WHERE extname = 'vector'").fetchone()
+    row = conn.execute(
+        "SELECT quote_ident(n.nspname), n.nspname = ANY (current_schemas(false)) "
+        "FROM pg_extension e JOIN pg_namespace n ON n.oid = e.extnamespace WHERE e.extname = 'vector'"
+    ).fetchone()
+    if row is not None and not row[1]:
+        conn.execute(
+            "SELECT set_config('search_path', "
+            "concat_ws(', ', nullif(current_setting('search_path'), ''), %s::text), false)",
+            (row[0],),
+        )
+        if conn.info.transaction_status == psycopg.pq.TransactionStatus.INTRANS:
+            conn.commit()  # a rollback would take the setting back
     if conn.info.transaction_status == psycopg.pq.TransactionStatus.INTRANS:
         conn.rollback()
     if row is None:

@@ -55,6 +55,9 @@ def apply_sql(conn: psycopg.Connection[Any]) -> list[str]:
         raise SchemaError("the vector extension is not installed in this database")
     vector_schema = str(row[0])
     conn.execute("SELECT set_config('search_path', %s, true)", (f"pg_catalog, {vector_schema}",))
+    # Load pgvector's library: until it is loaded in this session, hnsw.* settings are unknown placeholders,
+    # and only a superuser may name one in a function's SET clause (42501 for a database owner otherwise).
+    conn.execute("SELECT '[1]'::vector")
     names = []
     for path in sql_files():
         conn.execute(path.read_text(encoding="utf-8").replace("@vector_schema@", vector_schema).encode())

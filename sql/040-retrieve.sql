@@ -226,11 +226,31 @@ DROP FUNCTION IF EXISTS spark._candidates(text[], vector, timestamptz, tsquery, 
 DROP FUNCTION IF EXISTS spark._candidates(text[], vector, timestamptz, tsquery, jsonb, text, timestamptz, text,
     double precision, double precision, double precision, tsquery[], bigint[], double precision[], smallint, text[],
     double precision[]);
--- dropped and re-created on every apply: its result columns change with the statement (an internal function,
--- called only by _retrieve_core, so nothing depends on it)
-DROP FUNCTION IF EXISTS spark._candidates(text[], vector, timestamptz, tsquery, jsonb, text, timestamptz, text,
-    double precision, double precision, double precision, tsquery[], bigint[], double precision[], smallint, text[],
-    double precision[], text);
+-- CREATE OR REPLACE cannot change a function's result columns or parameter names: drop a version whose differ
+-- from these (the current version is replaced in place and keeps its grants). Change this check with the result.
+DO $do$
+DECLARE
+    fn constant regprocedure := to_regprocedure('spark._candidates(text[], vector, timestamptz, tsquery, jsonb, '
+        'text, timestamptz, text, double precision, double precision, double precision, tsquery[], bigint[], '
+        'double precision[], smallint, text[], double precision[], text)');
+BEGIN
+    IF pg_get_function_identity_arguments(fn) <> 'tenants text[], qvec vector, as_of timestamp with time zone, '
+           'tsq tsquery, p jsonb, own text, cutoff timestamp with time zone, query_text text, '
+           'min_sim double precision, min_fuse double precision, ratio double precision, lexq tsquery[], '
+           'sem_ids bigint[], sem_dist double precision[], model_id smallint, lexkeys text[], '
+           'lexdf double precision[], trigger_text text'
+       OR pg_get_function_result(fn) <> 'TABLE(id bigint, score double precision, key text, text text, '
+           'category text, kind text, system_default boolean, created_at timestamp with time zone, '
+           'content_hash bytea, prio_label text, sim double precision, kw double precision, rec double precision, '
+           'outc double precision, prio double precision, pools text[], pool_ranks jsonb, trig double precision, '
+           'trig_rules text[], trig_prio text, trig_interrupt double precision, adomain text, act real, '
+           'domain_ok boolean, act_ok boolean, tier text, passed_by text, gate_status text, pre_status text)' THEN
+        DROP FUNCTION spark._candidates(text[], vector, timestamptz, tsquery, jsonb, text, timestamptz, text,
+            double precision, double precision, double precision, tsquery[], bigint[], double precision[], smallint,
+            text[], double precision[], text);
+    END IF;
+END
+$do$;
 CREATE OR REPLACE FUNCTION spark._candidates(
     tenants text[], qvec vector, as_of timestamptz, tsq tsquery, p jsonb, own text, cutoff timestamptz,
     query_text text, min_sim double precision, min_fuse double precision, ratio double precision,
@@ -884,7 +904,21 @@ COMMENT ON FUNCTION spark._retrieve_core(text, text, vector, integer, jsonb, boo
     'every candidate, with the status that dropped it). tenant, query_text, query_embedding, k, params: as '
     'spark.retrieve, and checked the same way (errors: those of spark.retrieve).';
 
-DROP FUNCTION IF EXISTS spark.explain(text, text, vector, integer, jsonb);
+-- a version whose result columns or parameter names differ is dropped (as spark._candidates above)
+DO $do$
+DECLARE
+    fn constant regprocedure := to_regprocedure('spark.explain(text, text, vector, integer, jsonb)');
+BEGIN
+    IF pg_get_function_identity_arguments(fn) <> 'tenant text, query_text text, query_embedding vector, k integer, '
+                                                 'params jsonb'
+       OR pg_get_function_result(fn) <> 'TABLE(rank integer, status text, memory_id bigint, key text, text text, '
+           'category text, kind text, system_default boolean, created_at timestamp with time zone, score real, '
+           'semantic_sim real, keyword_score real, recency real, outcome real, trigger_conf real, priority real, '
+           'pools text[], why jsonb)' THEN
+        DROP FUNCTION spark.explain(text, text, vector, integer, jsonb);
+    END IF;
+END
+$do$;
 CREATE OR REPLACE FUNCTION spark.explain(
     tenant text,
     query_text text,
@@ -906,7 +940,21 @@ COMMENT ON FUNCTION spark.explain(text, text, vector, integer, jsonb) IS
     'empty or over-long tenant, bad k/params, empty query, query_text over 10,000 characters, zero vector; '
     '22000 wrong embedding dimension).';
 
-DROP FUNCTION IF EXISTS spark.retrieve(text, text, vector, integer, jsonb);
+-- a version whose result columns or parameter names differ is dropped (as spark._candidates above)
+DO $do$
+DECLARE
+    fn constant regprocedure := to_regprocedure('spark.retrieve(text, text, vector, integer, jsonb)');
+BEGIN
+    IF pg_get_function_identity_arguments(fn) <> 'tenant text, query_text text, query_embedding vector, k integer, '
+                                                 'params jsonb'
+       OR pg_get_function_result(fn) <> 'TABLE(memory_id bigint, key text, text text, category text, kind text, '
+           'system_default boolean, created_at timestamp with time zone, score real, semantic_sim real, '
+           'keyword_score real, recency real, outcome real, trigger_conf real, priority real, pools text[], '
+           'why jsonb)' THEN
+        DROP FUNCTION spark.retrieve(text, text, vector, integer, jsonb);
+    END IF;
+END
+$do$;
 CREATE OR REPLACE FUNCTION spark.retrieve(
     tenant text,
     query_text text,

@@ -446,3 +446,37 @@ def test_triggers_load_checks_the_file_then_makes_the_tenants_rules_exactly_its(
         code, _, err = run(capsys, "triggers", "load", str(rules), "--tenant", tenant)
         assert code == 2 and "rules: must be a list" in err
         assert conn.execute(names, (tenant,)).fetchall() == [("deploys",)]
+
+
+@pytest.mark.parametrize("source", ["environment", "file"])
+@pytest.mark.parametrize(
+    ("url", "shown"),
+    [
+        ("postgresql://app:s3cret@db/x", "postgresql://app:***@db/x"),
+        (
+            "postgresql://app@db/x?sslmode=require&password=s3cret",
+            "postgresql://app@db/x?sslmode=require&password=***",
+        ),
+        ("host=/run dbname=x password=s3cret", "password=***"),
+        ("postgresql://db/x", "postgresql://db/x"),
+    ],
+)
+def test_config_never_prints_a_password(
+    url: str,
+    shown: str,
+    source: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """`spark-pg config` printed database.url as given, password included (db status masked it)."""
+    config = tmp_path / "config.yaml"
+    config.write_text(f"database:\n  url: {json.dumps(url)}\n" if source == "file" else "")
+    monkeypatch.setenv("SPARK_PG_CONFIG", str(config))
+    if source == "environment":
+        monkeypatch.setenv("SPARK_PG_DATABASE_URL", url)
+    else:
+        monkeypatch.delenv("SPARK_PG_DATABASE_URL", raising=False)
+    code, out, _ = run(capsys, "config")
+    line = next(line for line in out.splitlines() if line.startswith("database.url = "))
+    assert code == 0 and "s3cret" not in out and shown in line

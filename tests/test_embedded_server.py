@@ -193,3 +193,103 @@ def test_shared_buffers_the_server_cannot_start_with_are_undone(
 def test_a_home_with_a_space_is_refused_with_the_reason(tmp_path: Path) -> None:
     with pytest.raises(DatabaseError, match="its path has a space"):
         EmbeddedServer(tmp_path / "my home").up()
+
+
+SUBREAPER = """
+import ctypes, os, subprocess, sys
+# adopt orphaned descendants and reap none of them until told: a container's PID 1 that is no init
+assert ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0) == 0  # PR_SET_CHILD_SUBREAPER
+print(subprocess.run([sys.executable, "-c", sys.argv[1], sys.argv[2]], check=True, capture_output=True,
+                     text=True).stdout.strip(), flush=True)
+sys.stdin.read()
+while True:
+    try:
+        os.wait()
+    except ChildProcessError:
+        break
+"""
+
+
+def test_a_postmaster_that_died_a_zombie_is_not_running(home: Path) -> None:
+    """SIGKILLed under a parent that does not reap it, the postmaster stays a zombie: its PID still exists,
+    with the name and start time of the pid file. It used to count as running: `up` returned its URL (every
+    command then got "connection refused") and `down` waited 60 s, then failed."""
+    with subprocess.Popen(
+        [sys.executable, "-c", SUBREAPER, UP, str(home)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    ) as parent:
+        assert parent.stdin is not None and parent.stdout is not None
+        try:
+            url = parent.stdout.readline().strip()
+            assert url.startswith("postgresql://")
+            server = EmbeddedServer(home)
+            pid = server.status().pid
+            assert pid is not None and psutil.Process(pid).ppid() == parent.pid  # adopted
+            os.kill(pid, signal.SIGKILL)
+            deadline = time.monotonic() + 10
+            while psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
+                assert time.monotonic() < deadline, "the postmaster did not die"
+                time.sleep(0.05)
+            assert server.status().running is False
+            started = time.monotonic()
+            assert server.down() is False
+            assert time.monotonic() - started < 5
+            with psycopg.connect(server.up()) as conn:  # a new postmaster beside the zombie's lock files
+                assert conn.execute("SELECT 1").fetchone() == (1,)
+            assert server.status().pid != pid and psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+        finally:
+            parent.stdin.close()  # the parent reaps the zombies, then ends
+            parent.wait(timeout=60)
+
+
+def _initdb_running(pgdata: Path) -> bool:
+    """Whether initdb's standalone backend holds ``pgdata`` (its postmaster.pid names a negative PID)."""
+    try:
+        return (pgdata / "postmaster.pid").read_text().startswith("-")
+    except OSError:
+        return False
+
+
+def test_a_first_up_killed_during_initdb_is_started_over(home: Path) -> None:
+    """initdb runs beside the data directory and is renamed into place when it has finished: a first `db up`
+    killed midway used to leave a data directory that never started (its postmaster.pid held initdb's
+    negative PID)."""
+    first = subprocess.Popen(
+        [sys.executable, "-c", UP, str(home)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while not any(_initdb_running(d) for d in (home / "pgdata", home / "pgdata.initdb")):
+            assert first.poll() is None and time.monotonic() < deadline, "initdb was not seen running"
+            time.sleep(0.005)
+    finally:
+        os.killpg(first.pid, signal.SIGKILL)  # with initdb and its backend
+        first.wait(timeout=10)
+    server = EmbeddedServer(home)
+    with psycopg.connect(server.up()) as conn:
+        assert conn.execute("SELECT 1").fetchone() == (1,)
+    assert not (home / "pgdata.initdb").exists()
+
+
+def test_a_data_directory_an_older_initdb_left_says_what_to_delete(tmp_path: Path) -> None:
+    server = EmbeddedServer(tmp_path)
+    server.pgdata.mkdir()
+    (server.pgdata / "PG_VERSION").write_text("18\n")
+    (server.pgdata / "postmaster.pid").write_text(f"-4242\n{server.pgdata}\n1795486559\n5432\n\n\n  1 2\n")
+    assert server.status().running is False
+    with pytest.raises(DatabaseError, match=r"initdb left when it was stopped midway.*rm -rf .*pgdata"):
+        server.up()
+
+
+def test_a_data_directory_that_is_no_cluster_is_left_alone(tmp_path: Path) -> None:
+    server = EmbeddedServer(tmp_path)
+    server.pgdata.mkdir()
+    (server.pgdata / "notes.txt").write_text("mine")
+    with pytest.raises(DatabaseError, match=r"holds files but no PostgreSQL cluster"):
+        server.up()
+    assert (server.pgdata / "notes.txt").read_text() == "mine"

@@ -3,15 +3,22 @@
 from __future__ import annotations
 
 import time
+import uuid
+from collections.abc import Iterator
 
 import psycopg
 import pytest
 from alembic.config import Config
 from alembic.script import ScriptDirectory
-from psycopg.conninfo import make_conninfo
+from psycopg import sql
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from spark_pg import schema
+from spark_pg.client import SparkClient
+from spark_pg.config import Settings
 from spark_pg.errors import SchemaError
+from tests.conftest import temp_database
+from tests.test_rls import _can_create_roles
 
 SNAPSHOT_QUERIES = {
     "columns": """
@@ -29,9 +36,29 @@ SNAPSHOT_QUERIES = {
 }
 
 
-def snapshot(url: str) -> dict[str, list[tuple[object, ...]]]:
+# which function objects exist and who may run them: an init that drops and re-creates a function gives it a
+# new oid and the default grants (PUBLIC may execute again), and fails on a view that uses it
+IDENTITY_QUERY = """
+    SELECT p.oid::regprocedure::text, p.oid::bigint, p.proacl::text
+    FROM pg_proc p WHERE p.pronamespace = 'spark'::regnamespace ORDER BY 1"""
+
+# the functions whose result columns changed in the past: sql/ drops a version with other result columns or
+# parameter names, and no other
+RESHAPED = (
+    "spark._candidates",
+    "spark.explain",
+    "spark.retrieve",
+    "spark.reflect",
+    "spark.advise_with_warnings",
+)
+
+
+def snapshot(url: str, *, identity: bool = False) -> dict[str, list[tuple[object, ...]]]:
+    """The schema's definitions; with ``identity``, also each function's oid and grants (these differ
+    between two databases, so only compare them within one)."""
+    queries = SNAPSHOT_QUERIES | ({"identity": IDENTITY_QUERY} if identity else {})
     with psycopg.connect(url) as conn:
-        return {name: conn.execute(sql).fetchall() for name, sql in SNAPSHOT_QUERIES.items()}
+        return {name: conn.execute(query).fetchall() for name, query in queries.items()}
 
 
 def revisions() -> list[str]:
@@ -52,9 +79,52 @@ def test_fresh_install_has_the_expected_objects(db_url: str) -> None:
 
 def test_install_twice_changes_nothing(fresh_db: str) -> None:
     schema.install(fresh_db)
-    first = snapshot(fresh_db)
+    first = snapshot(fresh_db, identity=True)
     schema.install(fresh_db)
-    assert snapshot(fresh_db) == first
+    assert snapshot(fresh_db, identity=True) == first
+
+
+def test_init_keeps_revoked_grants_and_the_views_over_spark_functions(installed_db: str) -> None:
+    """Every function is replaced in place: a REVOKE stays revoked and a user's view does not stop init
+    (init used to drop and re-create five functions: 2BP01 on the view, and PUBLIC could execute again)."""
+    with psycopg.connect(installed_db) as conn:
+        conn.execute("REVOKE EXECUTE ON ALL FUNCTIONS IN SCHEMA spark FROM PUBLIC")
+        for name in RESHAPED[1:]:  # spark._candidates takes 18 arguments: the REVOKE covers it
+            view = "public.over_" + name.split(".")[1]
+            conn.execute(f"CREATE VIEW {view} AS SELECT * FROM {name}('alice', 'deploy')")
+    before = snapshot(installed_db, identity=True)
+    for name, _, acl in before["identity"]:  # PUBLIC's entry reads "=X/owner"
+        assert acl and not any(entry.startswith("=") for entry in acl.strip("{}").split(",")), name
+    schema.install(installed_db)
+    assert snapshot(installed_db, identity=True) == before
+    with psycopg.connect(installed_db) as conn:
+        views = conn.execute("SELECT count(*) FROM pg_views WHERE viewname LIKE 'over\\_%'").fetchone()
+        assert views == (len(RESHAPED) - 1,)
+
+
+@pytest.mark.parametrize("old", ["result", "parameter names"])
+def test_init_replaces_an_old_version_of_a_reshaped_function(installed_db: str, old: str) -> None:
+    """A version whose result columns or parameter names differ (CREATE OR REPLACE cannot change either)
+    is dropped and created anew; only the current version is kept in place."""
+    expected = snapshot(installed_db)
+    with psycopg.connect(installed_db) as conn:
+        for name in RESHAPED:
+            row = conn.execute(
+                "SELECT pg_get_function_identity_arguments(%s::regproc), pg_get_function_result(%s::regproc)",
+                (name, name),
+            ).fetchone()
+            assert row is not None, name
+            args, result = row
+            conn.execute(f"DROP FUNCTION {name}({args})")
+            if old == "result":
+                result = "TABLE(old_column integer)"
+            else:
+                args = "old_" + args  # the first parameter renamed
+            conn.execute(
+                f"CREATE FUNCTION {name}({args}) RETURNS {result} LANGUAGE plpgsql AS 'BEGIN RETURN; END'"
+            )
+    schema.install(installed_db)
+    assert snapshot(installed_db) == expected
 
 
 def test_stepwise_upgrade_equals_fresh_install(fresh_db: str, installed_db: str) -> None:
@@ -228,3 +298,82 @@ def test_a_database_a_newer_spark_pg_migrated_says_upgrade_spark_pg(installed_db
     with psycopg.connect(installed_db) as conn, pytest.raises(SchemaError, match=r"unknown here.*upgrade"):
         schema.require_current(conn)
     assert schema.current_revision(installed_db) == "0099_future"  # nothing changed
+
+
+@pytest.fixture
+def owner_db(server_url: str) -> Iterator[tuple[str, str]]:
+    """An empty database owned by a role that is not a superuser, pgvector installed in it by a superuser:
+    the URLs of its owner and of a tenant role (a member of the owner's, no superuser either)."""
+    reason = _can_create_roles(server_url)
+    if reason:
+        pytest.skip(reason)
+    suffix, password = uuid.uuid4().hex[:10], uuid.uuid4().hex
+    owner, tenant = f"spark_owner_{suffix}", f"spark_tenant_{suffix}"
+    with psycopg.connect(server_url, autocommit=True) as admin:
+        admin.execute(
+            sql.SQL("CREATE ROLE {} LOGIN PASSWORD {}").format(sql.Identifier(owner), sql.Literal(password))
+        )
+        admin.execute(
+            sql.SQL("CREATE ROLE {} LOGIN PASSWORD {} IN ROLE {}").format(
+                sql.Identifier(tenant), sql.Literal(password), sql.Identifier(owner)
+            )
+        )
+    try:
+        with temp_database(server_url, install=False) as url:
+            with psycopg.connect(url, autocommit=True) as admin:
+                dbname = sql.Identifier(conninfo_to_dict(url)["dbname"])
+                admin.execute(sql.SQL("ALTER DATABASE {} OWNER TO {}").format(dbname, sql.Identifier(owner)))
+                admin.execute("CREATE EXTENSION vector")
+            yield (
+                make_conninfo(url, user=owner, password=password),
+                make_conninfo(url, user=tenant, password=password),
+            )
+    finally:
+        with psycopg.connect(server_url, autocommit=True) as admin:
+            for role in (tenant, owner):
+                admin.execute(sql.SQL("DROP ROLE IF EXISTS {}").format(sql.Identifier(role)))
+
+
+def test_a_database_owner_that_is_not_a_superuser_can_init(owner_db: tuple[str, str]) -> None:
+    """Functions name hnsw.* settings in their SET clauses; until pgvector's library is loaded in the session
+    those are placeholders that only a superuser may name (init failed with 42501)."""
+    owner_url, tenant_url = owner_db
+    schema.install(owner_url)
+    schema.install(owner_url)  # and again
+    assert schema.current_revision(owner_url) == schema.head_revision()
+    vector = "[" + ",".join(["0.1"] * 384) + "]"
+    calls = (
+        "SELECT * FROM spark.retrieve('alice', 'deploy')",
+        "SELECT * FROM spark.explain('alice', 'deploy')",
+        "SELECT * FROM spark.reflect('alice', 'deploy')",
+        "SELECT * FROM spark.advise_with_warnings('alice', 'deploy')",
+        f"SELECT * FROM spark.search_semantic('alice', '{vector}')",
+    )
+    for url in (owner_url, tenant_url):
+        with psycopg.connect(url) as conn:
+            assert conn.execute("SELECT current_setting('is_superuser')").fetchone() == ("off",)
+        for call in calls:  # each the first statement of a new session, which has not loaded pgvector yet
+            with psycopg.connect(url) as conn:
+                conn.execute(call).fetchall()
+
+
+def test_pgvector_in_a_schema_of_its_own(fresh_db: str, model_settings: Settings) -> None:
+    """The migrations name the type plain ``vector`` (42704 when its schema was not on the search_path); init
+    and the client add the extension's schema to their search_path."""
+    with psycopg.connect(fresh_db, autocommit=True) as conn:
+        conn.execute("CREATE SCHEMA ext")
+        conn.execute("CREATE EXTENSION vector SCHEMA ext")
+    schema.install(fresh_db)
+    first = snapshot(fresh_db, identity=True)
+    schema.install(fresh_db)
+    assert snapshot(fresh_db, identity=True) == first
+    with psycopg.connect(fresh_db) as conn:
+        assert conn.execute(
+            "SELECT format_type(atttypid, NULL) FROM pg_attribute "
+            "WHERE attrelid = 'spark.embeddings'::regclass AND attname = 'embedding'"
+        ).fetchone() == ("ext.vector",)
+    with SparkClient(model_settings, url=fresh_db) as client:
+        client.add("alice", "Deploy the release on Tuesdays; never deploy on Fridays.")
+        hits = client.search("alice", "when may I deploy?")
+    assert [hit.text for hit in hits] == ["Deploy the release on Tuesdays; never deploy on Fridays."]
+    assert "semantic" in hits[0].pools
