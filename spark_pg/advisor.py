@@ -26,7 +26,7 @@ from psycopg.rows import dict_row
 from spark_pg import queries
 from spark_pg.embedding import Embedder
 from spark_pg.errors import InputError
-from spark_pg.intent import ACTIONABILITY_GATE, SCAN_LIMIT, Intent, extract_intent
+from spark_pg.intent import ACTIONABILITY_GATE, SCAN_LIMIT, CleanInput, Intent, clean_input, extract_intent
 from spark_pg.intent.inputs import _find_field, command_text
 from spark_pg.records import PRIORITIES
 from spark_pg.refusals import refusals
@@ -109,22 +109,29 @@ class AdvisorOptions:
         params_arg("AdvisorOptions.reflect_params", self.reflect_params)
 
 
-def trigger_text(tool_name: str, tool_input: Mapping[str, Any] | str | None, task_context: str = "") -> str:
+def trigger_text(
+    tool_name: str, tool_input: Mapping[str, Any] | str | CleanInput | None, task_context: str = ""
+) -> str:
     """What trigger rules match: the tool, its command / SQL / path / query as given (rules look for things
     like ``rm -rf`` verbatim; a command also nested or as argv), and the task context; never file bodies
     or diffs. Whitespace is squashed, secrets scrubbed (spark_pg.traces.scrub: ``PGPASSWORD=[REDACTED:
-    password]``, so a rule on "password" still matches); the call's own text gets what the context (up to
-    300 characters) leaves of :data:`MAX_TRIGGER_TEXT`."""
+    password]``, so a rule on "password" still matches), NUL and lone surrogates cleaned
+    (:func:`~spark_pg.intent.inputs.clean_input`); the call's own text gets what the context (up to 300
+    characters) leaves of :data:`MAX_TRIGGER_TEXT`."""
+    clean = clean_input(tool_input)
     parts = [tool_name]
-    if isinstance(tool_input, str):
-        parts.append(tool_input[:SCAN_LIMIT])
-    elif isinstance(tool_input, Mapping):
-        found = [command_text(tool_input), *(_find_field(tool_input, (f,)) for f in TRIGGER_FIELDS)]
+    if clean.text is not None:  # given as one string: that string
+        parts.append(clean.text[:SCAN_LIMIT])
+    else:
+        data = clean.data
+        found = [command_text(data), *(_find_field(data, (f,)) for f in TRIGGER_FIELDS)]
         parts.extend(dict.fromkeys(f for f in found if f.strip()))  # a value given twice counts once
-    # scrubbed whole, then cut: the log keeps it (spark.retrievals.trigger_text), and a secret cut in two
-    # would no longer look like one
-    call = scrub(" ".join(" ".join(parts).split()))
-    context = scrub(" ".join(task_context[:SCAN_LIMIT].split()))[:300]
+    # each string was scrubbed whole before it was cut (a secret cut in two would no longer look like
+    # one); the call's text is scrubbed again as a whole, where the tool's name may be what shows a key
+    # is AWS's, then cut: the log keeps it (spark.retrievals.trigger_text)
+    call = scrub(" ".join(" ".join(parts).split())[: MAX_TRIGGER_TEXT + 512])
+    # the context's first 300 characters, scrubbed with a margin: a secret across the cut is seen whole
+    context = scrub(" ".join(task_context[:SCAN_LIMIT].split())[: 300 + 512])[:300]
     if not context:
         return call[:MAX_TRIGGER_TEXT]
     return f"{call[: MAX_TRIGGER_TEXT - len(context) - 1]} {context}"
@@ -172,19 +179,37 @@ class Advisor:
         return params
 
     def advise(
-        self, tool_name: str, tool_input: Mapping[str, Any] | str | None, task_context: str = ""
+        self,
+        tool_name: str,
+        tool_input: Mapping[str, Any] | str | CleanInput | None,
+        task_context: str = "",
+        *,
+        intent: Intent | None = None,
     ) -> list[Advice]:
-        """Ranked advice for a tool call (empty for a trivial read-only call or when nothing is worth it)."""
+        """Ranked advice for a tool call (empty for a trivial read-only call or when nothing is worth it).
+
+        ``tool_name`` and ``task_context``, the caller's own, are refused (InputError naming them) when
+        PostgreSQL cannot store them; ``tool_input`` is what the agent sent: NUL, other control characters
+        and lone surrogates in it are cleaned, never refused, and it is scrubbed of secrets before it is
+        parsed (:func:`spark_pg.intent.inputs.clean_input`). ``intent``: the call's intent, when the caller
+        has extracted it already from the same input (the hook service does, to skip a trivial call before
+        it takes a connection); pass that input as clean_input returned it, and it is not cleaned again."""
         text_arg("tenant", self.tenant)
         for name, value in (("tool_name", tool_name), ("task_context", task_context)):
             text_arg(name, value)
         if len(tool_name) > MAX_TOOL_NAME:
             raise InputError(f"tool_name is {len(tool_name)} characters; the limit is {MAX_TOOL_NAME}")
-        intent = extract_intent(tool_name, tool_input, task_context)
+        if intent is not None and not isinstance(intent, Intent):
+            raise InputError(f"intent must be an Intent, got {type(intent).__name__}")
+        clean = clean_input(tool_input)
+        if intent is None:
+            intent = extract_intent(tool_name, clean, task_context)
         self.last_intent = intent
         if intent.trivial or not intent.text.strip():
             return []
-        query = scrub(intent.text)  # logged, and cached with its vector: no secret from a command line
+        # logged, and cached with its vector: the intent was made from the scrubbed input; scrubbed again,
+        # as a second net
+        query = scrub(intent.text)
         embedding = self.embedder.embed_query(query) if self.embedder else None
         opts = self.options
         args = {
@@ -192,9 +217,7 @@ class Advisor:
             "query": query,
             "embedding": embedding,
             "k": opts.k,
-            "params": params_arg(
-                "params", self.params(intent, trigger_text(tool_name, tool_input, task_context))
-            ),
+            "params": params_arg("params", self.params(intent, trigger_text(tool_name, clean, task_context))),
             "session": self.session_id,
             "tool": tool_name,
             "family": intent.family,

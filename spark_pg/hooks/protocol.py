@@ -12,6 +12,7 @@ Standard library only: the hook client imports this module.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping, Sequence
 
 from spark_pg.errors import InputError
@@ -96,16 +97,24 @@ def parse_event(kind: str, data: Any) -> HookEvent:
     )
 
 
+# JSON's escape of a NUL character: \u0000 after an even number of backslashes (after an odd number, the
+# text is a backslash and u0000)
+_NUL_ESCAPE = re.compile(r"(?<!\\)((?:\\\\)*)\\u0000")
+
+
 def _unicode_text(data: Mapping[str, Any]) -> Mapping[str, Any]:
     """``data`` with each lone surrogate (JSON's ``\\udXXX`` escape of half a character, e.g. a command cut
-    inside an emoji) replaced by ``?``: neither the tokenizer nor PostgreSQL takes one, and one cut
-    character must not cost the call its advice."""
-    text = json.dumps(data, ensure_ascii=False)
+    inside an emoji) replaced by ``?`` and each NUL character by a space, in keys and values: neither the
+    tokenizer nor PostgreSQL takes them, and one odd character must not cost the call its advice."""
+    text = json.dumps(data, ensure_ascii=False)  # a NUL is written as its escape, \\u0000
     try:
         text.encode("utf-8")
     except UnicodeEncodeError:
-        return dict(json.loads(text.encode("utf-8", "replace").decode("utf-8")))
-    return data
+        text = text.encode("utf-8", "replace").decode("utf-8")
+    else:
+        if "\\u0000" not in text:
+            return data
+    return dict(json.loads(_NUL_ESCAPE.sub(r"\1 ", text)))
 
 
 def _tool_name(data: Mapping[str, Any]) -> str:

@@ -26,7 +26,7 @@ from spark_pg.embedding import Embedder
 from spark_pg.errors import InputError
 from spark_pg.hooks import outcomes, wire
 from spark_pg.hooks.protocol import PRE, HookEvent, pre_output
-from spark_pg.intent import extract_intent
+from spark_pg.intent import clean_input, extract_intent
 from spark_pg.records import SYSTEM_TENANT
 
 Conn = psycopg.Connection[Any]
@@ -139,7 +139,10 @@ class HookService:
     ) -> dict[str, Any] | None:
         """The PreToolUse answer; DeadlinePassed (nothing committed) when ``deadline`` (a monotonic time)
         passes, or the client leaves, before the advise call could be committed."""
-        if extract_intent(event.tool_name, event.tool_input).trivial:
+        # the input cleaned and scrubbed, and its intent extracted, once: the advisor takes both
+        tool_input = clean_input(event.tool_input)
+        intent = extract_intent(event.tool_name, tool_input)
+        if intent.trivial:
             return None  # no connection, no model for a read-only call (the advisor would skip it too)
         wait: float | None = None
         if deadline is not None:
@@ -156,7 +159,7 @@ class HookService:
                 session_id=event.session_id,
                 options=AdvisorOptions(interrupts=interrupts, params=self.params),
             )
-            advice = advisor.advise(event.tool_name, event.tool_input)
+            advice = advisor.advise(event.tool_name, tool_input, intent=intent)
             if (deadline is not None and time.monotonic() >= deadline) or (client_left and client_left()):
                 expired = True
                 raise psycopg.Rollback(tx)  # leaves the block quietly, the log rolled back

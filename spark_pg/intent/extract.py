@@ -1,6 +1,7 @@
-"""Tool-call intent extraction (:func:`extract_intent`): one parser per tool kind finds the verb, the target
-and secondary context of a call; the result is composed into a short clean query, classified into an
-intent family with its allowed domains, and marked trivial when the call is read-only and has no task
+"""Tool-call intent extraction (:func:`extract_intent`): the tool input is cleaned and scrubbed of secrets
+first (:func:`~spark_pg.intent.inputs.clean_input`), then one parser per tool kind finds the verb, the
+target and secondary context of a call; the result is composed into a short clean query, classified into
+an intent family with its allowed domains, and marked trivial when the call is read-only and has no task
 context.
 """
 
@@ -13,15 +14,18 @@ from typing import Any
 
 from spark_pg.intent.families import classify_family
 from spark_pg.intent.inputs import (
+    CleanInput,
     _added_identifiers,
-    _as_mapping,
     _field,
     _find_field,
     _first_string,
     _identifiers,
+    _plain,
+    clean_input,
+    clean_text,
     command_text,
 )
-from spark_pg.intent.limits import _MAX_TARGET, MAX_INTENT_TEXT
+from spark_pg.intent.limits import _MAX_TARGET, MAX_INTENT_TEXT, SCAN_LIMIT
 from spark_pg.intent.shell import _command_summary, _is_read_only_command
 from spark_pg.intent.taxonomy import INTENT_FAMILIES
 from spark_pg.intent.text import (
@@ -64,7 +68,9 @@ class _Parsed:
 
 
 _PATH_KEYS = ("file_path", "notebook_path", "path", "filepath", "file", "filename", "target_file", "uri")
-_BODY_KEYS = ("new_string", "content", "new_source", "code", "patch", "diff")
+_BODY_KEYS = ("new_string", "content", "new_source", "code", "new_str", "file_text")
+_OLD_KEYS = ("old_string", "old_str")
+_PATCH_KEYS = ("input", "patch", "diff")  # apply_patch's patch is its input
 _TEXT_KEYS = ("text", "content", "message", "body", "tweet", "status", "caption", "comment", "reply")
 _TARGET_KEYS = (
     "command", "cmd", "query", "sql", "q", "search", "search_query", "url", "file_path", "path", "filename",
@@ -76,19 +82,54 @@ _TARGET_KEYS = (
 def _parse_file_tool(verb: str, data: Mapping[str, Any]) -> _Parsed:
     path = _field(data, *_PATH_KEYS) or _path_like(_field(data, "input"))
     bodies = [_field(data, key) for key in _BODY_KEYS]
+    olds = [_field(data, *_OLD_KEYS)]
+    for key in _PATCH_KEYS:  # a patch: its first file, the lines it adds and those it removes
+        text = _field(data, key)
+        patched, added, removed = _patch(text)
+        path = path or patched
+        bodies.append(added if patched else "" if key == "input" else text)
+        olds.append(removed)
     edits = data.get("edits")
     if isinstance(edits, list):
         bodies.extend(_field(e, "new_string") for e in edits[:10] if isinstance(e, Mapping))
-    hint = _identifiers(*bodies) or _identifiers(_field(data, "old_string"))
-    old = "\n".join(
-        [_field(data, "old_string")]
-        + (
-            [_field(e, "old_string") for e in edits[:10] if isinstance(e, Mapping)]
-            if isinstance(edits, list)
-            else []
-        )
+        olds.extend(_field(e, "old_string") for e in edits[:10] if isinstance(e, Mapping))
+    hint = _identifiers(*bodies) or _identifiers(olds[0])
+    return _Parsed(
+        verb, _path_words(path), hint, path, _added_identifiers([b for b in bodies if b], "\n".join(olds))
     )
-    return _Parsed(verb, _path_words(path), hint, path, _added_identifiers([b for b in bodies if b], old))
+
+
+# a patch's files: Codex's apply_patch (``*** Update File: src/x.py``, Add, Delete) and unified diffs
+_PATCH_FILE = re.compile(r"^\*\*\* (?:Update|Add|Delete) File: *(\S[^\n]*?)\s*$|^\+\+\+ (?:b/)?(\S+)", re.M)
+
+
+def _patch(text: str) -> tuple[str, str, str]:
+    """A patch's first file, the lines it adds and the lines it removes; all '' when ``text`` names no
+    file the way a patch does."""
+    text = text[:SCAN_LIMIT]
+    files = [m.group(1) or m.group(2) for m in _PATCH_FILE.finditer(text)]
+    files = [f for f in files if f != "/dev/null"]
+    if not files:
+        return "", "", ""
+    added: list[str] = []
+    removed: list[str] = []
+    for line in text.splitlines():
+        if line.startswith(("+++ ", "--- ", "***")):
+            continue
+        if line.startswith("+"):
+            added.append(line[1:])
+        elif line.startswith("-"):
+            removed.append(line[1:])
+    return files[0], "\n".join(added), "\n".join(removed)
+
+
+def _editor_kind(kind: str, data: Mapping[str, Any]) -> str:
+    """The kind of an editor call by its command (str_replace_based_edit_tool): ``view`` reads, ``create``
+    writes a new file; the other commands (str_replace, insert, undo_edit) edit."""
+    if kind == "edit":
+        command = _field(data, "command").strip().lower()
+        return {"view": "read", "create": "write"}.get(command, kind)
+    return kind
 
 
 def _path_like(text: str) -> str:
@@ -246,17 +287,21 @@ def _compose(action: str | None, target: str, *contexts: str) -> str:
 
 
 def extract_intent(
-    tool_name: str, tool_input: Mapping[str, Any] | str | None, task_context: str = ""
+    tool_name: str, tool_input: Mapping[str, Any] | str | CleanInput | None, task_context: str = ""
 ) -> Intent:
     """The intent of one tool call: clean query text, verb, target, family, allowed domains, triviality.
 
-    Never raises: malformed input degrades to an intent named after the tool.
+    The tool input and the task context are scrubbed of secrets before they are parsed (a
+    :class:`~spark_pg.intent.inputs.CleanInput` is used as it is): the text holds no secret the scrubber
+    knows, and no placeholder of one. Never raises: malformed input degrades to an intent named after the
+    tool.
     """
-    tool = _squash(_clip(tool_name, 200)) or "unknown"
-    context = _clean_text(task_context)
+    tool = _squash(_plain(_clip(tool_name, 200))) or "unknown"
+    context = _clean_text(clean_text(task_context))
     try:
-        kind = _tool_kind(tool)
-        parsed = _parse(tool, kind, _as_mapping(tool_input))
+        data = clean_input(tool_input).words
+        kind = _editor_kind(_tool_kind(tool), data)
+        parsed = _parse(tool, kind, data)
     except Exception:  # odd input must never break the advisor: fall back to the bare tool name
         kind, parsed = "other", _Parsed(None, "")
     target = _cap(parsed.target, _MAX_TARGET)
