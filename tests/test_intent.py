@@ -1078,3 +1078,10 @@ def test_a_prefix_option_that_takes_a_value_is_not_the_program(
 ) -> None:
     intent = extract_intent("Bash", {"command": command})
     assert (intent.action, intent.target) == (action, target)
+
+
+def test_an_mcp_tool_of_a_known_server_with_other_fields_is_read_from_them() -> None:
+    """mcp__shell__exec {"code": ...}: a shell kind whose command is under no key the shell parser reads was
+    skipped as blank (a bare verb), though it runs `rm -rf`."""
+    intent = extract_intent("mcp__shell__exec", {"code": "rm -rf build/cache"})
+    assert not intent.trivial and "rm" in intent.text, intent

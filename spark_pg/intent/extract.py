@@ -40,7 +40,14 @@ from spark_pg.intent.text import (
     _url_words,
     _words,
 )
-from spark_pg.intent.tools import _READ_ONLY_KINDS, _VERBS, _tool_kind, _tool_tokens, _tool_verb
+from spark_pg.intent.tools import (
+    _READ_ONLY_KINDS,
+    _VERBS,
+    _mcp_parts,
+    _tool_kind,
+    _tool_tokens,
+    _tool_verb,
+)
 
 
 @dataclass(frozen=True)
@@ -302,6 +309,15 @@ def extract_intent(
         data = clean_input(tool_input).words
         kind = _editor_kind(_tool_kind(tool), data)
         parsed = _parse(tool, kind, data)
+        if (
+            kind != "other"
+            and _mcp_parts(tool)
+            and not (parsed.target or parsed.detail)
+            and _first_string(data)
+        ):
+            # an MCP tool of a known server whose fields are not the ones its kind reads ("code", not
+            # "command"): read from its most telling field, never skipped as blank
+            kind, parsed = "other", _parse_other(tool, data)
     except Exception:  # odd input must never break the advisor: fall back to the bare tool name
         kind, parsed = "other", _Parsed(None, "")
     target = _cap(parsed.target, _MAX_TARGET)
