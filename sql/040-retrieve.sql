@@ -293,35 +293,61 @@ BEGIN
                               / greatest(1, coalesce(l.df, (SELECT count(*) FROM kw WHERE kw.tsv @@ l.q)))) AS idf
             FROM unnest($12::tsquery[], $17::double precision[]) l(q, df)),
         lex_total AS (SELECT nullif(sum(lex.idf), 0) AS total FROM lex),
-        -- the tenant's id range, and a window of it holding about 8 of its memories (by its last statistics;
-        -- the whole range without them)
-        bounds AS (
-            SELECT b.lo, b.hi, coalesce(8 * (b.hi - b.lo + 1) / nullif(st.memories, 0), b.hi - b.lo + 1) AS win
-            FROM (SELECT min(mm.id) AS lo, max(mm.id) AS hi FROM spark.memories mm WHERE mm.tenant = $6) b
-            LEFT JOIN spark.tenant_stats st ON st.tenant = $6),
-        -- the first pool_random distinct memories in probe order (not the lowest ids among the probes, which
-        -- would leave the newer half of the old memories out of the sample). A probe takes the first old
-        -- memory at or after its start: looked for inside the window first, as an index scan reads the rest
-        -- of its leaf page (~200 entries) unless a bound on the id stops it; past the window only when the
-        -- window holds none (the same memory either way)
+        -- the random pool: tries at hashed points of the tenant's id range, each landing on the tenant's first
+        -- memory at or after its point and kept when that memory is old (created by the cutoff). A try that
+        -- lands on a recent memory is dropped, not moved on to the next old one: a run of recent ids would
+        -- hand its whole share of the tries to the old memory after it. Nothing when the tenant's oldest
+        -- memory is recent (then none is old) or pool_random is 0
+        span AS MATERIALIZED (
+            SELECT (SELECT min(mm.id) FROM spark.memories mm WHERE mm.tenant = $6) AS lo,
+                   (SELECT max(mm.id) FROM spark.memories mm WHERE mm.tenant = $6) AS hi
+            WHERE ($5 ->> 'pool_random')::integer > 0
+              AND (SELECT mm.created_at FROM spark.memories mm WHERE mm.tenant = $6
+                   ORDER BY mm.created_at LIMIT 1) <= $7),
+        -- 3 x pool_random tries over the whole range (every one lands on a memory: the range ends on one)
+        tries AS MATERIALIZED (
+            SELECT t.g, pr.id, pr.created_at <= $7 AS old
+            FROM span b, generate_series(1, 3 * ($5 ->> 'pool_random')::integer) t(g),
+                 LATERAL (SELECT mm.id, mm.created_at FROM spark.memories mm
+                          WHERE mm.tenant = $6
+                            AND mm.id >= b.lo + abs(hashtext($8 || ':' || ($5 ->> 'seed') || ':' || t.g)
+                                                    % (b.hi - b.lo + 1))
+                          ORDER BY mm.id LIMIT 1) pr),
+        -- when those found fewer than pool_random distinct old memories (recent ones hold most of the range:
+        -- a young tenant, or history imported after recent memories), the range narrowed to the old ones: from
+        -- the first old memory a scan of the primary key meets from each end, or the end itself when the
+        -- first 2,000 from there are recent (each row the scan reads costs ~0.2 us; the tries drop recent
+        -- ones inside the range anyway)
+        old_span AS MATERIALIZED (
+            SELECT coalesce((SELECT x.id FROM (SELECT mm.id, mm.created_at FROM spark.memories mm
+                                               WHERE mm.tenant = $6 ORDER BY mm.id LIMIT 2000) x
+                             WHERE x.created_at <= $7 ORDER BY x.id LIMIT 1), s.lo) AS lo,
+                   coalesce((SELECT x.id FROM (SELECT mm.id, mm.created_at FROM spark.memories mm
+                                               WHERE mm.tenant = $6 ORDER BY mm.id DESC LIMIT 2000) x
+                             WHERE x.created_at <= $7 ORDER BY x.id DESC LIMIT 1), s.hi) AS hi
+            FROM span s
+            WHERE (SELECT count(DISTINCT tr.id) FROM tries tr WHERE tr.old) < ($5 ->> 'pool_random')::integer),
+        -- and up to 27 x pool_random more tries there: the pool nearly fills while old memories hold 5% or
+        -- more of that range (an average of 9.85 of 10 at 5%, 6.3 at 2%)
+        retries AS (
+            SELECT t.g, pr.id
+            FROM old_span o, generate_series(3 * ($5 ->> 'pool_random')::integer + 1,
+                                             30 * ($5 ->> 'pool_random')::integer) t(g),
+                 LATERAL (SELECT mm.id, mm.created_at FROM spark.memories mm
+                          WHERE mm.tenant = $6
+                            AND mm.id >= o.lo + abs(hashtext($8 || ':' || ($5 ->> 'seed') || ':' || t.g)
+                                                    % (o.hi - o.lo + 1))
+                          ORDER BY mm.id LIMIT 1) pr
+            WHERE pr.created_at <= $7),
+        -- the first pool_random distinct old memories in try order (not the lowest ids among them, which
+        -- would leave the newer half of the old memories out of the sample)
         probes AS (
             SELECT x.id FROM (
-                SELECT DISTINCT ON (pr.id) pr.id, g
-                FROM bounds b,
-                     generate_series(1, 3 * ($5 ->> 'pool_random')::integer) g,
-                     LATERAL (SELECT b.lo + abs(hashtext($8 || ':' || ($5 ->> 'seed') || ':' || g) % (b.hi - b.lo + 1))
-                                 AS start) ps,
-                     LATERAL (SELECT coalesce(
-                                  (SELECT mm.id FROM spark.memories mm
-                                   WHERE mm.tenant = $6 AND mm.created_at <= $7
-                                     AND mm.id >= ps.start AND mm.id < ps.start + b.win
-                                   ORDER BY mm.id LIMIT 1),
-                                  (SELECT mm.id FROM spark.memories mm
-                                   WHERE mm.tenant = $6 AND mm.created_at <= $7 AND mm.id >= ps.start + b.win
-                                   ORDER BY mm.id LIMIT 1)) AS id
-                              OFFSET 0) pr  -- (evaluated once: flattened, the filter and the sort each ran it)
-                WHERE pr.id IS NOT NULL
-                ORDER BY pr.id, g) x
+                SELECT DISTINCT ON (a.id) a.id, a.g
+                FROM (SELECT tr.g, tr.id FROM tries tr WHERE tr.old
+                      UNION ALL
+                      SELECT rt.g, rt.id FROM retries rt) a
+                ORDER BY a.id, a.g) x
             ORDER BY x.g
             LIMIT ($5 ->> 'pool_random')::integer),
         -- the trigger pool: rules of the tenant (and the pack) whose patterns match the trigger text surface

@@ -20,6 +20,7 @@ AS $fn$
 DECLARE
     rid bigint;
     ttext text;
+    prm jsonb;
     started timestamptz := clock_timestamp();
 BEGIN
     PERFORM spark._check_session(session_id);
@@ -58,14 +59,25 @@ BEGIN
            h.why
     FROM hits h
     ORDER BY h.rnk;
-    -- what shadow (learned, unpromoted) rules would have surfaced: their precision decides promotion
-    INSERT INTO spark.trigger_shadow_hits (tenant, retrieval_id, rule_name, memory_id)
-    SELECT advise.tenant, rid, r.name, mm.id
-    FROM spark.trigger_rules r
-    JOIN spark.memories mm ON mm.tenant = advise.tenant AND mm.key = ANY(r.surface)
-    WHERE r.tenant = advise.tenant AND r.shadow
-      AND ttext ~* r.pattern AND (r.context_pattern IS NULL OR ttext ~* r.context_pattern)
-    ON CONFLICT DO NOTHING;
+    -- what shadow (learned, unpromoted) rules would have surfaced: their precision decides promotion. Each
+    -- as the trigger pool would take it if it were live: the memories it names that exist at as_of, at most
+    -- pool_trigger of them (lowest id first). (Only the tenant's own memories: a hit names one, so
+    -- include_system changes nothing here.)
+    IF EXISTS (SELECT 1 FROM spark.trigger_rules r WHERE r.tenant = advise.tenant AND r.shadow) THEN
+        prm := spark._retrieve_params(advise.params);
+        INSERT INTO spark.trigger_shadow_hits (tenant, retrieval_id, rule_name, memory_id)
+        SELECT advise.tenant, rid, r.name, h.id
+        FROM spark.trigger_rules r
+        CROSS JOIN LATERAL (
+            SELECT mm.id FROM spark.memories mm
+            WHERE mm.tenant = advise.tenant AND mm.key = ANY(r.surface)
+              AND mm.created_at <= coalesce((prm ->> 'as_of')::timestamptz, now())
+            ORDER BY mm.id
+            LIMIT (prm ->> 'pool_trigger')::integer) h
+        WHERE r.tenant = advise.tenant AND r.shadow
+          AND ttext ~* r.pattern AND (r.context_pattern IS NULL OR ttext ~* r.context_pattern)
+        ON CONFLICT DO NOTHING;
+    END IF;
     UPDATE spark.retrievals l SET latency_ms = extract(epoch FROM clock_timestamp() - started) * 1000
     WHERE l.tenant = advise.tenant AND l.id = rid;
     RETURN;
@@ -74,7 +86,8 @@ $fn$;
 COMMENT ON FUNCTION spark.advise(text, text, vector, integer, jsonb, text, text, text) IS
     'spark.retrieve plus the log an advisor needs, in one round trip: the call goes to spark.retrievals, what '
     'it surfaced (with its signals; pack memories too) to spark.retrieval_items, and what shadow trigger rules '
-    'would have surfaced to spark.trigger_shadow_hits. Same tenant, query_text, query_embedding, k, params as '
+    'would have surfaced to spark.trigger_shadow_hits (as the trigger pool would: memories created by as_of, '
+    'at most pool_trigger a rule). Same tenant, query_text, query_embedding, k, params as '
     'spark.retrieve (k defaults to 5); session_id, tool_name, intent_family: recorded with the call (NULL '
     'for none; tool_name and intent_family up to 256 characters). Returns '
     'the surfaced rows with retrieval_id (for record_outcome), source and priority_label added. Errors: those '
@@ -98,6 +111,8 @@ DECLARE
     owner text;
     sid text := session_id;
     rel real;
+    verdict bigint;
+    prev text;  -- the verdict this one replaces (same call, memory and source), if any
 BEGIN
     PERFORM spark._check_writer(tenant);
     IF memory_id IS NULL OR outcome IS NULL THEN
@@ -122,31 +137,84 @@ BEGIN
         RAISE EXCEPTION 'memory_id % is not a memory of tenant % or of the cold-start pack', memory_id, tenant
             USING ERRCODE = 'invalid_parameter_value';
     END IF;
-    IF retrieval_id IS NOT NULL THEN
-        SELECT coalesce(sid, r.session_id) INTO sid FROM spark.retrievals r
-        WHERE r.tenant = tenant AND r.id = retrieval_id;
+    IF retrieval_id IS NULL THEN
+        INSERT INTO spark.outcomes (tenant, retrieval_id, memory_id, memory_tenant, session_id, outcome, source)
+        VALUES (tenant, NULL, memory_id, owner, sid, outcome, source);
+    ELSE
+        -- the outcome belongs to the call's session (NULL when the call had none), whatever session_id says
+        SELECT r.session_id INTO sid FROM spark.retrievals r WHERE r.tenant = tenant AND r.id = retrieval_id;
         IF NOT FOUND THEN
             RAISE EXCEPTION 'retrieval_id % is not an advise call of tenant %', retrieval_id, tenant
                 USING ERRCODE = 'invalid_parameter_value';
         END IF;
+        -- a memory the call surfaced, or one of the tenant's past failures it may have warned with
+        -- (spark.advise_with_warnings does not log its warnings as items: they are no fusion signals)
+        IF NOT EXISTS (SELECT 1 FROM spark.retrieval_items i
+                       WHERE i.tenant = tenant AND i.retrieval_id = retrieval_id AND i.memory_tenant = owner
+                         AND i.memory_id = memory_id)
+           AND NOT EXISTS (SELECT 1 FROM spark.memories m JOIN spark.retrievals r
+                             ON r.tenant = tenant AND r.id = retrieval_id AND m.created_at <= r.created_at
+                           WHERE owner = tenant AND m.tenant = tenant AND m.id = memory_id AND m.kind = 'trace'
+                             AND m.metadata ->> 'outcome' = 'failure') THEN
+            RAISE EXCEPTION 'memory_id % was not surfaced by advise call % of tenant %', memory_id, retrieval_id,
+                tenant USING ERRCODE = 'invalid_parameter_value';
+        END IF;
+        -- one verdict per surfaced item and source (unique key outcomes_item_source_key, migration 0015): the
+        -- same verdict again changes nothing, another one replaces it. An insert that meets a concurrent
+        -- one for the same item and source waits for it to commit or roll back; the row it met is then
+        -- locked and read (again from the insert if that row was deleted meanwhile)
+        LOOP
+            INSERT INTO spark.outcomes (tenant, retrieval_id, memory_id, memory_tenant, session_id, outcome,
+                                        source)
+            VALUES (tenant, retrieval_id, memory_id, owner, sid, outcome, source)
+            ON CONFLICT ON CONSTRAINT outcomes_item_source_key DO NOTHING
+            RETURNING id INTO verdict;
+            EXIT WHEN verdict IS NOT NULL;
+            SELECT o.id, o.outcome INTO verdict, prev FROM spark.outcomes o
+            WHERE o.tenant = tenant AND o.retrieval_id = retrieval_id AND o.memory_id = memory_id
+              AND o.source = source
+            FOR UPDATE;
+            EXIT WHEN verdict IS NOT NULL;
+        END LOOP;
+        IF prev = outcome THEN
+            SELECT m.reliability INTO rel FROM spark.memories m WHERE m.tenant = owner AND m.id = memory_id;
+            RETURN rel;
+        ELSIF prev IS NOT NULL THEN
+            UPDATE spark.outcomes o SET outcome = record_outcome.outcome, session_id = sid, created_at = now()
+            WHERE o.tenant = tenant AND o.id = verdict;
+        END IF;
     END IF;
-    INSERT INTO spark.outcomes (tenant, retrieval_id, memory_id, memory_tenant, session_id, outcome, source)
-    VALUES (tenant, retrieval_id, memory_id, owner, sid, outcome, source);
     IF owner <> tenant THEN
         -- the pack is shared: one tenant's verdict must not move what every other tenant sees
         SELECT m.reliability INTO rel FROM spark.memories m WHERE m.tenant = owner AND m.id = memory_id;
         RETURN rel;
     END IF;
+    -- the new verdict counted, the one it replaces (if any) taken back
     UPDATE spark.memories m
-    SET helpful_count = m.helpful_count + (outcome = 'helpful')::integer,
-        followed_count = m.followed_count + (outcome = 'followed')::integer,
-        unhelpful_count = m.unhelpful_count + (outcome = 'unhelpful')::integer,
-        ignored_count = m.ignored_count + (outcome = 'ignored')::integer,
+    SET helpful_count = greatest(0, m.helpful_count + (outcome = 'helpful')::integer
+                                    - coalesce(prev = 'helpful', false)::integer),
+        followed_count = greatest(0, m.followed_count + (outcome = 'followed')::integer
+                                     - coalesce(prev = 'followed', false)::integer),
+        unhelpful_count = greatest(0, m.unhelpful_count + (outcome = 'unhelpful')::integer
+                                      - coalesce(prev = 'unhelpful', false)::integer),
+        ignored_count = greatest(0, m.ignored_count + (outcome = 'ignored')::integer
+                                    - coalesce(prev = 'ignored', false)::integer),
         -- a smoothed success rate (one success and one failure assumed up front, so it starts at 0.5);
-        -- being ignored counts as a quarter of a failure
-        reliability = (m.helpful_count + m.followed_count + (outcome IN ('helpful', 'followed'))::integer + 1)::real
-                      / (m.helpful_count + m.followed_count + m.unhelpful_count + 0.25 * m.ignored_count
-                         + CASE outcome WHEN 'ignored' THEN 0.25 ELSE 1 END + 2)::real,
+        -- being ignored counts as a quarter of a failure. (SET reads the row before the update: the new
+        -- counts are written out again here.)
+        reliability = (greatest(0, m.helpful_count + (outcome = 'helpful')::integer
+                                   - coalesce(prev = 'helpful', false)::integer)
+                       + greatest(0, m.followed_count + (outcome = 'followed')::integer
+                                     - coalesce(prev = 'followed', false)::integer) + 1)::real
+                      / (greatest(0, m.helpful_count + (outcome = 'helpful')::integer
+                                     - coalesce(prev = 'helpful', false)::integer)
+                         + greatest(0, m.followed_count + (outcome = 'followed')::integer
+                                       - coalesce(prev = 'followed', false)::integer)
+                         + greatest(0, m.unhelpful_count + (outcome = 'unhelpful')::integer
+                                       - coalesce(prev = 'unhelpful', false)::integer)
+                         + 0.25 * greatest(0, m.ignored_count + (outcome = 'ignored')::integer
+                                              - coalesce(prev = 'ignored', false)::integer)
+                         + 2)::real,
         last_seen_at = now()
     WHERE m.tenant = owner AND m.id = memory_id
     RETURNING m.reliability INTO rel;
@@ -156,12 +224,15 @@ $fn$;
 COMMENT ON FUNCTION spark.record_outcome(text, bigint, text, bigint, text, text) IS
     'Record what became of a surfaced memory. tenant: whose call; memory_id: the memory (the tenant''s or '
     'the cold-start pack''s); outcome: followed | helpful | unhelpful | ignored; retrieval_id: the advise call '
-    '(spark.advise), whose session it inherits; session_id: the agent session; source: who says so (api, '
+    '(spark.advise) that surfaced the memory (or, a past failure trace, may have warned with it), whose '
+    'session the outcome takes (session_id is then only checked); session_id: the agent session, for an outcome naming no call; source: who says so (api, '
     'hook, user). Updates the memory''s counters and reliability, (successes + 1) / (successes + failures + '
-    '0.25 x ignored + 2), except for pack memories, whose shared reliability no single tenant moves. Returns '
-    'the reliability. Errors: 22004 NULL tenant, memory_id, outcome or source; 22023 empty or over-long '
-    'tenant or the pack''s tenant _system, unknown outcome, a memory or retrieval not of this tenant, a source not of 1 to 64 characters, '
-    'an empty session_id or one over 256 characters.';
+    '0.25 x ignored + 2), except for pack memories, whose shared reliability no single tenant moves. One '
+    'verdict per call, memory and source: the same one again changes nothing, another replaces it (its count '
+    'taken back). Returns the reliability. Errors: 22004 NULL tenant, memory_id, outcome or source; 22023 '
+    'empty or over-long tenant or the pack''s tenant _system, unknown outcome, a memory or retrieval not of '
+    'this tenant, a memory the call did not surface, a source not of 1 to 64 characters, an empty session_id '
+    'or one over 256 characters.';
 
 CREATE OR REPLACE FUNCTION spark.north_star(tenant text DEFAULT NULL, since timestamptz DEFAULT NULL)
 RETURNS TABLE (tenant_name text, sessions bigint, sessions_helped bigint, share double precision,

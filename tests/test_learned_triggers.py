@@ -53,7 +53,14 @@ def mark(
     session: str | None,
     at: datetime | None = None,
 ) -> None:
-    """A helpful outcome for ``memory``, dated ``at`` when given."""
+    """A helpful outcome for ``memory``, dated ``at`` when given. A mark naming a call is for an item that
+    call surfaced (spark.record_outcome refuses any other): the item is logged first if it was not."""
+    if retrieval is not None:
+        conn.execute(
+            "INSERT INTO spark.retrieval_items (tenant, retrieval_id, memory_id, memory_tenant, rank, score, "
+            "signals, pools) VALUES (%s, %s, %s, %s, 1, 0.5, '{}', '{keyword_old}') ON CONFLICT DO NOTHING",
+            (tenant, retrieval, memory, tenant),
+        )
     conn.execute(
         "SELECT spark.record_outcome(%s, %s, 'helpful', %s, %s)", (tenant, memory, retrieval, session)
     )

@@ -315,10 +315,9 @@ def test_the_random_pool_samples_the_whole_old_range(conn: Conn) -> None:
 
 
 def test_the_random_pool_does_not_depend_on_the_tenant_statistics(conn: Conn) -> None:
-    """A random-pool probe looks for the first old memory at or after its start inside a window sized from
-    the tenant's statistics, then past it: the picks must be the same with no statistics, true ones, and
-    stale ones that make every window empty (the fallback) or the whole range. Only one memory in ten is
-    old here, so narrow windows often hold none."""
+    """The random pool's probes read the tenant's id range, not its statistics (a window sized from the
+    statistics, until 2026-11-24): the picks must be the same with no statistics, true ones, and stale ones
+    that would have made every window empty or the whole range. Only one memory in ten is old here."""
     tenant = "sparse"
     conn.execute(
         """INSERT INTO spark.memories (tenant, key, text, descriptor, content_hash, created_at)
