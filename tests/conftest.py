@@ -234,3 +234,25 @@ class Blocked:
         self._thread.join(seconds)
         assert not self._thread.is_alive(), f"still waiting: {self.sql}"
         return self.error
+
+
+@contextmanager
+def hook_server(url: str, embedder: Embedder, path: Path) -> Iterator[str]:
+    """A hook server (spark_pg.hooks.server) in a thread on the socket ``path``, over a pool of 2 connections
+    to ``url``; yields the socket's path, and stops the server and the pool on the way out."""
+    import threading
+
+    from spark_pg.hooks.server import HookServer, open_pool
+    from spark_pg.hooks.service import HookService
+
+    pool = open_pool(url, 2)
+    server = HookServer(path, HookService(pool.connection, lambda: embedder), lambda _: None)
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+    thread.start()
+    try:
+        yield str(path)
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(5)
+        pool.close()

@@ -33,7 +33,7 @@ from spark_pg.hooks.server import HookServer, HookServerError, SocketClaim, clie
 from spark_pg.hooks.service import HookService
 from spark_pg.ingest import ingest
 from spark_pg.records import MemoryIn
-from tests.conftest import first_ping, temp_database
+from tests.conftest import first_ping, hook_server, temp_database
 
 T = "hooks"
 SPARK_PG = Path(sys.executable).parent / "spark-pg"
@@ -62,18 +62,8 @@ def hdb(server_url: str, model_settings: Settings, embedder: Embedder) -> Iterat
 @pytest.fixture(scope="module")
 def sock(hdb: str, embedder: Embedder, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """A hook server in a thread, on a socket in a temporary folder."""
-    path = str(tmp_path_factory.mktemp("hooks") / "s.sock")
-    pool = open_pool(hdb, 2)
-    server = HookServer(Path(path), HookService(pool.connection, lambda: embedder), lambda _: None)
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-    thread.start()
-    try:
+    with hook_server(hdb, embedder, tmp_path_factory.mktemp("hooks") / "s.sock") as path:
         yield path
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(5)
-        pool.close()
 
 
 def hook(

@@ -8,9 +8,7 @@ import io
 import json
 import re
 import sys
-import threading
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -24,13 +22,13 @@ from spark_pg.embedding import Embedder
 from spark_pg.errors import InputError
 from spark_pg.hooks import client, wire
 from spark_pg.hooks.protocol import PRE, parse_event
-from spark_pg.hooks.server import HookServer, open_pool
+from spark_pg.hooks.server import open_pool
 from spark_pg.hooks.service import HookService
 from spark_pg.ingest import ingest
 from spark_pg.intent import extract_intent
 from spark_pg.intent.text import _words
 from spark_pg.records import MemoryIn
-from tests.conftest import rolled_back, temp_database
+from tests.conftest import hook_server, rolled_back, temp_database
 
 Conn = psycopg.Connection[Any]
 T = "secrets"
@@ -194,18 +192,8 @@ def test_the_name_of_a_redacted_secret_stays_in_the_intent() -> None:
 @pytest.fixture(scope="module")
 def sock(sdb: str, embedder: Embedder, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """A hook server in a thread, as tests/test_hooks.py runs one."""
-    path = str(tmp_path_factory.mktemp("hooks") / "s.sock")
-    pool = open_pool(sdb, 2)
-    server = HookServer(Path(path), HookService(pool.connection, lambda: embedder), lambda _: None)
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-    thread.start()
-    try:
+    with hook_server(sdb, embedder, tmp_path_factory.mktemp("hooks") / "s.sock") as path:
         yield path
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(5)
-        pool.close()
 
 
 def pre_hook(
