@@ -31,6 +31,7 @@ from spark_pg.ingest import IngestResult, ingest
 from spark_pg.query_model import QueryModel
 from spark_pg.records import SYSTEM_TENANT, MemoryIn, read_file, validate_row
 from spark_pg.retrieve import Candidate, Retrieved, explain, retrieve
+from spark_pg.sql_args import params_arg
 from spark_pg.traces.reflect import Reflection
 from spark_pg.traces.store import Stored, add_learning, add_trace
 from spark_pg.triggers import load_rules, sync_rules
@@ -167,15 +168,14 @@ class SparkClient:
         merged: dict[str, Any] = {
             name: self.settings.raw(f"retrieval.{name}") for name in RETRIEVE_PARAM_KEYS
         }
-        if params is not None and not isinstance(params, Mapping):
-            raise InputError(f"params must be a mapping of str keys, got {type(params).__name__}")
+        params_arg("params", params)  # named before anything is merged into it
         merged.update(params or {})
         return merged
 
     def _embed_query(self, query: str) -> Vector | None:
         """The query's vector; None when no embedding model can be loaded: retrieval then runs lexically,
         says so in ``why.mode`` and a warning is logged (never a made-up vector)."""
-        if not isinstance(query, str):
+        if not isinstance(query, str):  # before .strip(); its content is checked as "query text" (retrieve)
             raise InputError(f"query must be a string, got {type(query).__name__}")
         if not query or not query.strip():
             raise InputError("query must not be empty")
