@@ -228,29 +228,21 @@ DROP FUNCTION IF EXISTS spark._candidates(text[], vector, timestamptz, tsquery, 
     double precision[]);
 -- CREATE OR REPLACE cannot change a function's result columns or parameter names: drop a version whose differ
 -- from these (the current version is replaced in place and keeps its grants). Change this check with the result.
-DO $do$
-DECLARE
-    fn constant regprocedure := to_regprocedure('spark._candidates(text[], vector, timestamptz, tsquery, jsonb, '
-        'text, timestamptz, text, double precision, double precision, double precision, tsquery[], bigint[], '
-        'double precision[], smallint, text[], double precision[], text)');
-BEGIN
-    IF pg_get_function_identity_arguments(fn) <> 'tenants text[], qvec vector, as_of timestamp with time zone, '
-           'tsq tsquery, p jsonb, own text, cutoff timestamp with time zone, query_text text, '
-           'min_sim double precision, min_fuse double precision, ratio double precision, lexq tsquery[], '
-           'sem_ids bigint[], sem_dist double precision[], model_id smallint, lexkeys text[], '
-           'lexdf double precision[], trigger_text text'
-       OR pg_get_function_result(fn) <> 'TABLE(id bigint, score double precision, key text, text text, '
-           'category text, kind text, system_default boolean, created_at timestamp with time zone, '
-           'content_hash bytea, prio_label text, sim double precision, kw double precision, rec double precision, '
-           'outc double precision, prio double precision, pools text[], pool_ranks jsonb, trig double precision, '
-           'trig_rules text[], trig_prio text, trig_interrupt double precision, adomain text, act real, '
-           'domain_ok boolean, act_ok boolean, tier text, passed_by text, gate_status text, pre_status text)' THEN
-        DROP FUNCTION spark._candidates(text[], vector, timestamptz, tsquery, jsonb, text, timestamptz, text,
-            double precision, double precision, double precision, tsquery[], bigint[], double precision[], smallint,
-            text[], double precision[], text);
-    END IF;
-END
-$do$;
+SELECT spark._drop_if_reshaped(
+    'spark._candidates(text[], vector, timestamptz, tsquery, jsonb, '
+    'text, timestamptz, text, double precision, double precision, double precision, tsquery[], bigint[], '
+    'double precision[], smallint, text[], double precision[], text)',
+    'tenants text[], qvec vector, as_of timestamp with time zone, '
+    'tsq tsquery, p jsonb, own text, cutoff timestamp with time zone, query_text text, '
+    'min_sim double precision, min_fuse double precision, ratio double precision, lexq tsquery[], '
+    'sem_ids bigint[], sem_dist double precision[], model_id smallint, lexkeys text[], '
+    'lexdf double precision[], trigger_text text',
+    'TABLE(id bigint, score double precision, key text, text text, '
+    'category text, kind text, system_default boolean, created_at timestamp with time zone, '
+    'content_hash bytea, prio_label text, sim double precision, kw double precision, rec double precision, '
+    'outc double precision, prio double precision, pools text[], pool_ranks jsonb, trig double precision, '
+    'trig_rules text[], trig_prio text, trig_interrupt double precision, adomain text, act real, '
+    'domain_ok boolean, act_ok boolean, tier text, passed_by text, gate_status text, pre_status text)');
 CREATE OR REPLACE FUNCTION spark._candidates(
     tenants text[], qvec vector, as_of timestamptz, tsq tsquery, p jsonb, own text, cutoff timestamptz,
     query_text text, min_sim double precision, min_fuse double precision, ratio double precision,
@@ -931,20 +923,14 @@ COMMENT ON FUNCTION spark._retrieve_core(text, text, vector, integer, jsonb, boo
     'spark.retrieve, and checked the same way (errors: those of spark.retrieve).';
 
 -- a version whose result columns or parameter names differ is dropped (as spark._candidates above)
-DO $do$
-DECLARE
-    fn constant regprocedure := to_regprocedure('spark.explain(text, text, vector, integer, jsonb)');
-BEGIN
-    IF pg_get_function_identity_arguments(fn) <> 'tenant text, query_text text, query_embedding vector, k integer, '
-                                                 'params jsonb'
-       OR pg_get_function_result(fn) <> 'TABLE(rank integer, status text, memory_id bigint, key text, text text, '
-           'category text, kind text, system_default boolean, created_at timestamp with time zone, score real, '
-           'semantic_sim real, keyword_score real, recency real, outcome real, trigger_conf real, priority real, '
-           'pools text[], why jsonb)' THEN
-        DROP FUNCTION spark.explain(text, text, vector, integer, jsonb);
-    END IF;
-END
-$do$;
+SELECT spark._drop_if_reshaped(
+    'spark.explain(text, text, vector, integer, jsonb)',
+    'tenant text, query_text text, query_embedding vector, k integer, '
+    'params jsonb',
+    'TABLE(rank integer, status text, memory_id bigint, key text, text text, '
+    'category text, kind text, system_default boolean, created_at timestamp with time zone, score real, '
+    'semantic_sim real, keyword_score real, recency real, outcome real, trigger_conf real, priority real, '
+    'pools text[], why jsonb)');
 CREATE OR REPLACE FUNCTION spark.explain(
     tenant text,
     query_text text,
@@ -967,20 +953,14 @@ COMMENT ON FUNCTION spark.explain(text, text, vector, integer, jsonb) IS
     '22000 wrong embedding dimension).';
 
 -- a version whose result columns or parameter names differ is dropped (as spark._candidates above)
-DO $do$
-DECLARE
-    fn constant regprocedure := to_regprocedure('spark.retrieve(text, text, vector, integer, jsonb)');
-BEGIN
-    IF pg_get_function_identity_arguments(fn) <> 'tenant text, query_text text, query_embedding vector, k integer, '
-                                                 'params jsonb'
-       OR pg_get_function_result(fn) <> 'TABLE(memory_id bigint, key text, text text, category text, kind text, '
-           'system_default boolean, created_at timestamp with time zone, score real, semantic_sim real, '
-           'keyword_score real, recency real, outcome real, trigger_conf real, priority real, pools text[], '
-           'why jsonb)' THEN
-        DROP FUNCTION spark.retrieve(text, text, vector, integer, jsonb);
-    END IF;
-END
-$do$;
+SELECT spark._drop_if_reshaped(
+    'spark.retrieve(text, text, vector, integer, jsonb)',
+    'tenant text, query_text text, query_embedding vector, k integer, '
+    'params jsonb',
+    'TABLE(memory_id bigint, key text, text text, category text, kind text, '
+    'system_default boolean, created_at timestamp with time zone, score real, semantic_sim real, '
+    'keyword_score real, recency real, outcome real, trigger_conf real, priority real, pools text[], '
+    'why jsonb)');
 CREATE OR REPLACE FUNCTION spark.retrieve(
     tenant text,
     query_text text,

@@ -89,19 +89,13 @@ COMMENT ON FUNCTION spark._reflect_stop_lexemes() IS
 
 -- CREATE OR REPLACE cannot change a function's result columns or parameter names: drop a version whose differ
 -- from these (the current version is replaced in place and keeps its grants and the views that use it)
-DO $do$
-DECLARE
-    fn constant regprocedure := to_regprocedure('spark.reflect(text, text, vector, integer, jsonb)');
-BEGIN
-    IF pg_get_function_identity_arguments(fn) <> 'tenant text, query_text text, query_embedding vector, k integer, '
-                                                 'params jsonb'
-       OR pg_get_function_result(fn) <> 'TABLE(rank integer, memory_id bigint, key text, kind text, text text, '
-           'category text, outcome text, score real, similarity real, keyword_score real, recency real, '
-           'age_days real, created_at timestamp with time zone, linked_to text, metadata jsonb, why jsonb)' THEN
-        DROP FUNCTION spark.reflect(text, text, vector, integer, jsonb);
-    END IF;
-END
-$do$;
+SELECT spark._drop_if_reshaped(
+    'spark.reflect(text, text, vector, integer, jsonb)',
+    'tenant text, query_text text, query_embedding vector, k integer, '
+    'params jsonb',
+    'TABLE(rank integer, memory_id bigint, key text, kind text, text text, '
+    'category text, outcome text, score real, similarity real, keyword_score real, recency real, '
+    'age_days real, created_at timestamp with time zone, linked_to text, metadata jsonb, why jsonb)');
 CREATE OR REPLACE FUNCTION spark.reflect(
     tenant text,
     query_text text,
@@ -371,23 +365,16 @@ COMMENT ON FUNCTION spark.reflect(text, text, vector, integer, jsonb) IS
     '10,000 characters, zero vector; 22000 wrong embedding dimension.';
 
 -- a version whose result columns or parameter names differ is dropped (as spark.reflect above)
-DO $do$
-DECLARE
-    fn constant regprocedure := to_regprocedure('spark.advise_with_warnings(text, text, vector, integer, jsonb, '
-                                                'text, text, text, double precision, integer, jsonb)');
-BEGIN
-    IF pg_get_function_identity_arguments(fn) <> 'tenant text, query_text text, query_embedding vector, k integer, '
-           'params jsonb, session_id text, tool_name text, intent_family text, warning_min_score double precision, '
-           'warning_k integer, reflect_params jsonb'
-       OR pg_get_function_result(fn) <> 'TABLE(retrieval_id bigint, rank integer, memory_id bigint, key text, '
-           'text text, category text, kind text, source text, priority_label text, system_default boolean, '
-           'score real, semantic_sim real, keyword_score real, recency real, outcome real, trigger_conf real, '
-           'priority real, pools text[], why jsonb, warning boolean)' THEN
-        DROP FUNCTION spark.advise_with_warnings(text, text, vector, integer, jsonb, text, text, text,
-                                                 double precision, integer, jsonb);
-    END IF;
-END
-$do$;
+SELECT spark._drop_if_reshaped(
+    'spark.advise_with_warnings(text, text, vector, integer, jsonb, '
+    'text, text, text, double precision, integer, jsonb)',
+    'tenant text, query_text text, query_embedding vector, k integer, '
+    'params jsonb, session_id text, tool_name text, intent_family text, warning_min_score double precision, '
+    'warning_k integer, reflect_params jsonb',
+    'TABLE(retrieval_id bigint, rank integer, memory_id bigint, key text, '
+    'text text, category text, kind text, source text, priority_label text, system_default boolean, '
+    'score real, semantic_sim real, keyword_score real, recency real, outcome real, trigger_conf real, '
+    'priority real, pools text[], why jsonb, warning boolean)');
 CREATE OR REPLACE FUNCTION spark.advise_with_warnings(
     tenant text,
     query_text text,

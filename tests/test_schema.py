@@ -127,6 +127,27 @@ def test_init_replaces_an_old_version_of_a_reshaped_function(installed_db: str, 
     assert snapshot(installed_db) == expected
 
 
+def test_drop_if_reshaped_at_its_edges(installed_db: str) -> None:
+    """spark._drop_if_reshaped (sql/000-install.sql): nothing to drop for a function not installed, the
+    current version kept, a NULL argument refused with 22004."""
+    with psycopg.connect(installed_db) as conn:
+        call = "SELECT spark._drop_if_reshaped(%s, %s, %s)"
+        assert conn.execute(call, ("spark.no_such_function(integer)", "x integer", "integer")).fetchone() == (
+            False,
+        )
+        row = conn.execute(
+            "SELECT pg_get_function_identity_arguments(f), pg_get_function_result(f) "
+            "FROM CAST(%s AS regprocedure) f",
+            ("spark._check_k(integer, integer)",),
+        ).fetchone()
+        assert row is not None
+        assert conn.execute(call, ("spark._check_k(integer, integer)", *row)).fetchone() == (False,)
+        for args in ((None, "a", "b"), ("spark._check_k(integer, integer)", None, "b"), ("x()", "a", None)):
+            with pytest.raises(psycopg.errors.NullValueNotAllowed):
+                conn.execute(call, args)
+            conn.rollback()
+
+
 def test_stepwise_upgrade_equals_fresh_install(fresh_db: str, installed_db: str) -> None:
     for revision in revisions():
         schema.upgrade(fresh_db, revision)
