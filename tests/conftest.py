@@ -14,7 +14,7 @@ import subprocess
 import time
 import uuid
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -256,3 +256,31 @@ def hook_server(url: str, embedder: Embedder, path: Path) -> Iterator[str]:
         server.server_close()
         thread.join(5)
         pool.close()
+
+
+@contextmanager
+def seeded_database(
+    server_url: str,
+    settings: Settings,
+    embedder: Embedder | None = None,
+    tenant: str = "",
+    memories: Sequence[tuple[str, str, str]] = (),
+) -> Iterator[str]:
+    """A scratch database with the schema, ``memories`` ((key, category, text) each) of ``tenant`` embedded
+    by ``embedder``, and the cold-start pack; yields its URL and drops it on the way out."""
+    from spark_pg.client import SparkClient
+    from spark_pg.ingest import ingest
+    from spark_pg.records import MemoryIn
+
+    with temp_database(server_url, install=True) as url:
+        if memories:
+            with connect(url) as conn:
+                ingest(
+                    conn,
+                    [MemoryIn(tenant=tenant, key=k, category=c, text=t) for k, c, t in memories],
+                    embedder,
+                )
+                conn.commit()
+        with SparkClient(settings, url=url) as spark:
+            spark.load_seed_pack()
+        yield url

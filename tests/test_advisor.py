@@ -12,14 +12,10 @@ from psycopg import errors
 from psycopg.types.json import Jsonb
 
 from spark_pg.advisor import Advisor, AdvisorOptions, blocking, trigger_text
-from spark_pg.client import SparkClient
 from spark_pg.config import Settings
-from spark_pg.db import connect
 from spark_pg.embedding import Embedder
 from spark_pg.errors import ArgumentRefused, InputError
-from spark_pg.ingest import ingest
-from spark_pg.records import MemoryIn
-from tests.conftest import rolled_back, temp_database
+from tests.conftest import rolled_back, seeded_database
 
 Conn = psycopg.Connection[Any]
 T = "dev"
@@ -43,12 +39,7 @@ MEMORIES = [
 
 @pytest.fixture(scope="module")
 def adb(server_url: str, model_settings: Settings, embedder: Embedder) -> Iterator[str]:
-    with temp_database(server_url, install=True) as url:
-        with connect(url) as conn:
-            ingest(conn, [MemoryIn(tenant=T, key=k, category=c, text=t) for k, c, t in MEMORIES], embedder)
-            conn.commit()
-        with SparkClient(model_settings, url=url) as client:
-            client.load_seed_pack()
+    with seeded_database(server_url, model_settings, embedder, T, MEMORIES) as url:
         yield url
 
 

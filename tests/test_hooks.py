@@ -20,9 +20,7 @@ import psycopg
 import pytest
 
 from spark_pg import bench_hooks
-from spark_pg.client import SparkClient
 from spark_pg.config import Settings
-from spark_pg.db import connect
 from spark_pg.embedding import Embedder
 from spark_pg.errors import InputError
 from spark_pg.hooks import client, wire
@@ -31,9 +29,7 @@ from spark_pg.hooks.outcomes import Pending, judge
 from spark_pg.hooks.protocol import POST, PRE, call_failed, parse_event, pre_output
 from spark_pg.hooks.server import HookServer, HookServerError, SocketClaim, client_closed, open_pool
 from spark_pg.hooks.service import HookService
-from spark_pg.ingest import ingest
-from spark_pg.records import MemoryIn
-from tests.conftest import first_ping, hook_server, temp_database
+from tests.conftest import first_ping, hook_server, seeded_database, temp_database
 
 T = "hooks"
 SPARK_PG = Path(sys.executable).parent / "spark-pg"
@@ -50,12 +46,7 @@ MEMORIES = [
 
 @pytest.fixture(scope="module")
 def hdb(server_url: str, model_settings: Settings, embedder: Embedder) -> Iterator[str]:
-    with temp_database(server_url, install=True) as url:
-        with connect(url) as conn:
-            ingest(conn, [MemoryIn(tenant=T, key=k, category=c, text=t) for k, c, t in MEMORIES], embedder)
-            conn.commit()
-        with SparkClient(model_settings, url=url) as spark:
-            spark.load_seed_pack()
+    with seeded_database(server_url, model_settings, embedder, T, MEMORIES) as url:
         yield url
 
 

@@ -14,7 +14,6 @@ import psycopg
 import pytest
 import yaml
 
-from spark_pg.client import SparkClient
 from spark_pg.config import Settings
 from spark_pg.embedding import Embedder
 from spark_pg.hooks.advice_tokens import advice_tokens
@@ -22,7 +21,7 @@ from spark_pg.hooks.outcomes import Pending, judge
 from spark_pg.hooks.protocol import POST, PRE, HookEvent
 from spark_pg.hooks.server import open_pool
 from spark_pg.hooks.service import HookService
-from tests.conftest import temp_database
+from tests.conftest import seeded_database
 
 DESTRUCTIVE_KEY = "seed:safety-destructive-ops"
 DESTRUCTIVE = (
@@ -154,9 +153,7 @@ def test_hostile_advice_text_is_read_in_about_linear_time(text: str) -> None:
 
 @pytest.fixture(scope="module")
 def seeded(server_url: str, model_settings: Settings) -> Iterator[str]:
-    with temp_database(server_url, install=True) as url:
-        with SparkClient(model_settings, url=url) as spark:
-            spark.load_seed_pack()
+    with seeded_database(server_url, model_settings) as url:
         yield url
 
 

@@ -15,20 +15,16 @@ import psycopg
 import pytest
 
 from spark_pg.advisor import Advisor, trigger_text
-from spark_pg.client import SparkClient
 from spark_pg.config import Settings
-from spark_pg.db import connect
 from spark_pg.embedding import Embedder
 from spark_pg.errors import InputError
 from spark_pg.hooks import client, wire
 from spark_pg.hooks.protocol import PRE, parse_event
 from spark_pg.hooks.server import open_pool
 from spark_pg.hooks.service import HookService
-from spark_pg.ingest import ingest
 from spark_pg.intent import extract_intent
 from spark_pg.intent.text import _words
-from spark_pg.records import MemoryIn
-from tests.conftest import hook_server, rolled_back, temp_database
+from tests.conftest import hook_server, rolled_back, seeded_database
 
 Conn = psycopg.Connection[Any]
 T = "secrets"
@@ -109,12 +105,7 @@ def columns_holding(conn: Conn, secret: str) -> list[str]:
 
 @pytest.fixture(scope="module")
 def sdb(server_url: str, model_settings: Settings, embedder: Embedder) -> Iterator[str]:
-    with temp_database(server_url, install=True) as url:
-        with connect(url) as conn:
-            ingest(conn, [MemoryIn(tenant=T, key=k, category=c, text=t) for k, c, t in MEMORIES], embedder)
-            conn.commit()
-        with SparkClient(model_settings, url=url) as spark:
-            spark.load_seed_pack()
+    with seeded_database(server_url, model_settings, embedder, T, MEMORIES) as url:
         yield url
 
 
