@@ -240,19 +240,11 @@ def _scores(samples: Sequence[Sample], coef: Sequence[float]) -> list[float]:
     return [float(v) for v in (np.nan_to_num(_values(samples), nan=0.0) @ c) * prio]
 
 
-def applied_weights(stored: Mapping[str, Any], defaults: Mapping[str, float]) -> dict[str, float]:
-    """The weights spark.retrieve applies from a stored row: each of the five that is a number from 0 to
-    MAX_WEIGHT (0, or at least 1e-9), the default for the others (a row written by hand may hold anything)."""
+def applied_weights(fitted: Mapping[str, float] | None, defaults: Mapping[str, float]) -> dict[str, float]:
+    """The weights spark.retrieve applies: ``fitted`` (what spark._fitted_weights kept of a stored row: the
+    five, each only in its range; None when none) over the defaults."""
     out = {key: float(defaults[key]) for key in WEIGHT_KEYS}
-    for key in WEIGHT_KEYS:
-        value = stored.get(key)
-        if (
-            isinstance(value, int | float)
-            and not isinstance(value, bool)
-            and 0 <= value <= MAX_WEIGHT
-            and (value == 0 or value >= 1e-9)
-        ):
-            out[key] = float(value)
+    out.update({key: float(value) for key, value in (fitted or {}).items() if key in out})
     return out
 
 

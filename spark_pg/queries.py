@@ -332,7 +332,10 @@ SET weights = EXCLUDED.weights, samples = EXCLUDED.samples, evaluation = EXCLUDE
 # fit-weights of one tenant, one at a time: each judges the weights the one before put in use
 FUSION_LOCK = "SELECT pg_advisory_xact_lock(hashtextextended('spark.fusion_weights:' || %(tenant)s, 0))"
 
-FUSION_IN_USE = "SELECT weights FROM spark.fusion_weights WHERE tenant = %(tenant)s AND in_use"
+# the weights in use as spark.retrieve applies them (spark._fitted_weights: the five, each only in its range)
+FUSION_IN_USE = (
+    "SELECT spark._fitted_weights(weights) FROM spark.fusion_weights WHERE tenant = %(tenant)s AND in_use"
+)
 
 # the weights in use stay: their row keeps its weights, samples and evaluation, and notes the latest fit
 FUSION_LATEST_FIT = """

@@ -140,3 +140,32 @@ $fn$;
 COMMENT ON FUNCTION spark._retrieve_params(jsonb) IS
     'Internal: validate spark.retrieve params (22023 naming the key for an unknown key or a bad value) and '
     'merge them over spark.retrieve_defaults().';
+
+CREATE OR REPLACE FUNCTION spark._fitted_weights(weights jsonb)
+RETURNS jsonb
+LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
+SET search_path = pg_catalog, @vector_schema@, pg_temp
+AS $fn$
+-- weights: a stored row's spark.fusion_weights.weights (a JSON object); a row written by hand may hold
+-- anything, so only the weighted fusion's five weights count, each only when it is a number from 0 to 10
+-- that is 0 or at least 1e-9 (as spark._check_param takes a weight given in params; 1e-300 underflowed
+-- the arithmetic). Returns those weights as an object, or NULL when none passes.
+BEGIN
+    IF weights IS NULL THEN
+        RAISE EXCEPTION 'weights must not be NULL' USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    IF jsonb_typeof(weights) <> 'object' THEN
+        RAISE EXCEPTION 'weights must be a JSON object, got %', jsonb_typeof(weights)
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    RETURN (SELECT jsonb_object_agg(w.key, w.value) FROM jsonb_each(weights) w
+            WHERE w.key IN ('w_similarity', 'w_keyword', 'w_recency', 'w_outcome', 'w_trigger')
+              AND jsonb_typeof(w.value) = 'number' AND (w.value #>> '{}')::numeric BETWEEN 0 AND 10
+              AND ((w.value #>> '{}')::numeric = 0 OR (w.value #>> '{}')::numeric >= 1e-9));
+END
+$fn$;
+COMMENT ON FUNCTION spark._fitted_weights(jsonb) IS
+    'Internal: the weights spark.retrieve applies from a stored spark.fusion_weights row (and fit-weights '
+    'judges as the weights in use): w_similarity, w_keyword, w_recency, w_outcome and w_trigger, each only '
+    'as a number from 0 to 10 that is 0 or at least 1e-9; NULL when none passes. 22004 for NULL, 22023 for '
+    'a value that is not a JSON object.';

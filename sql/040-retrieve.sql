@@ -645,14 +645,9 @@ BEGIN
     IF (p ->> 'fitted_weights')::boolean AND p ->> 'fusion' = 'weighted' THEN
         -- the tenant's fitted fusion weights, when they beat the defaults on held-out outcomes (in_use);
         -- weights given in params still win
-        -- only the weighted fusion's weights, only numbers in their range: a row written by hand cannot
-        -- change anything else or break the call
-        SELECT (SELECT jsonb_object_agg(w.key, w.value) FROM jsonb_each(fw.weights) w
-                WHERE w.key IN ('w_similarity', 'w_keyword', 'w_recency', 'w_outcome', 'w_trigger')
-                  AND jsonb_typeof(w.value) = 'number' AND (w.value #>> '{}')::numeric BETWEEN 0 AND 10
-                  -- as spark._check_param takes it: 0, or at least 1e-9 (1e-300 underflowed the arithmetic)
-                  AND ((w.value #>> '{}')::numeric = 0 OR (w.value #>> '{}')::numeric >= 1e-9))
-               || jsonb_build_object('_samples', fw.samples) INTO fitted
+        -- only the weighted fusion's weights, only numbers in their range (spark._fitted_weights): a row
+        -- written by hand cannot change anything else or break the call
+        SELECT spark._fitted_weights(fw.weights) || jsonb_build_object('_samples', fw.samples) INTO fitted
         FROM spark.fusion_weights fw WHERE fw.tenant = _retrieve_core.tenant AND fw.in_use;
         IF fitted IS NOT NULL THEN
             fitted := fitted - ARRAY(SELECT jsonb_object_keys(coalesce(params, '{}')));

@@ -328,14 +328,6 @@ def test_a_refit_replaces_the_weights_in_use_only_when_it_surely_beats_them() ->
     )
 
 
-def test_the_weights_in_use_are_judged_as_retrieve_applies_them() -> None:
-    """A row written by hand may hold anything: only the five weights that are numbers in their range
-    count, as in spark.retrieve (test_fitted_weights_are_stored_and_used_only_when_in_use)."""
-    stored = {"fusion": "bogus", "w_keyword": "x", "w_recency": 50, "w_similarity": 0.5, "w_outcome": True}
-    assert applied_weights(stored, DEFAULTS) == {**DEFAULTS, "w_similarity": 0.5}
-    assert applied_weights({"w_trigger": 1e-12, "w_keyword": 0}, DEFAULTS) == {**DEFAULTS, "w_keyword": 0.0}
-
-
 def test_weights_in_use_that_surely_lose_to_the_defaults_leave_use() -> None:
     """A fit that does not win keeps the weights in use, unless the defaults beat them by the rule a fit
     must meet: then the defaults come back."""
@@ -365,6 +357,46 @@ def fit_db(server_url: str) -> Iterator[str]:
 def conn(fit_db: str) -> Iterator[Conn]:
     with rolled_back(fit_db) as connection:
         yield connection
+
+
+@pytest.mark.parametrize(
+    ("stored", "kept"),
+    [
+        (
+            {"fusion": "bogus", "w_keyword": "x", "w_recency": 50, "w_similarity": 0.5, "w_outcome": True},
+            {"w_similarity": 0.5},
+        ),
+        (
+            {"w_trigger": 1e-12, "w_keyword": 0, "w_recency": -0.1, "w_outcome": 10},
+            {"w_keyword": 0, "w_outcome": 10},
+        ),
+        ({"w_similarity": None, "w_keyword": [1], "w_recency": {"v": 1}, "rrf_k": 5}, None),
+        ({}, None),
+    ],
+    ids=["types and range", "bounds", "nothing kept", "empty"],
+)
+def test_the_weights_in_use_are_judged_as_retrieve_applies_them(
+    conn: Conn, stored: dict[str, Any], kept: dict[str, float] | None
+) -> None:
+    """A row written by hand may hold anything: spark.retrieve and fit-weights both take a stored row through
+    spark._fitted_weights (the five weights, each only as a number in its range), so they cannot disagree."""
+    row = conn.execute("SELECT spark._fitted_weights(%s)", (Jsonb(stored),)).fetchone()
+    assert row is not None and row[0] == kept
+    assert applied_weights(row[0], DEFAULTS) == {**DEFAULTS, **(kept or {})}
+    # fit-weights reads the weights in use through the same function
+    conn.execute(
+        "INSERT INTO spark.fusion_weights (tenant, weights, samples, in_use) VALUES ('fw-hand', %s, 1, true)",
+        (Jsonb(stored),),
+    )
+    in_use = conn.execute(queries.FUSION_IN_USE, {"tenant": "fw-hand"}).fetchone()
+    assert in_use is not None and in_use[0] == kept
+
+
+def test_fitted_weights_refuses_what_no_row_can_hold(conn: Conn) -> None:
+    with pytest.raises(errors.NullValueNotAllowed, match="weights must not be NULL"), conn.transaction():
+        conn.execute("SELECT spark._fitted_weights(NULL)")
+    with pytest.raises(errors.InvalidParameterValue, match="weights must be a JSON object, got array"):
+        conn.execute("SELECT spark._fitted_weights('[1]')")
 
 
 def log_world(conn: Conn, tenant: str, samples: list[Sample]) -> None:
