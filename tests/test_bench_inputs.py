@@ -74,6 +74,11 @@ def test_bad_counts_are_usage_errors_before_any_work(
         (("eval", "--scenarios", "--k", "5"), "--k apply to --dataset, not --scenarios"),
         (("eval", "--scenarios", "--limit", "3", "--fresh"), "--limit, --fresh apply to --dataset"),
         (("eval", "--dataset", "/nonexistent", "--split", "tune"), "--split applies to --scenarios"),
+        (("eval", "--scenarios", "--conversations", "conv-26"), "--conversations apply to --dataset"),
+        (
+            ("eval", "--dataset", "/nonexistent", "--conversations", "a,,b"),
+            "--conversations must be a comma-separated list",
+        ),
     ],
 )
 def test_options_of_another_mode_are_refused_not_ignored(

@@ -542,6 +542,50 @@ def test_a_limited_run_says_so_in_the_json_the_text_and_the_html(
     assert format_text(whole).startswith("tiny: 6 questions (5 with an answer, 1 without)")
 
 
+def test_conversations_pick_the_questions_asked_and_the_report_names_them(
+    e2e: EndToEnd, server_url: str, model_settings: Settings, embedder: Embedder, tmp_path: Path
+) -> None:
+    """--conversations asks only their questions (how the defaults' held-out check is reproduced) and says
+    so; an id the dataset does not have is refused before anything runs, naming it."""
+    folder = e2e.report.parent / "tiny"
+    a, b = e2e.conversations
+    expected = [q.id for q in load_dataset(folder).queries if q.conversation_id == b]
+    assert 0 < len(expected) < 6
+    run = evaluate(
+        folder,
+        model_settings,
+        server_url=server_url,
+        embedder=embedder,
+        conversations=[b],
+        systems=SYSTEMS[1:2],
+    )
+    assert [q.id for q in run.queries] == expected
+    assert set(run.systems[0].ranked) == set(expected)
+    result = summarize(run)
+    assert (result["queries"], result["partial"], result["conversations_asked"]) == (len(expected), True, [b])
+    part = f"{len(expected)} of 6 questions: conversations {b}"
+    assert format_text(result).startswith(f"tiny: {part} (")
+    assert (
+        f"<h1>spark_pg retrieval evaluation: tiny ({part})</h1>" in write_report(result, tmp_path).read_text()
+    )
+    both = summarize(
+        evaluate(
+            folder,
+            model_settings,
+            server_url=server_url,
+            embedder=embedder,
+            conversations=[b, a, b],
+            limit=2,
+            systems=SYSTEMS[1:2],
+        )
+    )
+    assert (both["queries"], both["partial"], both["conversations_asked"]) == (2, True, [a, b])
+    assert format_text(both).startswith(f"tiny: first 2 of 6 questions: conversations {a}, {b} (--limit 2; ")
+    for bad, named in ((["conv-zz"], "'conv-zz' is not a conversation of tiny"), ([], "none given")):
+        with pytest.raises(InputError, match=named):
+            evaluate(folder, model_settings, server_url=server_url, embedder=embedder, conversations=bad)
+
+
 def test_a_system_whose_function_is_missing_is_reported_absent(e2e: EndToEnd) -> None:
     ghost = summarize(e2e.rerun)["systems"]["ghost"]
     assert ghost["status"] == "absent" and "spark.no_such_fn" in ghost["message"]

@@ -54,10 +54,20 @@ def _params(text: str | None) -> dict[str, object]:
     return extra
 
 
+def _id_list(text: str | None) -> list[str] | None:
+    """``a,b`` as ["a", "b"] (spaces around a comma dropped); an empty item is an InputError."""
+    if text is None:
+        return None
+    ids = [part.strip() for part in text.split(",")]
+    if not all(ids):
+        raise InputError(f"--conversations must be a comma-separated list of conversation ids, got {text!r}")
+    return ids
+
+
 def _refuse_unused(args: argparse.Namespace) -> None:
     """Options of the other kind of evaluation are refused, not silently ignored."""
     if args.scenarios is not None:
-        given = [f"--{n}" for n in ("k", "limit") if getattr(args, n) is not None]
+        given = [f"--{n}" for n in ("k", "limit", "conversations") if getattr(args, n) is not None]
         given += ["--fresh"] if args.fresh else []
         if given:
             raise InputError(f"{', '.join(given)} apply to --dataset, not --scenarios")
@@ -73,6 +83,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     from spark_pg.eval.harness import evaluate, summarize
     from spark_pg.eval.report import format_text, write_report
 
+    conversations = _id_list(args.conversations)
     settings = load_settings()
     dataset = Path(args.dataset)
     name = check_folder(dataset)  # a folder, with a usable name: before the report folder is made for it
@@ -83,6 +94,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
         settings,
         k=args.k if args.k is not None else DEFAULT_K,
         limit=args.limit,
+        conversations=conversations,
         fresh=args.fresh,
         progress=True,
         params=_params(args.params),
@@ -148,6 +160,11 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     )
     p.add_argument("--fresh", action="store_true", help="drop and rebuild the scratch database")
     p.add_argument("--limit", type=positive_int, metavar="N", help="only the first N questions")
+    p.add_argument(
+        "--conversations",
+        metavar="ID[,ID...]",
+        help="--dataset: only the questions of these conversations (every conversation is loaded)",
+    )
     p.set_defaults(func=cmd_eval)
 
 

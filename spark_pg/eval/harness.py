@@ -139,7 +139,7 @@ class SystemRun:
 @dataclass
 class EvalRun:
     dataset: Dataset
-    queries: tuple[Query, ...]  # the ones asked (after --limit)
+    queries: tuple[Query, ...]  # the ones asked (after --conversations and --limit)
     k: int
     depth: int  # results retrieved per query: max(k, 10)
     model: str
@@ -149,6 +149,7 @@ class EvalRun:
     date: str
     params: dict[str, Any] = field(default_factory=dict)  # spark.retrieve params besides as_of
     limit: int | None = None  # --limit: only the first N questions were asked
+    conversations: tuple[str, ...] | None = None  # --conversations: only the questions of these
 
 
 def ask_all(
@@ -225,6 +226,7 @@ def evaluate(
     embedder: Embedder | None = None,
     k: int = 10,
     limit: int | None = None,
+    conversations: Sequence[str] | None = None,
     fresh: bool = False,
     progress: bool = False,
     scratch_db: str | None = None,
@@ -234,7 +236,10 @@ def evaluate(
     """Load ``folder`` into its scratch database on ``server_url`` (default: the settings' server), ask.
 
     ``k``: results retrieved per question (at least 10: the metrics are cut at 5 and 10).
-    ``limit``: only the first N questions.
+    ``limit``: only the first N questions (of ``conversations``, when given).
+    ``conversations``: only the questions of these conversations (each one of the dataset's; every
+    conversation's memories are loaded all the same, each its own tenant). The defaults were tuned on the
+    first five of LoCoMo's ten and checked on the other five this way (docs/results.md).
     ``params``: spark.retrieve params for every question (not ``as_of``: each is asked as of its own time),
     checked by the database before the dataset is loaded.
     """
@@ -246,6 +251,7 @@ def evaluate(
     if "as_of" in retrieve_params:
         raise InputError("params must not set as_of: every question is asked as of its own time")
     dataset = load_dataset(folder)
+    chosen = _chosen(dataset, conversations)
     embedder = embedder or load_embedder(settings)
     server = server_url or database_url(settings)
     name = scratch_db or scratch_name(dataset, embedder.spec.name)
@@ -267,7 +273,8 @@ def evaluate(
             name=name,
             params=retrieve_params,
         )
-        queries = dataset.queries[:limit] if limit else dataset.queries
+        asked = tuple(q for q in dataset.queries if chosen is None or q.conversation_id in chosen)
+        queries = asked[:limit] if limit else asked
         depth = max(k, 10)
         embed_ms, runs = ask_all(
             prepared.url,
@@ -291,7 +298,21 @@ def evaluate(
         date=datetime.now(UTC).isoformat(timespec="seconds"),
         params=retrieve_params,
         limit=limit,
+        conversations=chosen,
     )
+
+
+def _chosen(dataset: Dataset, conversations: Sequence[str] | None) -> tuple[str, ...] | None:
+    """``conversations`` checked against the dataset's, sorted, each once; None for all."""
+    if conversations is None:
+        return None
+    known = dataset.conversations
+    unknown = [c for c in conversations if c not in known]
+    if unknown or not conversations:
+        shown = ", ".join(known[:20]) + (", ..." if len(known) > 20 else "")
+        what = f"{unknown[0]!r} is not a conversation of {dataset.name}" if unknown else "none given"
+        raise InputError(f"conversations: {what}; it has {len(known)}: {shown}")
+    return tuple(c for c in known if c in set(conversations))
 
 
 def check_params(url: str, params: Mapping[str, Any]) -> None:
@@ -358,7 +379,9 @@ def summarize(result: EvalRun) -> dict[str, Any]:
         "queries": len(result.queries),  # asked
         "queries_total": len(result.dataset.queries),  # in the dataset
         "limit": result.limit,
-        "partial": len(result.queries) < len(result.dataset.queries),  # --limit left questions out
+        "conversations_asked": None if result.conversations is None else list(result.conversations),
+        # --limit or --conversations left questions out
+        "partial": len(result.queries) < len(result.dataset.queries),
         "counts": {
             "answered": sum(1 for q in result.queries if q.answered),
             "no_answer": sum(1 for q in result.queries if not q.answered),

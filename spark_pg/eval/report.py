@@ -29,17 +29,22 @@ def _metric(scores: Mapping[str, float] | None, name: str) -> float | None:
 
 
 def partial(result: Mapping[str, Any]) -> str | None:
-    """``first N of M questions`` when ``--limit`` left questions out, else None."""
+    """Which questions were asked when ``--conversations`` or ``--limit`` left some out (``first N of M
+    questions``, ``N of M questions: conversations a, b``), else None."""
     if not result.get("partial"):
         return None
-    return f"first {result['queries']:,} of {result['queries_total']:,} questions"
+    chosen = result.get("conversations_asked")
+    first = "first " if result.get("limit") == result["queries"] else ""
+    of = f"{first}{result['queries']:,} of {result['queries_total']:,} questions"
+    return f"{of}: conversations {', '.join(chosen)}" if chosen else of
 
 
 def headline(result: Mapping[str, Any]) -> str:
     counts = result["counts"]
     params = result.get("params")
     part = partial(result)
-    asked = f"{part} (--limit {result['limit']}; " if part else f"{result['queries']:,} questions ("
+    limited = f"--limit {result['limit']}; " if result.get("limit") and part else ""
+    asked = f"{part} ({limited}" if part else f"{result['queries']:,} questions ("
     return (
         f"{result['dataset']}: {asked}{counts['answered']:,} with an answer, "
         f"{counts['no_answer']:,} without), {result['memories']:,} memories in {result['conversations']} "
