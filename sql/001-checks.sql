@@ -14,11 +14,16 @@ BEGIN
         RAISE EXCEPTION 'tenant must be 1 to 128 characters, got % characters', length(tenant)
             USING ERRCODE = 'invalid_parameter_value';
     END IF;
+    -- as the Python API refuses it: a tenant of spaces could hold rules and an advise log but never a memory
+    IF tenant !~ '[^[:space:]]' THEN
+        RAISE EXCEPTION 'tenant must not be blank (only white space)' USING ERRCODE = 'invalid_parameter_value';
+    END IF;
     RETURN tenant;
 END
 $fn$;
 COMMENT ON FUNCTION spark._check_tenant(text) IS
-    'Internal: raise 22004 for a NULL tenant, 22023 for an empty or over-long one; else return it.';
+    'Internal: raise 22004 for a NULL tenant, 22023 for an empty, blank (white space only) or over-long one; '
+    'else return it.';
 
 CREATE OR REPLACE FUNCTION spark._check_k(k integer, max_k integer DEFAULT 1000)
 RETURNS integer

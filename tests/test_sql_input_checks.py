@@ -527,3 +527,43 @@ def test_put_trigger_rule_refuses_a_surface_no_memory_key_list_can_be(conn: Conn
 
 def test_check_k_refuses_a_null_bound(conn: Conn) -> None:
     refused(conn, "SELECT spark._check_k(5, NULL)", (), errors.NullValueNotAllowed, "max_k must not be NULL")
+
+
+TENANT_CALLS = {
+    "advise": "SELECT * FROM spark.advise(%s, 'deploy')",
+    "advise_with_warnings": "SELECT * FROM spark.advise_with_warnings(%s, 'deploy')",
+    "assign_tiers": "SELECT * FROM spark.assign_tiers(%s)",
+    "explain": "SELECT * FROM spark.explain(%s, 'deploy')",
+    "north_star": "SELECT * FROM spark.north_star(%s)",
+    "promote_triggers": "SELECT * FROM spark.promote_triggers(%s)",
+    "propose_triggers": "SELECT * FROM spark.propose_triggers(%s)",
+    "put_trigger_rule": "SELECT spark.put_trigger_rule(%s, 'r', 'deploy', ARRAY['k'])",
+    "record_outcome": "SELECT spark.record_outcome(%s, 1, 'helpful')",
+    "reflect": "SELECT * FROM spark.reflect(%s, 'deploy')",
+    "refresh_tenant_stats": "SELECT * FROM spark.refresh_tenant_stats(%s)",
+    "retrieve": "SELECT * FROM spark.retrieve(%s, 'deploy')",
+    "revalue_apply": "SELECT * FROM spark.revalue_apply(%s, '[]')",
+    "revalue_sample": "SELECT * FROM spark.revalue_sample(%s, 5)",
+    "search_semantic": f"SELECT * FROM spark.search_semantic(%s, '{one_hot()}')",
+    "tenant_index_plan": "SELECT * FROM spark.tenant_index_plan(%s)",
+}
+
+
+def test_every_public_function_taking_a_tenant_is_listed(conn: Conn) -> None:
+    """TENANT_CALLS covers each spark.* function with a tenant argument (a new one joins the test below)."""
+    names = {
+        r[0]
+        for r in conn.execute(
+            r"""SELECT p.proname FROM pg_proc p WHERE p.pronamespace = 'spark'::regnamespace
+                  AND p.proname !~ '^_' AND pg_get_function_identity_arguments(p.oid) ~ '\mtenant text'"""
+        ).fetchall()
+    }
+    assert names == set(TENANT_CALLS)
+
+
+@pytest.mark.parametrize("blank", [" ", "\t", " \n "])
+@pytest.mark.parametrize("function", sorted(TENANT_CALLS))
+def test_a_blank_tenant_is_refused_by_every_function(conn: Conn, function: str, blank: str) -> None:
+    """The Python API refuses a tenant of white space; the SQL functions took one, so a tenant could hold
+    trigger rules and an advise log but never store a memory (the audit's `triggers load --tenant " "`)."""
+    refused(conn, TENANT_CALLS[function], (blank,), errors.InvalidParameterValue, "tenant must not be blank")
