@@ -67,7 +67,8 @@ _PLACEHOLDER = re.compile(r"\[(?:REDACTED(?::[a-z_]+)?|EMAIL|PHONE|IP)\]")
 # for a secret (after an empty "password=", the scrubber would take the next word for the password)
 ELIDED = "..."
 # a value after a secret's name and a space, a colon or =, which the scrubber does not take for an
-# assignment: ``PASSWORD 'x'`` (SQL), ``set aws_secret_access_key x``, "use password x for the db"
+# assignment: ``set aws_secret_access_key x`` outside a config command, ``vault login token x``, "use
+# password x for the db"
 _AFTER_SECRET_NAME = re.compile(
     r"(?i)(?:passw(?:or)?d|passphrase|secret|token|credentials?|api[_-]?key|access[_-]?key|private[_-]?key)"
     r"(?![A-Za-z0-9])(?P<sep>[\"']?(?:[ \t]{0,3}[:=][ \t]{0,3}|[ \t]{1,3})[\"']?)"
