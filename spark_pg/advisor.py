@@ -240,7 +240,8 @@ class Advisor:
 
     def _denied_once(self, advice: list[Advice]) -> list[Advice]:
         """An interrupt stops a call once per session: a blocking item this session already surfaced for the
-        same call (the same logged query, within INTERRUPT_AGAIN_AFTER) comes as advice instead. The deny
+        same call (the same logged tool, trigger text and query, within INTERRUPT_AGAIN_AFTER) comes as advice
+        instead. The deny
         tells the agent to take the backup and try again; denied every time, the retry never ran."""
         blocking = [a for a in advice if a.blocking]
         with one_statement(self.conn), self.conn.cursor() as cur:

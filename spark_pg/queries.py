@@ -641,7 +641,11 @@ SURFACED_BEFORE_IN_SESSION = """
 SELECT DISTINCT i.memory_id
 FROM spark.retrievals now_r
 JOIN spark.retrievals r ON r.tenant = now_r.tenant AND r.session_id = now_r.session_id
-                       AND r.query_text = now_r.query_text AND r.id < now_r.id
+                       -- the same call: the same tool and text (the query alone is lossy: rm -rf
+                       -- /var/data and rm -rf /var/data; rm -rf / both read "delete rm -rf data")
+                       AND r.query_text = now_r.query_text
+                       AND r.tool_name IS NOT DISTINCT FROM now_r.tool_name
+                       AND r.trigger_text IS NOT DISTINCT FROM now_r.trigger_text AND r.id < now_r.id
                        AND r.created_at > now_r.created_at - %(within)s::interval
 JOIN spark.retrieval_items i ON i.tenant = r.tenant AND i.retrieval_id = r.id
 WHERE now_r.tenant = %(tenant)s AND now_r.id = %(retrieval_id)s AND now_r.session_id = %(session)s

@@ -346,6 +346,13 @@ def test_an_interrupt_denies_a_call_once_per_session(conn: Conn, embedder: Embed
     assert blocking(retry) is None and "seed:safety-destructive-ops" in keys(retry)  # advice, not a deny
     other = ("Bash", {"command": "psql -c 'DROP TABLE customers'", "description": "clean up"})
     assert blocking(Advisor(conn, embedder, T, session_id="deny-once", options=loud).advise(*other))
+    # another call whose (lossy) query reads the same is stopped again: the retry is the same call only
+    for worse in ("rm -rf /var/data; rm -rf /", "sudo rm -rf /var/data/../.."):
+        first_rm = ("Bash", {"command": "rm -rf /var/data"})
+        session = f"deny-once-{worse}"
+        assert blocking(Advisor(conn, embedder, T, session_id=session, options=loud).advise(*first_rm))
+        worse_call = ("Bash", {"command": worse})
+        assert blocking(Advisor(conn, embedder, T, session_id=session, options=loud).advise(*worse_call))
     assert blocking(Advisor(conn, embedder, T, session_id="another", options=loud).advise(*call))
     assert blocking(Advisor(conn, embedder, T, options=loud).advise(*call))  # no session: every time
     assert blocking(Advisor(conn, embedder, T, options=loud).advise(*call))
