@@ -51,7 +51,9 @@ def collect(
         calls = cur.execute(queries.HEALTH_ADVISE, args).fetchone()
         models = cur.execute(queries.HEALTH_MODELS, args).fetchall()
         north = cur.execute(queries.NORTH_STAR, args).fetchall()
-    assert queue is not None and lag is not None and calls is not None
+        # under row-level security (docs/security.md) a tenant role sees its own rows and the pack's only
+        limited = cur.execute(queries.HEALTH_ROW_SECURITY).fetchone()
+    assert limited is not None and queue is not None and lag is not None and calls is not None
     by_kind: dict[str, int] = {}
     by_tier: dict[str, int] = {}
     for r in kinds:
@@ -60,6 +62,7 @@ def collect(
     active = next((m for m in models if m["active"]), None)
     return {
         "tenant": tenant,
+        "row_security": bool(limited["active"]),  # the figures cover only the rows this role may read
         "since": None if since is None else str(since),
         "memories": {"total": sum(by_kind.values()), "by_kind": by_kind, "by_tier": by_tier},
         "backlog": {
@@ -96,6 +99,8 @@ def _fmt_ms(value: dict[str, Any]) -> str:
 def format_report(report: dict[str, Any]) -> str:
     mem, backlog, drift, advise = report["memories"], report["backlog"], report["drift"], report["advise"]
     scope = f"tenant {report['tenant']}" if report["tenant"] else "all tenants"
+    if report.get("row_security"):
+        scope += " visible to this role (row-level security: its own rows and the pack's)"
     lines = [
         f"{scope}{' since ' + report['since'] if report['since'] else ''}",
         f"memories      {mem['total']}  by kind: "

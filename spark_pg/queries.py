@@ -553,6 +553,9 @@ SELECT * FROM spark.advise_with_warnings({_RETRIEVE_ARGS}, session_id => %(sessi
                                          warning_k => %(warning_k)s, reflect_params => %(reflect_params)s)
 """
 
+# whether row-level security limits what this role reads of the memories (a tenant role, docs/security.md)
+HEALTH_ROW_SECURITY = "SELECT row_security_active('spark.memories') AS active"
+
 # spark-pg stats (spark_pg/health.py); tenant NULL = every tenant, since NULL = all time
 HEALTH_MEMORIES = """
 SELECT kind, tier, count(*) AS n FROM spark.memories

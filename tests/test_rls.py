@@ -18,10 +18,12 @@ import pytest
 from psycopg import errors, sql
 from psycopg.conninfo import make_conninfo
 
+from spark_pg import health
 from spark_pg.client import SparkClient
 from spark_pg.config import Settings, load_settings
 from spark_pg.db import connect
 from spark_pg.errors import DatabaseError
+from spark_pg.health import format_report
 from spark_pg.retrieve import retrieve
 from tests.conftest import temp_database
 
@@ -352,7 +354,13 @@ def test_a_tenant_role_uses_the_python_client_with_the_documented_grants(
     # row, so the call fails as docs/security.md says (psql's plain call returns pack rows at most)
     with connect(alice) as conn, pytest.raises(errors.InsufficientPrivilege, match="query_embeddings"):
         retrieve(conn, roles.bob, QUERY, embedding=np.array(json.loads(VEC), dtype=np.float32))
+    # stats as the tenant role say whose rows they count (they read "all tenants")
+    with connect(alice) as conn:
+        mine = health.collect(conn, None, None, "m")
+    assert mine["row_security"] and mine["memories"]["total"] >= 1
+    assert format_report(mine).startswith("all tenants visible to this role (row-level security")
     with connect(url) as admin:
+        assert not health.collect(admin, None, None, "m")["row_security"]
         assert "pin" in [h.key for h in hits]
         assert tenants_of(admin, [h.memory_id for h in hits]) <= {roles.alice, "_system"}
         assert tenants_of(admin, [h.memory_id for h in foreign]) <= {"_system"}
