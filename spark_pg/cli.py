@@ -567,7 +567,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--socket", type=Path, help="default: $SPARK_PG_HOOK_SOCKET, else the runtime dir's hooks.sock"
     )
-    p.add_argument("--pool-size", type=positive_int, default=4, help="most database connections at once")
+    from spark_pg.hooks.wire import MAX_POOL_SIZE, pool_size_arg
+
+    p.add_argument(
+        "--pool-size",
+        type=pool_size_arg,
+        default=4,
+        help=f"most database connections at once (1 to {MAX_POOL_SIZE}, within max_connections)",
+    )
     p.set_defaults(func=cmd_serve)
 
     from spark_pg.eval.cli import add_parser as add_eval_parser

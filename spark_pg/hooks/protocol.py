@@ -65,6 +65,10 @@ class HookEvent:
 
     @classmethod
     def from_wire(cls, data: Mapping[str, Any]) -> HookEvent:
+        """The event of a wire request, cleaned as :func:`parse_event` cleans the hook's stdin: a request
+        sent straight to the socket gets the answer the hook client would get for it."""
+        used = {k: data[k] for k in ("tool_name", "tool_input", "session_id") if k in data}
+        data = {**data, **_unicode_text(used)}
         kind = data.get("kind")
         if kind not in EVENT_NAMES:
             raise InputError(f"kind must be {PRE} or {POST}, got {kind!r}")

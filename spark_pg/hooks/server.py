@@ -18,11 +18,16 @@ Without the model files the server still starts and answers lexically (one warni
 to load the model again at most every ``query_model.RETRY_S`` seconds: once the files are back, advice is
 hybrid again without a restart.
 
-When the database goes away (a crash, a restart) the server keeps running: requests answer with an error
-at once or when their deadline passes, the pool replaces broken connections and, after
-``RECONNECT_TIMEOUT_S`` of failed attempts (1 s, then 2 s apart), stops trying until the next request, which
-tries again at once. So the first request after the database is back is served after at most about 2 s
-(the pool's own backoff would otherwise double without bound, to minutes after a long outage).
+At start the database is checked on one plain connection before the model loads: an unreachable
+database, a schema that needs ``spark-pg init`` or a ``--pool-size`` over max_connections (less the
+reserved slots) end the start-up at once, in one line naming the cause.
+
+Once it listens, when the database goes away (a crash, a restart) the server keeps running: requests
+answer with an error at once or when their deadline passes, the pool replaces broken connections and,
+after ``RECONNECT_TIMEOUT_S`` of failed attempts (1 s, then 2 s apart), stops trying until the next
+request, which tries again at once. So the first request after the database is back is served after at
+most about 2 s (the pool's own backoff would otherwise double without bound, to minutes after a long
+outage).
 """
 
 from __future__ import annotations
@@ -43,13 +48,13 @@ from types import FrameType
 from typing import Any
 
 import psutil
-from psycopg_pool import ConnectionPool
+from psycopg_pool import ConnectionPool, PoolTimeout
 
 from spark_pg import schema
 from spark_pg.config import Settings
-from spark_pg.db import database_url, register_vector_if_present
+from spark_pg.db import database_url, open_plain, register_vector_if_present
 from spark_pg.embedding import Embedder
-from spark_pg.errors import SparkPgError
+from spark_pg.errors import DatabaseError, SparkPgError
 from spark_pg.hooks import wire
 from spark_pg.hooks.service import Conn, HookService, hook_conninfo, retrieve_params
 from spark_pg.query_model import QueryModel
@@ -324,22 +329,55 @@ class SocketClaim:
             self._close()
 
 
+# the connections a role without superuser rights may ever hold at once, and the reserved ones
+_CONNECTION_SLOTS = """
+SELECT current_setting('max_connections')::int,
+       current_setting('superuser_reserved_connections')::int
+       + coalesce(current_setting('reserved_connections', true)::int, 0)
+"""
+
+
+def check_database(conn: Conn, size: int) -> None:
+    """DatabaseError (SchemaError: run ``spark-pg init``) unless the schema is current and a pool of
+    ``size`` fits in the database's max_connections less its reserved slots (a larger pool would meet
+    "too many clients" only under load)."""
+    schema.require_current(conn)
+    row = conn.execute(_CONNECTION_SLOTS).fetchone()
+    conn.rollback()
+    if row is None:
+        return
+    most, reserved = int(row[0]), int(row[1])
+    if size > most - reserved:
+        raise DatabaseError(
+            f"--pool-size {size} is more connections than the database allows: max_connections is {most}, "
+            f"{reserved} of them reserved; pass --pool-size {max(1, most - reserved)} or less (other "
+            "clients need connections too)"
+        )
+
+
 def open_pool(url: str, size: int, log: Callable[[str], None] | None = None) -> ConnectionPool[Conn]:
-    """A pool of connections with pgvector registered and the hooks' timeouts; checked once. A reconnect
-    that fails for RECONNECT_TIMEOUT_S is given up (``log`` says so); the next request starts another."""
+    """A pool of connections with pgvector registered and the hooks' timeouts. The database is checked
+    first on one plain connection (:func:`check_database`): an unreachable database, a schema that needs
+    ``spark-pg init`` or a pool over max_connections fail at once, one DatabaseError naming the cause, not
+    after the pool's own retries. Once the pool is open, a reconnect that fails for RECONNECT_TIMEOUT_S is
+    given up (``log`` says so); the next request starts another."""
+    conninfo = hook_conninfo(url)
+    with open_plain(conninfo) as conn:
+        check_database(conn, size)
+    opened = threading.Event()  # no "next request" before the server listens: start-up fails instead
 
     def configure(conn: Conn) -> None:
         register_vector_if_present(conn)
 
     def given_up(pool: ConnectionPool[Conn]) -> None:
-        if log is not None:
+        if log is not None and opened.is_set():
             log(
                 f"the database has not answered for {RECONNECT_TIMEOUT_S:.0f} s; "
                 "the next request tries to connect again"
             )
 
     pool: ConnectionPool[Conn] = ConnectionPool(
-        hook_conninfo(url),
+        conninfo,
         min_size=1,
         max_size=max(1, size),
         configure=configure,
@@ -349,10 +387,15 @@ def open_pool(url: str, size: int, log: Callable[[str], None] | None = None) -> 
         open=False,
         name="spark-pg-hooks",
     )
-    pool.open(wait=True, timeout=30)
-    with pool.connection() as conn:
-        schema.require_current(conn)
-        conn.rollback()
+    try:  # the database answered a moment ago: only one that went away since then waits this long
+        pool.open(wait=True, timeout=RECONNECT_TIMEOUT_S)
+    except PoolTimeout:
+        pool.close()
+        raise DatabaseError(
+            f"cannot connect to the database: it stopped answering while the pool opened "
+            f"(no connection within {RECONNECT_TIMEOUT_S:.0f} s)"
+        ) from None
+    opened.set()
     return pool
 
 
@@ -361,17 +404,22 @@ Warm = tuple[HookService, ConnectionPool[Conn], Embedder | None]
 
 def build(settings: Settings, pool_size: int = POOL_MAX, log: Callable[[str], None] | None = None) -> Warm:
     """The warm service: the model loaded and used once (or None while it cannot load: lexical advice,
-    see QueryModel; ``log`` is told), the pool open. Unless embedding.threads is set,
+    see QueryModel; ``log`` is told), the pool open (first: a database that cannot serve fails before the
+    model loads, :func:`open_pool`). Unless embedding.threads is set,
     the model runs on one thread: the server embeds one short query at a time, which one thread does
     faster than one per core (12.9 against 19.7 ms median on 2 cores, docs/performance.md), and the other
     cores stay free for PostgreSQL and the hook processes."""
     if settings.opt_int("embedding.threads") is None:
         settings = Settings({**settings.as_dict(), "embedding.threads": 1}, settings.config_file)
-    model = QueryModel(settings, warn=log or _log)
-    embedder = model()
-    if embedder is not None:
-        embedder.embed_query("warm up")
     pool = open_pool(database_url(settings), pool_size, log)
+    try:
+        model = QueryModel(settings, warn=log or _log)
+        embedder = model()
+        if embedder is not None:
+            embedder.embed_query("warm up")
+    except BaseException:
+        pool.close()
+        raise
     process = psutil.Process()
 
     def info() -> dict[str, Any]:

@@ -29,6 +29,7 @@ SOCKET_NAME = "hooks.sock"
 MAX_MESSAGE = 16 * 1024 * 1024  # an event carries the tool input, which can be a whole file
 MAX_LINE = MAX_MESSAGE + 64 * 1024  # an event of MAX_MESSAGE bytes in its request (tenant, options)
 MAX_SOCKET_PATH = 107  # sun_path holds 108 bytes on Linux, terminator included
+MAX_POOL_SIZE = 64  # `spark-pg serve --pool-size`: a few agents need a handful; PostgreSQL's default is 100
 
 
 class ServerUnavailable(SparkPgError):
@@ -67,6 +68,22 @@ def default_socket_path() -> str:
                 f"(mode 0700), or pass --socket (or set {SOCKET_ENV})"
             ) from None
         return os.path.join(runtime, SOCKET_NAME)
+
+
+def pool_size_arg(text: str) -> int:
+    """``spark-pg serve --pool-size``: 1 to MAX_POOL_SIZE (an argparse type, here so that the CLI's parser
+    does not import the server, which imports psycopg)."""
+    import argparse
+
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid int value: {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    if value > MAX_POOL_SIZE:
+        raise argparse.ArgumentTypeError(f"must be at most {MAX_POOL_SIZE}, got {value}")
+    return value
 
 
 def encode(message: dict[str, Any]) -> bytes:
