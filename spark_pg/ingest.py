@@ -258,6 +258,9 @@ def ingest(
     queued in spark.embed_queue for ``spark-pg worker``. So are they when a model switch (``spark-pg
     reembed``) commits while the call embeds: its vectors are of the retired model, and are not stored (a
     warning is logged). A switch that comes later waits for this call's commit."""
+    for name, value in (("chunk_rows", chunk_rows), ("batch_size", batch_size)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise InputError(f"{name} must be a whole number from 1, got {value!r}")
     bad = next((i for i, r in enumerate(records) if not isinstance(r, MemoryIn)), None)
     if bad is not None:
         raise InputError(

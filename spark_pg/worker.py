@@ -14,7 +14,8 @@ backoff; the rest of its batch is stored. Rows that failed ``max_attempts`` time
 (they show in ``spark-pg stats``). A database error rolls the batch back and stops the worker, except a
 lost connection (the server crashed, restarts or is not reachable yet): :func:`run_reconnecting` then logs
 one line, waits (0.25 s, doubling up to ``max_backoff_s``) and connects again; the rows of the batch in
-flight were never committed and are claimed again once the server is back.
+flight were never committed and are claimed again once the server is back. With ``give_up_after_s`` (60 s
+for ``spark-pg worker --once``) it gives up once the database has been unreachable that long.
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ from spark_pg.ingest import ensure_model, hold_active_model, refresh_after_write
 CHANNEL = "spark_embed"
 KEPT_ERRORS = 100  # the latest embedding errors a worker keeps for its summary
 DRAIN_POLL_S = 0.05  # a drain of waiting notifications waits this long for more (the server sends in chunks)
+DRAIN_MAX_PASSES = 10  # and makes at most this many such passes (0.5 s) before the worker claims its batch
 REFRESH_EVERY_S = 30.0  # a long drain refreshes the written tenants' statistics and indexes this often
 RECONNECT_FIRST_S = 0.25  # the first wait after a lost connection; doubled per failed attempt
 # server states that end a session but not the server for good: shutdown (57P01), crash of another backend
@@ -56,15 +58,17 @@ class WorkerStats:
     skipped_changed: int = 0  # claimed, but the memory changed before its vector was stored
     reconnects: int = 0  # connections lost and opened again (run_reconnecting)
     seconds: float = 0.0
+    busy_seconds: float = 0.0  # of them, spent in batches that claimed rows (the rate's time: not the idle)
     errors: list[str] = field(default_factory=list)
-    # left in the queue after a one-off run: rows still to embed (a run stopped early), failed rows waiting
-    # out their backoff, and given up
-    pending: int = 0
+    # left in the queue after a one-off run: rows still to embed (a run stopped early; rows another worker
+    # holds count too), failed rows waiting out their backoff, and given up. pending None: not known (a
+    # serving worker, or a run stopped while the database was unreachable)
+    pending: int | None = None
     backing_off: int = 0
     given_up: int = 0
 
     def as_json(self) -> dict[str, Any]:
-        rate = self.embedded / self.seconds if self.seconds > 0 else 0.0
+        rate = self.embedded / self.busy_seconds if self.busy_seconds > 0 else 0.0
         return {
             "embedded": self.embedded,
             "batches": self.batches,
@@ -189,6 +193,7 @@ def embed_batch(
     ``model_id`` is no longer the active model (a `spark-pg reembed` switched models while the worker ran:
     its vectors would never take a row off the queue, which only the active model's vectors do). The check
     holds for the whole batch: a switch waits for the batch's commit."""
+    started = time.perf_counter()
     with conn.transaction():
         active = hold_active_model(conn)  # a switch now waits for this batch's commit
         if active is None or active[0] != model_id:
@@ -210,6 +215,7 @@ def embed_batch(
     if tenants is not None and stored:
         tenants.update(str(r[0]) for r in rows)
     stats.batches += 1
+    stats.busy_seconds += time.perf_counter() - started
     stats.embedded += stored
     stats.failed += len(errors)
     stats.skipped_changed += embedded - stored
@@ -293,9 +299,10 @@ def run_worker(
                     on_batch=bar.update,
                 )
                 if once:
-                    stats.pending, stats.backing_off, stats.given_up = queue_state(conn, max_attempts)
                     break
                 _wait(conn, poll_s, stop)
+        if once:  # also when a signal came before the first batch
+            stats.pending, stats.backing_off, stats.given_up = queue_state(conn, max_attempts)
         conn.execute(f"UNLISTEN {CHANNEL}")
     finally:  # a run ended by a lost connection counts too (the rate spans reconnects)
         stats.seconds += time.perf_counter() - started
@@ -329,6 +336,7 @@ def run_reconnecting(
     embedder: Embedder,
     *,
     max_backoff_s: float = 10.0,
+    give_up_after_s: float | None = None,
     stop: threading.Event | None = None,
     log: Callable[[str], None] = _stderr,
     **options: Any,
@@ -337,9 +345,13 @@ def run_reconnecting(
     the database goes away (:func:`connection_lost`): one log line when it is lost, waits that start at
     0.25 s and double up to ``max_backoff_s`` between attempts (never a busy loop), one log line when
     connected again. ``options`` are run_worker's. The first connection is not retried (a wrong URL or a
-    server never started fails at once, as before); any other error stops the worker as before."""
+    server never started fails at once, as before); any other error stops the worker as before.
+    ``give_up_after_s``: raise DatabaseError once the database has stayed unreachable that long (None: keep
+    trying; a one-off run should not hang for a whole outage)."""
     if not math.isfinite(max_backoff_s) or max_backoff_s <= 0:
         raise InputError(f"max_backoff_s must be a positive number of seconds, got {max_backoff_s}")
+    if give_up_after_s is not None and (not math.isfinite(give_up_after_s) or give_up_after_s < 0):
+        raise InputError(f"give_up_after_s must be a number of seconds from 0, got {give_up_after_s}")
     stop = stop or threading.Event()
     stats = WorkerStats()
     wait = RECONNECT_FIRST_S
@@ -354,6 +366,11 @@ def run_reconnecting(
             if lost_at is None:
                 lost_at = time.monotonic()
                 log(f"cannot connect to the database ({_one_line(exc)}); retrying with backoff")
+            if give_up_after_s is not None and (away := time.monotonic() - lost_at) >= give_up_after_s:
+                raise DatabaseError(
+                    f"gave up: the database has been unreachable for {away:.1f} s (limit {give_up_after_s:g} "
+                    f"s; {_one_line(exc)})"
+                ) from exc
         else:
             connected = True
             if lost_at is not None:
@@ -370,7 +387,10 @@ def run_reconnecting(
                 log(f"lost the database connection ({_one_line(exc)}); reconnecting with backoff")
             finally:
                 conn.close()  # safe on a broken connection; autocommit: nothing is pending
-        stop.wait(wait)
+        pause = wait
+        if give_up_after_s is not None and lost_at is not None:  # the last attempt comes at the limit
+            pause = min(pause, max(0.0, lost_at + give_up_after_s - time.monotonic()))
+        stop.wait(pause)
         wait = min(wait * 2, max_backoff_s)
     return stats
 
@@ -381,13 +401,24 @@ def _wait(conn: psycopg.Connection[Any], poll_s: float, stop: threading.Event) -
     deadline = time.monotonic() + poll_s
     while not stop.is_set() and (left := deadline - time.monotonic()) > 0:
         if any(True for _ in conn.notifies(timeout=min(1.0, left), stop_after=1)):
-            # and the ones already waiting: a burst of writes left one per row, and each woke the drained
-            # worker for an empty claim (1,000 writes: about 1,000 empty transactions). Until a pass finds
-            # none, each waiting a little: timeout=0 took only what psycopg had read already (278 of 300),
-            # and the server sends the rest once the client has read the first chunk
-            while sum(1 for _ in conn.notifies(timeout=DRAIN_POLL_S)):
-                pass
+            _drain_notifies(conn, stop)
             return
+
+
+def _drain_notifies(conn: psycopg.Connection[Any], stop: threading.Event) -> int:
+    """Take the notifications already waiting, so that a burst of writes (one per row) wakes the drained
+    worker once, not once per row for an empty claim (1,000 writes: about 1,000 empty transactions); returns
+    the passes made. A pass waits DRAIN_POLL_S for more (timeout=0 took only what psycopg had read already,
+    278 of 300: the server sends the rest once the client has read the first chunk), and the drain ends at a
+    pass that finds none, when ``stop`` is set, or after DRAIN_MAX_PASSES passes: a steady stream of writes
+    (one every 20 ms) kept an unbounded drain going for as long as it lasted, embedding nothing and deaf to
+    SIGTERM."""
+    passes = 0
+    while passes < DRAIN_MAX_PASSES and not stop.is_set():
+        passes += 1
+        if not sum(1 for _ in conn.notifies(timeout=DRAIN_POLL_S)):
+            break
+    return passes
 
 
 def stop_on_signals(stop: threading.Event) -> None:

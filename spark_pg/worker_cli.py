@@ -9,6 +9,8 @@ import sys
 from spark_pg.console import INTERRUPTED
 from spark_pg.embed_queue import MAX_ATTEMPTS
 
+ONCE_GIVE_UP_S = 60.0  # a one-off run gives up after the database has been unreachable this long
+
 
 def cmd_worker(args: argparse.Namespace) -> int:
     import threading
@@ -27,6 +29,9 @@ def cmd_worker(args: argparse.Namespace) -> int:
     if args.once and args.poll is not None:  # refused, not ignored: a one-off run never waits for work
         raise InputError("--poll sets how a serving worker waits: not with --once")
     poll = 30.0 if args.poll is None else args.poll
+    give_up = (
+        args.give_up_after if args.give_up_after is not None else (ONCE_GIVE_UP_S if args.once else None)
+    )
     settings = load_settings()
     url = database_url(settings)  # resolved once: a reconnect never starts an embedded server itself
     with connect(url, autocommit=True) as conn:  # refuse another model before loading it
@@ -49,6 +54,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
         open_connection,
         embedder,
         max_backoff_s=args.max_backoff,
+        give_up_after_s=give_up,
         stop=stop,
         once=args.once,
         batch=args.batch,
@@ -75,10 +81,12 @@ def cmd_worker(args: argparse.Namespace) -> int:
                 file=sys.stderr,
             )
     if args.once and stop.is_set():  # a one-off run stopped by a signal did not do its job: `&& next` stops
-        print(
-            f"spark-pg worker: interrupted; {stats.pending} memories still to embed (run again to go on)",
-            file=sys.stderr,
+        left = (
+            f"{stats.pending} memories"
+            if stats.pending is not None
+            else "an unknown number of memories (the database is unreachable)"
         )
+        print(f"spark-pg worker: interrupted; {left} still to embed (run again to go on)", file=sys.stderr)
         return INTERRUPTED
     # a one-off run that left rows unembedded tells its caller (a script, CI) so, whether they failed now
     # or earlier; a serving worker that a signal stopped has done its job
@@ -112,6 +120,13 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         type=float,
         default=10.0,
         help="most seconds between reconnect attempts while the database is away (from 0.25 s, doubling)",
+    )
+    p.add_argument(
+        "--give-up-after",
+        type=float,
+        metavar="SECONDS",
+        help="exit with an error once the database has been unreachable this long (default: "
+        f"{ONCE_GIVE_UP_S:g} with --once; a serving worker keeps trying)",
     )
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")

@@ -698,3 +698,18 @@ def test_a_trace_built_in_code_is_stored_scrubbed_like_one_from_a_file(db_url: s
     assert (
         json.loads(trace[2])["outcome"] == "failure" and trace[3] == 0
     )  # a record of an attempt, not advice
+
+
+@pytest.mark.parametrize("option", ["chunk_rows", "batch_size"])
+@pytest.mark.parametrize("value", [0, -1])
+def test_ingest_refuses_chunk_and_batch_sizes_below_one(
+    db_url: str, tenant: str, option: str, value: int
+) -> None:
+    """chunk_rows=-1 reported success and stored nothing; 0 raised a bare ValueError."""
+    with connect(db_url) as conn:
+        with pytest.raises(InputError, match=f"{option} must be a whole number from 1, got {value}"):
+            ingest(conn, [MemoryIn(tenant=tenant, key="k", text="a note")], None, **{option: value})
+        conn.rollback()
+        assert conn.execute(
+            "SELECT count(*) FROM spark.memories WHERE tenant = %s", (tenant,)
+        ).fetchone() == (0,)
