@@ -11,10 +11,11 @@ import pytest
 from psycopg import errors
 from psycopg.types.json import Jsonb
 
-from spark_pg.advisor import Advisor, AdvisorOptions, blocking, trigger_text
+from spark_pg.advisor import Advisor, AdvisorOptions, action_text, blocking, trigger_text
 from spark_pg.config import Settings
 from spark_pg.embedding import Embedder
 from spark_pg.errors import ArgumentRefused, InputError
+from spark_pg.intent import extract_intent
 from tests.conftest import rolled_back, seeded_database
 
 Conn = psycopg.Connection[Any]
@@ -356,3 +357,140 @@ def test_an_interrupt_denies_a_call_once_per_session(conn: Conn, embedder: Embed
     assert blocking(Advisor(conn, embedder, T, session_id="another", options=loud).advise(*call))
     assert blocking(Advisor(conn, embedder, T, options=loud).advise(*call))  # no session: every time
     assert blocking(Advisor(conn, embedder, T, options=loud).advise(*call))
+
+
+HARMLESS = [
+    ("Edit", {"file_path": "/repo/src/utils/truncate.py", "old_string": "n = 10", "new_string": "n = 20"}),
+    (
+        "Task",
+        {
+            "description": "Investigate log truncation",
+            "prompt": "Find where we truncate long log lines and why the tail is lost",
+        },
+    ),
+    ("Bash", {"command": 'git commit -m "fix: delete from cache only expired keys"'}),
+    ("Bash", {"command": "sed -i s/truncate/trim/ src/util.py"}),
+    (
+        "WebFetch",
+        {
+            "url": "https://docs.python.org/3/library/io.html#io.IOBase.truncate",
+            "prompt": "What does truncate do to the file position?",
+        },
+    ),
+    ("Bash", {"command": "cat > cleanup.sh <<'EOF'\nset -e\nrm -rf \"$TMPDIR/build\"\nEOF"}),
+    ("Bash", {"command": 'echo "DROP TABLE users" >> notes.txt'}),
+]
+
+
+@pytest.mark.parametrize(("tool", "tool_input"), HARMLESS)
+def test_an_interrupt_does_not_deny_a_call_that_runs_nothing_destructive(
+    conn: Conn, embedder: Embedder, tool: str, tool_input: dict[str, Any]
+) -> None:
+    """The pack's destructive_commands rule matched the trigger text (a path, a prompt, a commit message, a
+    URL, a script being written, text being printed) and each of these calls was denied. Advice may still
+    show; only the deny was wrong."""
+    advice = Advisor(conn, embedder, T, options=AdvisorOptions(interrupts=True)).advise(tool, tool_input)
+    assert blocking(advice) is None, [(a.key, a.why.get("trigger")) for a in advice]
+
+
+@pytest.mark.parametrize(
+    ("tool", "tool_input"),
+    [
+        ("Bash", {"command": "rm -rf /var/data"}),
+        ("Bash", {"command": "psql -c 'DROP TABLE orders'", "description": "clean up"}),
+        pytest.param(
+            "Bash",
+            {"command": "git push --force origin main"},
+            marks=pytest.mark.xfail(
+                strict=True,
+                reason="not denied before this change either: the adaptive cutoff (0.85 x the best) drops "
+                "the pack's critical item under the git and deploy advice (spark.retrieve keeps a tenant's "
+                "own critical trigger items only)",
+            ),
+        ),
+        ("Bash", {"command": "git reset --hard HEAD~3"}),
+        ("Bash", {"command": "cd /repo && sudo rm -Rf build/../data"}),
+        ("Bash", {"command": 'ssh prod "rm -rf /srv/app/releases"'}),
+        ("Bash", {"command": "echo 'DROP TABLE orders;' | psql shop"}),
+        ("Bash", {"command": "psql shop <<'SQL'\nDROP TABLE orders;\nSQL"}),
+        ("Bash", {"command": 'echo "$(rm -rf /var/data)"'}),
+        ("mcp__postgres__query", {"sql": "TRUNCATE TABLE orders"}),
+    ],
+)
+def test_an_interrupt_still_denies_a_call_that_runs_the_destructive_operation(
+    conn: Conn, embedder: Embedder, tool: str, tool_input: dict[str, Any]
+) -> None:
+    advice = Advisor(conn, embedder, T, options=AdvisorOptions(interrupts=True)).advise(tool, tool_input)
+    stop = blocking(advice)
+    assert stop is not None, [(a.key, a.why.get("trigger")) for a in advice]
+    assert stop.priority == "critical" and stop.trigger and "destructive_commands" in stop.trigger["rules"]
+
+
+@pytest.mark.parametrize(
+    ("tool", "tool_input", "expected"),
+    [
+        ("Edit", {"file_path": "/a/truncate.py", "new_string": "rm -rf /"}, ""),
+        ("Task", {"description": "drop table cleanup", "prompt": "DROP TABLE users"}, ""),
+        ("WebFetch", {"url": "https://x.test/rm -rf", "prompt": "rm -rf"}, ""),
+        ("Bash", {"command": 'git commit -m "delete from cache" && git push'}, "git commit -m ; git push"),
+        ("Bash", {"command": "echo DROP TABLE users >> notes.txt"}, "echo"),
+        ("Bash", {"command": "grep -rn 'rm -rf' scripts/ # rm -rf"}, "grep -rn scripts/"),
+        ("Bash", {"command": "cat > a.sh <<EOF\nrm -rf /\nEOF\nchmod +x a.sh"}, "cat > a.sh ; chmod +x a.sh"),
+        ("Bash", {"command": "psql -c 'DROP TABLE orders'"}, "psql -c DROP TABLE orders"),
+        ("Bash", {"command": 'docker exec db sh -c "rm -rf /data"'}, "docker exec db sh -c rm -rf /data"),
+        ("mcp__postgres__query", {"query": "TRUNCATE orders"}, "TRUNCATE orders"),
+        ("mcp__exa__search", {"query": "how to truncate table orders"}, ""),
+    ],
+)
+def test_action_text_is_what_the_call_runs(tool: str, tool_input: dict[str, Any], expected: str) -> None:
+    assert action_text(tool, tool_input) == expected
+
+
+def test_the_packs_destructive_rule_matches_words_not_parts_of_them(conn: Conn) -> None:
+    """The pack's pattern matched "truncate" in truncate.py, "truncation", s/truncate/trim/ and
+    IOBase.truncate."""
+    (pattern,) = conn.execute(
+        "SELECT pattern FROM spark.trigger_rules WHERE tenant = '_system' AND name = 'destructive_commands'"
+    ).fetchone() or (None,)
+    assert pattern is not None
+    misses = [
+        "Edit /repo/src/utils/truncate.py",
+        "WebFetch https://docs.python.org/3/library/io.html#io.IOBase.truncate",
+        "Bash sed -i s/truncate/trim/ src/util.py",
+        "Task Investigate log truncation",
+        "Bash confirm -rf x",
+        "Bash git push -u origin feature-f",
+    ]
+    hits = [
+        "Bash rm -rf /var/data",
+        "Bash sudo rm -fr /",
+        "Bash rm -r -f build",
+        "Bash psql -c DROP TABLE orders",
+        "mcp__postgres__query TRUNCATE TABLE orders",
+        "Bash truncate -s 0 app.db",
+        "Bash git push origin main --force",
+        "Bash git clean -xdf",
+        "Bash git reset --hard HEAD~3",
+        "Bash psql -c DELETE FROM carts",
+    ]
+    matched = dict(
+        conn.execute("SELECT t, t ~* %s FROM unnest(%s::text[]) t", (pattern, misses + hits)).fetchall()
+    )
+    assert [t for t in misses if matched[t]] == [] and [t for t in hits if not matched[t]] == []
+
+
+def test_a_long_harmless_command_gets_no_destructive_advice(conn: Conn, embedder: Embedder) -> None:
+    """`echo` + 5,000 characters is too long to be read whole, so not read-only (not skipped); its query was
+    the bare "run echo", which surfaced the critical destructive-command advice ("run" was all it said)."""
+    command = "echo " + "a" * 5000
+    intent = extract_intent("Bash", {"command": command})
+    assert intent.text == "echo" and not intent.trivial, intent
+    advice = Advisor(conn, embedder, T).advise("Bash", {"command": command})
+    assert "seed:safety-destructive-ops" not in keys(advice), [(a.key, a.priority) for a in advice]
+    assert not [a for a in advice if a.priority == "critical"]
+    for short in ("echo " + "a" * 50, "echo " + "a" * 2000):  # read whole: read-only, skipped
+        assert Advisor(conn, embedder, T).advise("Bash", {"command": short}) == []
+    # the verb stays where the program or the target says more
+    assert extract_intent("Bash", {"command": "pytest"}).text == "test pytest"
+    assert extract_intent("Bash", {"command": "docker compose up"}).text.startswith("run docker")
+    assert extract_intent("Bash", {"command": "rm -rf /var/data"}).text.startswith("delete rm")

@@ -324,7 +324,12 @@ def extract_intent(
     # what an edit introduces is part of its intent; identifiers it merely defines only stand in for a
     # missing task context
     detail = parsed.added or ("" if context and kind in {"edit", "write"} else parsed.detail)
-    text = _compose(parsed.action, target, context, detail) or " ".join(_tool_tokens(tool))
+    # "run" is the verb of a command whose program says nothing of what it does; before a target that is
+    # only that program's name it is all the query says, and running surfaces the loudest advice: "echo "
+    # + 5,000 characters (too long to be read whole, so not read-only) read "run echo" and got the critical
+    # destructive-command advice. The query is the name alone ("echo"); the call is not skipped.
+    bare = kind == "shell" and parsed.action == "run" and len(target.split()) == 1
+    text = _compose(None if bare else parsed.action, target, context, detail) or " ".join(_tool_tokens(tool))
     family = classify_family(tool, "\n".join(p for p in (parsed.signal, text, context) if p))
     readonly = kind in _READ_ONLY_KINDS or (kind == "shell" and _is_read_only_command(parsed.signal))
     # a known kind of call with nothing to go on (a shell call without a command, a write without a path):
