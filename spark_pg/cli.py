@@ -303,6 +303,10 @@ def cmd_bench(args: argparse.Namespace) -> int:
     import platform
     from pathlib import Path
 
+    if args.what == "rls":  # before bench_options fills in the defaults: this bench has its own
+        from spark_pg import bench_rls
+
+        return bench_rls.main(args, load_settings())
     bench_options(args)  # another mode's option is refused, not ignored: a "small" run could start a huge one
 
     if args.hooks:
@@ -506,9 +510,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser(
         "bench",
-        help="benchmarks: retrieve latency (default), ingest throughput, or scale (10k to 1M memories)",
+        help="benchmarks: retrieve latency (default), ingest throughput, scale (10k to 1M memories), or rls "
+        "(spark.retrieve as the owner and as tenant roles under row-level security)",
     )
-    p.add_argument("what", nargs="?", choices=("retrieve", "ingest", "scale"), help="default: retrieve")
+    p.add_argument(
+        "what", nargs="?", choices=("retrieve", "ingest", "scale", "rls"), help="default: retrieve"
+    )
     p.add_argument(
         "--sizes",
         help="corpus sizes, comma-separated (scale; tenants: size/1000, "
@@ -527,14 +534,18 @@ def build_parser() -> argparse.ArgumentParser:
         help="corpus texts embedded for real; vectors past them are derived (docs/performance.md; "
         "default 100000)",
     )
-    p.add_argument("--memories", type=bench_memories_arg, help="corpus size (retrieve; default 100000)")
+    p.add_argument(
+        "--memories", type=bench_memories_arg, help="corpus size (retrieve: default 100000; rls: 30000)"
+    )
     p.add_argument(
         "--tenants",
         type=bench_tenants_arg,
         help="tenants, Zipf-skewed sizes (retrieve: default 100; scale: default max(100, size / 1000))",
     )
-    p.add_argument("--queries", type=positive_int, help="calls measured (retrieve, scale, --hooks; 300)")
-    p.add_argument("--k", type=bench_k_arg, help="results per call (retrieve, scale; default 8)")
+    p.add_argument(
+        "--queries", type=positive_int, help="calls measured (retrieve, scale, --hooks: 300; rls: 100)"
+    )
+    p.add_argument("--k", type=bench_k_arg, help="results per call (retrieve, scale, rls; default 8)")
     p.add_argument("--fresh", action="store_true", default=None, help="rebuild the cached corpus database")
     p.add_argument(
         "--report",

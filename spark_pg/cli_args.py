@@ -103,10 +103,10 @@ BENCH_OPTIONS: dict[str, tuple[object, frozenset[str]]] = {
     "seconds": (20.0, frozenset({"scale"})),
     "ingest_sample": (500, frozenset({"scale"})),
     "real": (100_000, frozenset({"retrieve", "scale"})),
-    "memories": (100_000, frozenset({"retrieve"})),
+    "memories": (100_000, frozenset({"retrieve", "rls"})),  # rls: its own defaults (bench_rls.main)
     "tenants": (None, frozenset({"retrieve", "scale"})),
-    "queries": (300, frozenset({"retrieve", "scale", "hooks"})),
-    "k": (8, frozenset({"retrieve", "scale"})),
+    "queries": (300, frozenset({"retrieve", "scale", "hooks", "rls"})),
+    "k": (8, frozenset({"retrieve", "scale", "rls"})),
     "fresh": (False, frozenset({"retrieve", "scale"})),
     "report": (None, frozenset({"retrieve", "scale"})),
     "baseline": (True, frozenset({"retrieve", "scale"})),

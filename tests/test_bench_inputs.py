@@ -58,7 +58,7 @@ def test_bad_counts_are_usage_errors_before_any_work(
         # a small run asked of the wrong mode started the default one: hours at 1,000,000 memories
         (
             ("bench", "scale", "--memories", "300"),
-            "--memories is an option of `bench retrieve`, not of `bench scale`",
+            "--memories is an option of `bench retrieve` or `bench rls`, not of `bench scale`",
         ),
         (("bench", "--sizes", "300"), "--sizes is an option of `bench scale`, not of `bench retrieve`"),
         (
