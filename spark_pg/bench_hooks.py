@@ -6,8 +6,10 @@ serve another database, where the scratch tenant does not exist) or, with ``--so
 answering there (the caller's choice: it must serve the same database as this process) or starts one
 there, then runs N real ``spark-pg hook pre-tool-use`` processes (P at once) on the scenarios'
 tool calls as PreToolUse events, each followed by its ``post-tool-use``, and times each process from spawn
-to exit. Reports p50/p95/p99, how many calls got advice, the server's RSS and a bare Python start-up for
-reference; deletes the tenant's rows afterwards.
+to exit. Reports p50/p95/p99, how many calls got advice, the errors (a hook that wrote to stderr or exited
+non-zero), the unanswered calls (a pre-tool-use call that needed the advisor and that the database has not
+logged: a hook prints nothing and exits 0 when it reaches no server; none answered stops the run), the
+server's RSS and a bare Python start-up for reference; deletes the tenant's rows afterwards.
 """
 
 from __future__ import annotations
@@ -21,11 +23,12 @@ import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 from tqdm import tqdm
@@ -37,6 +40,7 @@ from spark_pg.eval.scenarios import LABELS, Scenario, default_folder, load_scena
 from spark_pg.hooks import wire
 from spark_pg.hooks.protocol import PRE, parse_event
 from spark_pg.hooks.server import HookServerError, SocketClaim
+from spark_pg.intent import clean_input, extract_intent
 from spark_pg.records import read_file
 
 WARMUP = 5
@@ -74,13 +78,42 @@ def events(scenario: Scenario, i: int) -> tuple[dict[str, Any], dict[str, Any]]:
     }
 
 
-def time_hook(cmd: list[str], event: dict[str, Any]) -> tuple[float, bool, str]:
-    """Milliseconds from spawn to exit, whether it printed an answer, and its stderr."""
+class Timed(NamedTuple):
+    """One hook process: milliseconds from spawn to exit, whether it printed an answer, what went wrong
+    (its stderr, else its exit status when not 0; empty when nothing did)."""
+
+    ms: float
+    answered: bool
+    error: str
+
+
+def time_hook(cmd: list[str], event: dict[str, Any]) -> Timed:
+    """Run one hook process on ``event`` and time it (:class:`Timed`)."""
     payload = json.dumps(event).encode()
     started = time.perf_counter()
     proc = subprocess.run(cmd, input=payload, capture_output=True, check=False)
     ms = (time.perf_counter() - started) * 1000
-    return ms, bool(proc.stdout.strip()), proc.stderr.decode(errors="replace").strip()
+    error = proc.stderr.decode(errors="replace").strip()
+    if not error and proc.returncode != 0:  # a hook exits 0 whatever happens: anything else is a failure
+        error = f"exit status {proc.returncode}, nothing on stderr"
+    return Timed(ms, bool(proc.stdout.strip()), error)
+
+
+def needs_advisor(event: dict[str, Any]) -> bool:
+    """Whether the server runs the advisor for this PreToolUse event, and so logs it in spark.retrievals:
+    every call but a trivial read-only one (HookService.pre and Advisor.advise skip those unlogged)."""
+    hook_event = parse_event(PRE, event)
+    intent = extract_intent(hook_event.tool_name, clean_input(hook_event.tool_input))
+    return not intent.trivial and bool(intent.text.strip())
+
+
+def logged_calls(settings: Settings, tenant: str) -> int:
+    """How many advise calls the database holds for ``tenant``: each one the server answered in time."""
+    with SparkClient(settings) as client:
+        row = client.conn.execute(
+            "SELECT count(*) FROM spark.retrievals WHERE tenant = %s", (tenant,)
+        ).fetchone()
+    return int(row[0]) if row else 0
 
 
 def percentiles(values: list[float]) -> dict[str, float]:
@@ -166,14 +199,16 @@ def run(
             try:
                 cmd = [*hook_command(), "hook", "{event}", "--socket", str(server.path), "--tenant", tenant]
                 cmd += ["--no-fallback", "--timeout", "5"]
-                result = _measure(cmd, scenarios, calls, max(1, parallel), progress)
+                result = _measure(
+                    cmd, scenarios, calls, max(1, parallel), progress, lambda: logged_calls(settings, tenant)
+                )
                 result["server_ms"] = _server_side(server.path, tenant, scenarios, calls)
                 rss = server.rss_mb()
             finally:
                 server.stop()
     finally:
         _drop_tenant(settings, tenant)
-    startup = [time_hook([sys.executable, "-c", "pass"], {})[0] for _ in range(20)]
+    startup = [time_hook([sys.executable, "-c", "pass"], {}).ms for _ in range(20)]
     return {
         "calls": calls,
         "parallel": max(1, parallel),
@@ -192,9 +227,21 @@ def run(
 
 
 def _measure(
-    cmd: list[str], scenarios: list[Scenario], calls: int, parallel: int, progress: bool
+    cmd: list[str],
+    scenarios: list[Scenario],
+    calls: int,
+    parallel: int,
+    progress: bool,
+    logged: Callable[[], int],
 ) -> dict[str, Any]:
-    def one(i: int) -> tuple[tuple[float, bool, str], tuple[float, bool, str]]:
+    """Time ``calls`` pre-tool-use hook processes, each followed by its post-tool-use, ``parallel`` at once
+    (after WARMUP pairs). A hook prints nothing and exits 0 when it cannot reach the server (--no-fallback),
+    as when there is no advice: ``logged`` (the advise calls the database holds for the tenant, counted
+    before and after) tells which pre-tool-use calls the server answered in time. Each one that needs the
+    advisor (:func:`needs_advisor`) and is not logged counts as unanswered; HookServerError when the server
+    answered none of them (its latencies would be those of hooks that got no answer)."""
+
+    def one(i: int) -> tuple[Timed, Timed]:
         pre, post = events(scenarios[i % len(scenarios)], i)
         first = time_hook([a.replace("{event}", "pre-tool-use") for a in cmd], pre)
         second = time_hook([a.replace("{event}", "post-tool-use") for a in cmd], post)
@@ -202,17 +249,29 @@ def _measure(
 
     for i in range(WARMUP):
         one(i)
+    before = logged()
     with ThreadPoolExecutor(parallel) as pool:
         done = list(tqdm(pool.map(one, range(calls)), total=calls, disable=not progress, desc="hooks"))
+    answered = logged() - before
+    expected = sum(needs_advisor(events(scenarios[i % len(scenarios)], i)[0]) for i in range(calls))
     pre = [d[0] for d in done]
     post = [d[1] for d in done]
-    errors = [e for _, _, e in pre + post if e]
+    errors = [t.error for t in pre + post if t.error]
+    if expected and answered <= 0:
+        said = f"; the first hook said: {errors[0]}" if errors else ""
+        raise HookServerError(
+            f"the hook server answered none of the {expected} pre-tool-use calls that needed the advisor "
+            f"(none logged in this database's spark.retrievals): the hooks did not reach it, or it serves "
+            f"another database{said}"
+        )
     return {
-        "pre_ms": percentiles([ms for ms, _, _ in pre]),
-        "post_ms": percentiles([ms for ms, _, _ in post]),
-        "with_advice": sum(1 for _, answered, _ in pre if answered),
+        "pre_ms": percentiles([t.ms for t in pre]),
+        "post_ms": percentiles([t.ms for t in post]),
+        "with_advice": sum(1 for t in pre if t.answered),
         "errors": len(errors),
         "first_error": errors[0] if errors else None,
+        "advisor_calls": expected,
+        "unanswered": max(0, expected - answered),
     }
 
 
@@ -238,6 +297,7 @@ def format_report(report: dict[str, Any]) -> str:
         f"  post-tool-use p50 {post['p50']} ms, p95 {post['p95']} ms, p99 {post['p99']} ms\n"
         f"  server's own time per pre-tool-use p50 {report['server_ms']['p50']} ms, "
         f"p95 {report['server_ms']['p95']} ms\n"
-        f"  python start-up alone p50 {report['python_startup_ms']} ms; errors {report['errors']}\n"
+        f"  python start-up alone p50 {report['python_startup_ms']} ms; errors {report['errors']}; "
+        f"unanswered {report['unanswered']} of {report['advisor_calls']} calls that needed the advisor\n"
         f"  server ({how}): RSS {server['rss_mb']} MB"
     )

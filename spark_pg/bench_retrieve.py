@@ -20,7 +20,8 @@ import platform
 import random
 import sys
 import time
-from contextlib import ExitStack
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager, nullcontext
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -28,6 +29,7 @@ from typing import Any
 
 import numpy as np
 import psycopg
+from pgvector import Vector as PgVector
 from psycopg.types.json import Jsonb
 from tqdm import tqdm
 
@@ -229,11 +231,14 @@ def _load(
     return figures
 
 
-def _cached_build(url: str, spec: BenchSpec, texts: list[str], embedder: Embedder) -> dict[str, Any]:
+def _cached_build(
+    url: str, spec: BenchSpec, texts: list[str], vectors: np.ndarray, embedder: Embedder
+) -> dict[str, Any]:
     """The figures recorded when the reused corpus database was built, once it is checked to hold what this
     run would load: a finished build, the active model this run embeds queries with, every row and its
-    vector, and the same texts (a sample of 200 compared); else InputError (a build killed before its
-    clean-up, another model, a changed generator)."""
+    vector, and the same texts and vectors (a sample of 200 rows compared: a vector within float32 rounding
+    of ``vectors``); else InputError (a build killed before its clean-up, another model, a changed
+    generator or vector derivation, damaged rows)."""
     problem = None
     figures: dict[str, Any] = {}
     with connect(url) as conn:
@@ -259,19 +264,35 @@ def _cached_build(url: str, spec: BenchSpec, texts: list[str], embedder: Embedde
             figures = dict(recorded[0])
             owner = owners(spec)
             sample = sorted({round(i * (len(texts) - 1) / 199) for i in range(200)})
-            stored = dict(
-                conn.execute(
-                    """SELECT m.key, m.text FROM spark.memories m
+            stored = {
+                key: (text, embedding)
+                for key, text, embedding in conn.execute(
+                    """SELECT m.key, m.text, e.embedding FROM spark.memories m
                        JOIN unnest(%s::text[], %s::text[]) k(tenant, key)
-                         ON m.tenant = k.tenant AND m.key = k.key""",
+                         ON m.tenant = k.tenant AND m.key = k.key
+                       LEFT JOIN spark.embeddings e ON e.tenant = m.tenant AND e.memory_id = m.id
+                        AND e.model_id = (SELECT id FROM spark.active_model())""",
                     ([owner[i] for i in sample], [f"m{i}" for i in sample]),
                 ).fetchall()
-            )
-            if any(stored.get(f"m{i}") != texts[i] for i in sample):
+            }
+            if any(stored.get(f"m{i}", (None, None))[0] != texts[i] for i in sample):
                 problem = "holds other texts than this version's corpus generator makes"
+            elif not all(_same_vector(stored[f"m{i}"][1], vectors[i]) for i in sample):
+                # quality() scores against `vectors`: the server must have searched those
+                problem = "holds other vectors than this version computes for its texts"
     if problem:
         raise InputError(f"the cached corpus {spec.db_name} {problem}: run again with --fresh to rebuild it")
     return figures
+
+
+def _same_vector(stored: Any, expected: np.ndarray) -> bool:
+    """Whether a stored vector (as psycopg reads pgvector's type: a Vector, or a numpy array; None when the
+    row has none) is ``expected`` up to float32 rounding."""
+    if stored is None:
+        return False
+    got = np.asarray(stored.to_numpy() if isinstance(stored, PgVector) else stored, dtype=np.float32)
+    want = np.asarray(expected, dtype=np.float32)
+    return got.shape == want.shape and bool(np.allclose(got, want, rtol=1e-5, atol=1e-6))
 
 
 def warn_few_samples(calls: int) -> None:
@@ -385,17 +406,29 @@ def run(
     progress: bool = True,
     fresh: bool = False,
     baseline: bool = False,
+    claim: bool = True,
 ) -> dict[str, Any]:
+    """Build or reuse the corpus of ``spec``, then measure it (see the module's text). ``claim``: take the
+    corpus claim (:func:`corpus_claim`) for the run; False when the caller holds it already, as
+    ``bench scale`` does over a size's whole run."""
     tenant_sizes(spec)  # memories too few for the tenants: refused before anything is embedded or loaded
-    # one run per corpus database at a time: a second one read a half-built corpus as damaged, failed to
-    # create it, or (--fresh) dropped it under the first one's measurement
+    with corpus_claim(server_url, spec) if claim else nullcontext():
+        return _run(settings, server_url, embedder, spec, progress=progress, fresh=fresh, baseline=baseline)
+
+
+@contextmanager
+def corpus_claim(server_url: str, spec: BenchSpec) -> Iterator[None]:
+    """Hold the claim on the corpus database of ``spec`` for the block (:func:`spark_pg.scratch.claimed`);
+    InputError when another run holds it. One run per corpus database at a time: a second one read a
+    half-built corpus as damaged, failed to create it, measured while the first loaded the server, or
+    (--fresh) dropped it under the first one's measurement."""
     with scratch.claimed(server_url, spec.db_name) as mine:
         if not mine:
             raise InputError(
                 f"another spark-pg bench is building or measuring the corpus database {spec.db_name}: "
                 "let it finish, or run this one with another --memories or --tenants"
             )
-        return _run(settings, server_url, embedder, spec, progress=progress, fresh=fresh, baseline=baseline)
+        yield
 
 
 def _run(
@@ -420,7 +453,7 @@ def _run(
     reused = scratch.exists(server_url, spec.db_name)
     if reused:
         schema.install(url)  # measure the current functions
-        build = _cached_build(url, spec, texts, embedder)
+        build = _cached_build(url, spec, texts, vectors, embedder)
         with connect(url) as conn:  # a reused corpus may predate the counts
             pid = conn.info.backend_pid
             with index_build_progress(url, pid, "tenant statistics and indexes", enabled=progress):
@@ -447,9 +480,11 @@ def _run(
         # the baseline's own connection, in autocommit: one round trip per statement, as a pool would give
         hybrid = PythonHybrid(stack.enter_context(connect(url, autocommit=True))) if baseline else None
         # warm plans and caches: the first `warmup` queries through both systems (all of them: steady state,
-        # every tenant's pages read once; the default 30: plans warm, most tenants met cold)
+        # every tenant's pages read once; the default 30: plans warm, most tenants met cold). Each system
+        # warms the very statement it is measured with: spark's call as measured below (with the query-cache
+        # write, its own transaction), which psycopg prepares after 5 uses, as it does the baseline's
         for j in tqdm(range(min(spec.warmup, spec.queries)), desc="warm up", unit="q", disable=not progress):
-            retrieve(conn, tenants[j], query_texts[j], embedding=qvecs[j], k=spec.k, cache=False)
+            retrieve(conn, tenants[j], query_texts[j], embedding=qvecs[j], k=spec.k)
             if hybrid is not None:
                 hybrid.search(tenants[j], query_texts[j], qvecs[j], spec.k)
         server = conn.execute(

@@ -4,9 +4,10 @@ For each corpus size it runs :func:`spark_pg.bench_retrieve.run` (corpus built o
 COPY load, HNSW builds and their figures; single-client latency; the Python-side hybrid on the same queries),
 then the same calls from ``clients`` concurrent connections for ``seconds`` (throughput and latency under
 load), then the product write path at that size: ``ingest`` of a sample with embedding, and the same
-sample written with deferred embedding (the database's share alone). Vectors past ``real`` texts are derived
-from real ones (:mod:`spark_pg.bench_corpus`). The report goes to JSON and a plot of latency against corpus
-size.
+sample written with deferred embedding (the database's share alone). The corpus database's claim
+(:func:`spark_pg.bench_retrieve.corpus_claim`) is held over all three: another bench on that corpus is
+refused until the size is done. Vectors past ``real`` texts are derived from real ones
+(:mod:`spark_pg.bench_corpus`). The report goes to JSON and a plot of latency against corpus size.
 """
 
 from __future__ import annotations
@@ -81,8 +82,12 @@ def concurrent(
     def client(c: int) -> None:
         try:
             with connect(url) as conn:
-                for tenant, text, vec in calls[:5]:  # warm this connection's plans
-                    retrieve(conn, tenant, text, embedding=vec, k=k, cache=False)
+                # warm this connection with the statement measured below (the same call: query-cache write,
+                # its own transaction), prepare_threshold + 1 times: psycopg prepares a statement on the run
+                # after its first prepare_threshold ones, so every measured call finds it prepared
+                for w in range((conn.prepare_threshold or 0) + 1):
+                    tenant, text, vec = calls[w % len(calls)]
+                    retrieve(conn, tenant, text, embedding=vec, k=k)
                 start_gate.wait()
                 j = c * len(calls) // clients
                 while not stop.is_set():
@@ -164,42 +169,65 @@ def run(
 
     for size in spec.sizes:
         bench = spec.bench(size)
-        result = bench_retrieve.run(
-            settings, server_url, embedder, bench, progress=progress, fresh=spec.fresh, baseline=spec.baseline
-        )
-        url = scratch.with_dbname(server_url, bench.db_name)
-        tenants, texts, qvecs = bench_retrieve.workload(bench, embedder, settings.home / "bench", progress)
-        row: dict[str, Any] = {
-            "memories": size,
-            "tenants": bench.tenants,
-            "largest_tenant": max(bench_retrieve.tenant_sizes(bench)),
-            "single_client_ms": result["retrieve_ms"],
-            "mean_results": result["mean_results"],
-            "build": result["build"],
-            "vectors": result["vectors"],
-            "corpus_reused": result["corpus_reused"],
-            "warmup_queries": result["warmup_queries"],
-            "server": result["server"],
-        }
-        base = result.get("baseline")
-        if base is not None:
-            row["baseline_ms"] = base["baseline_ms"]
-            row["baseline_ratio"] = base["ratio"]
-            # the share of queries spark.retrieve answered first, and both systems by the query's tenant size
-            row["retrieve_faster_share"] = base["retrieve_faster_share"]
-            row["by_tenant_size"] = base["by_tenant_size"]
-            row["recall_at_k"] = {
-                "spark_retrieve": base["quality"]["spark_retrieve"]["recall_at_k"],
-                "baseline": base["quality"]["baseline"]["recall_at_k"],
-            }
-        calls = list(zip(tenants, texts, qvecs, strict=True))
-        row["concurrent"] = concurrent(url, calls, bench.k, spec.clients, spec.seconds, progress)
-        if spec.ingest_sample > 0:
-            row["ingest"] = ingest_sample(url, embedder, spec.ingest_sample, progress)
-        rows.append(row)
+        # the corpus claim is held over the size's whole run, not only its single-client part: another bench
+        # on this corpus would otherwise measure under the concurrent clients' load, count the ingest
+        # sample's rows as a damaged corpus, or (--fresh) drop the database under them
+        with bench_retrieve.corpus_claim(server_url, bench):
+            rows.append(_one_size(settings, server_url, embedder, spec, bench, progress))
         if on_size is not None and len(rows) < len(spec.sizes):
             on_size(report(False))
     return report(True)
+
+
+def _one_size(
+    settings: Settings,
+    server_url: str,
+    embedder: Embedder,
+    spec: ScaleSpec,
+    bench: BenchSpec,
+    progress: bool,
+) -> dict[str, Any]:
+    """The report row of one corpus size; the caller holds the corpus claim."""
+    result = bench_retrieve.run(
+        settings,
+        server_url,
+        embedder,
+        bench,
+        progress=progress,
+        fresh=spec.fresh,
+        baseline=spec.baseline,
+        claim=False,
+    )
+    url = scratch.with_dbname(server_url, bench.db_name)
+    tenants, texts, qvecs = bench_retrieve.workload(bench, embedder, settings.home / "bench", progress)
+    row: dict[str, Any] = {
+        "memories": bench.memories,
+        "tenants": bench.tenants,
+        "largest_tenant": max(bench_retrieve.tenant_sizes(bench)),
+        "single_client_ms": result["retrieve_ms"],
+        "mean_results": result["mean_results"],
+        "build": result["build"],
+        "vectors": result["vectors"],
+        "corpus_reused": result["corpus_reused"],
+        "warmup_queries": result["warmup_queries"],
+        "server": result["server"],
+    }
+    base = result.get("baseline")
+    if base is not None:
+        row["baseline_ms"] = base["baseline_ms"]
+        row["baseline_ratio"] = base["ratio"]
+        # the share of queries spark.retrieve answered first, and both systems by the query's tenant size
+        row["retrieve_faster_share"] = base["retrieve_faster_share"]
+        row["by_tenant_size"] = base["by_tenant_size"]
+        row["recall_at_k"] = {
+            "spark_retrieve": base["quality"]["spark_retrieve"]["recall_at_k"],
+            "baseline": base["quality"]["baseline"]["recall_at_k"],
+        }
+    calls = list(zip(tenants, texts, qvecs, strict=True))
+    row["concurrent"] = concurrent(url, calls, bench.k, spec.clients, spec.seconds, progress)
+    if spec.ingest_sample > 0:
+        row["ingest"] = ingest_sample(url, embedder, spec.ingest_sample, progress)
+    return row
 
 
 def _write_json(path: Path, data: dict[str, Any]) -> None:

@@ -3,18 +3,22 @@
 from __future__ import annotations
 
 import json
+import threading
+from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import psycopg
 import pytest
 
-from spark_pg import bench_scale, scratch, synthetic
+from spark_pg import bench_ingest, bench_retrieve, bench_scale, queries, scratch, synthetic
 from spark_pg.bench_corpus import LEVELS, derive, embed_cached
 from spark_pg.bench_retrieve import BenchSpec
 from spark_pg.config import Settings
 from spark_pg.embedding import Embedder, load_embedder
+from spark_pg.errors import InputError
 
 
 def _fake_real(templates: list[tuple[str, str, str, str]], dim: int = 64) -> np.ndarray:
@@ -144,3 +148,81 @@ def test_bench_queries_are_embedded_as_queries_with_the_models_prefix(
     assert len(list(tmp_path.glob("queries-2-*.npy"))) == 2
     again = embed_cached(bge_like, texts, tmp_path, "queries", False, queries=True)  # from its file
     assert np.array_equal(again, queries)
+
+
+@pytest.fixture(scope="module")
+def observed_scale_run(server_url: str, model_settings: Settings) -> Iterator[dict[str, Any]]:
+    """One tiny scale run in which, mid-run, a second bench on the same corpus is tried (in the concurrent
+    phase, and in the ingest phase between the sample's ingest and its deletion), and every spark.retrieve
+    statement is recorded with the thread that ran it."""
+    spec = bench_scale.ScaleSpec(
+        sizes=(300,), tenants=3, queries=8, clients=2, seconds=1.0, ingest_sample=3, real=300, baseline=False
+    )
+    bench = spec.bench(300)
+    embedder = load_embedder(model_settings)
+    seen: dict[str, Any] = {"second_bench": {}, "statements": []}
+
+    def second_bench(phase: str) -> None:
+        try:
+            bench_retrieve.run(model_settings, server_url, embedder, bench, progress=False)
+            seen["second_bench"][phase] = "ran"
+        except InputError as exc:
+            seen["second_bench"][phase] = str(exc)
+
+    real_concurrent, real_ingest, real_execute = (
+        bench_scale.concurrent,
+        bench_ingest.ingest,
+        psycopg.Cursor.execute,
+    )
+
+    def concurrent(*args: Any, **kwargs: Any) -> dict[str, Any]:
+        second_bench("concurrent")
+        return real_concurrent(*args, **kwargs)
+
+    def ingest(*args: Any, **kwargs: Any) -> Any:
+        result = real_ingest(*args, **kwargs)
+        if "ingest" not in seen["second_bench"]:
+            second_bench("ingest")
+        return result
+
+    def execute(self: psycopg.Cursor[Any], query: Any, *args: Any, **kwargs: Any) -> Any:
+        if isinstance(query, str) and "spark.retrieve(" in query:
+            seen["statements"].append((threading.get_ident(), query))
+        return real_execute(self, query, *args, **kwargs)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(bench_scale, "concurrent", concurrent)
+        patch.setattr(bench_ingest, "ingest", ingest)
+        patch.setattr(psycopg.Cursor, "execute", execute)
+        try:
+            seen["report"] = bench_scale.run(model_settings, server_url, embedder, spec, progress=False)
+        finally:
+            if scratch.exists(server_url, bench.db_name):
+                scratch.drop(server_url, bench.db_name)
+    yield seen
+
+
+def test_another_bench_on_the_corpus_is_refused_for_the_whole_of_a_size(
+    observed_scale_run: dict[str, Any],
+) -> None:
+    """The claim covered only the single-client part: a bench started during the 8-client phase measured
+    under their load (with --fresh, dropped the database under them), and one started during the ingest
+    sample counted its rows and asked for --fresh."""
+    refused = "another spark-pg bench is building or measuring the corpus database spark_bench2_300_3_7"
+    second = observed_scale_run["second_bench"]
+    assert set(second) == {"concurrent", "ingest"}
+    for phase, said in second.items():
+        assert said.startswith(refused), (phase, said)
+    assert observed_scale_run["report"]["complete"]
+
+
+def test_each_warm_up_runs_the_statement_then_measured(observed_scale_run: dict[str, Any]) -> None:
+    """The warm-ups ran spark.retrieve without the query-cache write, the measured calls with it: psycopg
+    prepares a statement after 5 uses, so the first measured calls ran another, unprepared statement. The
+    single-client calls (main thread) and each concurrent client (a thread of its own) run one statement."""
+    by_thread: dict[int, set[str]] = {}
+    for thread, statement in observed_scale_run["statements"]:
+        by_thread.setdefault(thread, set()).add(statement)
+    assert len(by_thread) == 3  # the single-client run and the 2 concurrent clients
+    assert all(len(statements) == 1 for statements in by_thread.values()), by_thread
+    assert {s for statements in by_thread.values() for s in statements} == {queries.RETRIEVE_OWN_TRANSACTION}
