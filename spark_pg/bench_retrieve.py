@@ -15,7 +15,6 @@ the synthetic corpus (:func:`quality`).
 
 from __future__ import annotations
 
-import hashlib
 import platform
 import random
 import sys
@@ -44,8 +43,6 @@ from spark_pg.index_progress import index_build_progress, vacuum_progress
 from spark_pg.ingest import ensure_model
 from spark_pg.retrieve import retrieve
 
-COPY_BENCH = """COPY spark.memories (tenant, key, kind, category, text, descriptor, content_hash, importance,
-                                   created_at) FROM STDIN"""
 STAGE_VECTORS = "CREATE TEMP TABLE _bench_vectors (key text PRIMARY KEY, embedding vector) ON COMMIT DROP"
 COPY_VECTORS = "COPY _bench_vectors (key, embedding) FROM STDIN (FORMAT BINARY)"  # ~35x text format's rate
 BUILD_TABLE = """CREATE TABLE IF NOT EXISTS public.spark_bench_build (
@@ -161,22 +158,10 @@ def _load(
                 total=2 * len(texts), desc="load (rows, then vectors)", unit="row", disable=not progress
             ) as bar,
         ):
-            with cur.copy(COPY_BENCH) as copy:
+            with cur.copy(synthetic.COPY_MEMORIES) as copy:
                 for n, i in enumerate(order, 1):
                     text = texts[i]
-                    copy.write_row(
-                        (
-                            owner[i],
-                            f"m{i}",
-                            rng.choice(synthetic.KINDS),
-                            rng.choice(synthetic.CATEGORIES),
-                            text,
-                            text,
-                            hashlib.sha256(text.encode()).digest(),
-                            round(rng.random(), 2),
-                            created[i],
-                        )
-                    )
+                    copy.write_row(synthetic.memory_row(owner[i], f"m{i}", text, rng, created[i]))
                     if n % 1000 == 0:
                         bar.update(1000)
             bar.update(len(texts) % 1000)

@@ -16,7 +16,6 @@ start).
 
 from __future__ import annotations
 
-import hashlib
 import random
 import re
 import time
@@ -53,8 +52,6 @@ WARMUP = 10
 # (with now(), the recency scores of two calls made milliseconds apart differed in the 8th digit)
 CALL = """SELECT key, score
           FROM spark.retrieve(%s, %s, NULL, %s::integer, jsonb_build_object('as_of', %s::timestamptz))"""
-COPY_MEMORIES = """COPY spark.memories (tenant, key, kind, category, text, descriptor, content_hash,
-                                     importance, created_at) FROM STDIN"""
 
 
 @dataclass(frozen=True)
@@ -128,22 +125,11 @@ def _load(url: str, spec: RlsSpec, progress: bool) -> dict[str, int]:
         with (
             conn.cursor() as cur,
             tqdm(total=len(rows), desc="load (lexical, no vectors)", unit="row", disable=not progress) as bar,
-            cur.copy(COPY_MEMORIES) as copy,
+            cur.copy(synthetic.COPY_MEMORIES) as copy,
         ):
             for n, (tenant, key, text) in enumerate(rows, 1):
-                copy.write_row(
-                    (
-                        tenant,
-                        key,
-                        rng.choice(synthetic.KINDS),
-                        rng.choice(synthetic.CATEGORIES),
-                        text,
-                        text,
-                        hashlib.sha256(text.encode()).digest(),
-                        round(rng.random(), 2),
-                        created.pop(),  # oldest first: rows arrive in time order
-                    )
-                )
+                # oldest first: rows arrive in time order
+                copy.write_row(synthetic.memory_row(tenant, key, text, rng, created.pop()))
                 if n % 1000 == 0 or n == len(rows):
                     bar.update(n - bar.n)
         # the pack as `spark-pg seed` loads it, but without vectors (SparkClient.load_seed_pack embeds)

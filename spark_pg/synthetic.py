@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import hashlib
 import random
+from datetime import datetime
 
 ACTIONS = (
     "Run",
@@ -106,3 +108,24 @@ def queries(n: int, seed: int = 11) -> list[str]:
     rng = random.Random(seed)
     verbs = ("Edit", "Fix", "Debug", "Deploy", "Refactor", "Test", "Speed up", "Configure")
     return [f"{rng.choice(verbs)} {rng.choice(OBJECTS)} {rng.choice(CONTEXTS)}" for _ in range(n)]
+
+
+# the benches' bulk load of synthetic memories (bench retrieve and scale, bench rls): rows of memory_row
+COPY_MEMORIES = """COPY spark.memories (tenant, key, kind, category, text, descriptor, content_hash,
+                                   importance, created_at) FROM STDIN"""
+
+
+def memory_row(tenant: str, key: str, text: str, rng: random.Random, created: datetime) -> tuple[object, ...]:
+    """A row of :data:`COPY_MEMORIES`: ``text`` as its own descriptor, a random kind, category and
+    importance (two decimals) from ``rng``."""
+    return (
+        tenant,
+        key,
+        rng.choice(KINDS),
+        rng.choice(CATEGORIES),
+        text,
+        text,
+        hashlib.sha256(text.encode()).digest(),
+        round(rng.random(), 2),
+        created,
+    )
