@@ -296,7 +296,8 @@ def few_samples_note(calls: int) -> str | None:
     return f"{which} taken from {calls} calls, close to the slowest one: measure 100 or more (--queries)"
 
 
-def _percentiles(values: list[float]) -> dict[str, float]:
+def percentiles(values: list[float]) -> dict[str, float]:
+    """Latencies (ms) as p50 / p95 / p99 (linear interpolation), mean and max, to 0.01 ms."""
     ms = np.array(values)
     return {p: round(float(np.percentile(ms, q)), 2) for p, q in PERCENTILES} | {
         "mean": round(float(ms.mean()), 2),
@@ -510,7 +511,7 @@ def _run(
         "tenants": spec.tenants,
         "queries": spec.queries,
         "k": spec.k,
-        "retrieve_ms": _percentiles(timings),
+        "retrieve_ms": percentiles(timings),
         "mean_results": round(float(np.mean([len(r) for r in returned])), 2),
         "corpus_reused": reused,
         "build": build,
@@ -610,7 +611,7 @@ def _baseline_report(
     base_quality: dict[str, Any],
 ) -> dict[str, Any]:
     """The "baseline" section of the bench result: latency side by side, the baseline's parts, quality."""
-    ours, theirs = _percentiles(timings), _percentiles(base_timings)
+    ours, theirs = percentiles(timings), percentiles(base_timings)
     return {
         "system": (
             "python hybrid: pgvector top-n + ts_rank_cd OR-query top-n (tenant-filtered), vectors of "

@@ -25,13 +25,12 @@ from datetime import UTC, datetime, timedelta
 from importlib import resources
 from typing import Any
 
-import numpy as np
 import psycopg
 from psycopg import sql
 from tqdm import tqdm
 
 from spark_pg import schema, scratch, synthetic
-from spark_pg.bench_retrieve import machine, run_info
+from spark_pg.bench_retrieve import machine, percentiles, run_info
 from spark_pg.config import Settings
 from spark_pg.db import connect
 from spark_pg.errors import DatabaseError, InputError
@@ -79,16 +78,6 @@ def renamed(statements: str, tenant: str = LARGE) -> str:
     """A documented block with the bench's role names: its group for ``spark_tenant``, ``tenant`` for
     ``alice`` (the names are plain identifiers: no quoting is needed)."""
     return re.sub(r"\balice\b", tenant, re.sub(r"\bspark_tenant\b", GROUP, statements))
-
-
-def _percentiles(values: list[float]) -> dict[str, float]:
-    ms = np.array(values)
-    return {
-        "p50": round(float(np.percentile(ms, 50)), 2),
-        "p95": round(float(np.percentile(ms, 95)), 2),
-        "mean": round(float(ms.mean()), 2),
-        "max": round(float(ms.max()), 2),
-    }
 
 
 def _drop_roles(admin: psycopg.Connection[Any], *, refuse_foreign: bool) -> None:
@@ -260,7 +249,7 @@ def _run(url: str, spec: RlsSpec, progress: bool) -> dict[str, Any]:
                     )
     per_tenant = []
     for t in tenants:
-        own, role = _percentiles(timings[(t, "owner")]), _percentiles(timings[(t, "role")])
+        own, role = percentiles(timings[(t, "owner")]), percentiles(timings[(t, "role")])
         per_tenant.append(
             {
                 "tenant": t,
