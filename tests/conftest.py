@@ -237,6 +237,22 @@ class Blocked:
 
 
 @contextmanager
+def bench_corpus(server_url: str, settings: Settings, embedder: Embedder, spec: Any) -> Iterator[Any]:
+    """The corpus database of ``spec`` (a bench_retrieve.BenchSpec) built fresh by one bench run, dropped
+    after the block."""
+    from spark_pg import bench_retrieve
+
+    if scratch.exists(server_url, spec.db_name):
+        scratch.drop(server_url, spec.db_name)
+    try:
+        bench_retrieve.run(settings, server_url, embedder, spec, progress=False)
+        yield spec
+    finally:
+        if scratch.exists(server_url, spec.db_name):
+            scratch.drop(server_url, spec.db_name)
+
+
+@contextmanager
 def hook_server(url: str, embedder: Embedder, path: Path) -> Iterator[str]:
     """A hook server (spark_pg.hooks.server) in a thread on the socket ``path``, over a pool of 2 connections
     to ``url``; yields the socket's path, and stops the server and the pool on the way out."""

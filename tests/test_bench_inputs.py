@@ -16,7 +16,7 @@ from spark_pg.config import Settings
 from spark_pg.db import connect
 from spark_pg.embedding import Embedder
 from spark_pg.errors import InputError
-from tests.conftest import usage_error
+from tests.conftest import bench_corpus, usage_error
 
 
 @pytest.mark.parametrize(
@@ -116,15 +116,10 @@ def test_tenant_sizes_are_positive_skewed_and_sum_up(memories: int, tenants: int
 
 @pytest.fixture
 def tiny_corpus(server_url: str, model_settings: Settings, embedder: Embedder) -> Iterator[BenchSpec]:
-    spec = BenchSpec(60, 3, queries=4, warmup=1, real=60)
-    if scratch.exists(server_url, spec.db_name):
-        scratch.drop(server_url, spec.db_name)
-    try:
-        bench_retrieve.run(model_settings, server_url, embedder, spec, progress=False)
+    with bench_corpus(
+        server_url, model_settings, embedder, BenchSpec(60, 3, queries=4, warmup=1, real=60)
+    ) as spec:
         yield spec
-    finally:
-        if scratch.exists(server_url, spec.db_name):
-            scratch.drop(server_url, spec.db_name)
 
 
 @pytest.mark.parametrize(

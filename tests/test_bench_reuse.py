@@ -16,21 +16,17 @@ from spark_pg.config import Settings
 from spark_pg.db import connect
 from spark_pg.embedding import Embedder
 from spark_pg.errors import InputError
+from tests.conftest import bench_corpus
 
 OTHER_VECTORS = "holds other vectors than this version computes for its texts: run again with --fresh"
 
 
 @pytest.fixture
 def corpus(server_url: str, model_settings: Settings, embedder: Embedder) -> Iterator[BenchSpec]:
-    spec = BenchSpec(60, 3, queries=4, warmup=1, real=60, seed=11)
-    if scratch.exists(server_url, spec.db_name):
-        scratch.drop(server_url, spec.db_name)
-    try:
-        bench_retrieve.run(model_settings, server_url, embedder, spec, progress=False)
+    with bench_corpus(
+        server_url, model_settings, embedder, BenchSpec(60, 3, queries=4, warmup=1, real=60, seed=11)
+    ) as spec:
         yield spec
-    finally:
-        if scratch.exists(server_url, spec.db_name):
-            scratch.drop(server_url, spec.db_name)
 
 
 def test_a_corpus_with_a_changed_stored_vector_is_not_reused(

@@ -396,17 +396,21 @@ def test_bench_commands_that_write_no_report_do_not_touch_the_report_folder(
     assert (tmp_path / "reports").is_file()
 
 
+# a database URL or conninfo and how commands show it: the password masked, everything else as given
+MASKED_URLS = [
+    ("postgresql://app:s3cret@db/x", "postgresql://app:***@db/x"),
+    (
+        "postgresql://app@db/x?sslmode=require&password=s3cret",
+        "postgresql://app@db/x?sslmode=require&password=***",
+    ),
+    ("host=/run dbname=x password=s3cret", "password=***"),
+    ("postgresql://db/x", "postgresql://db/x"),
+]
+
+
 @pytest.mark.parametrize(
     ("url", "shown"),
-    [
-        ("postgresql://app:s3cret@db/x", "postgresql://app:***@db/x"),
-        (
-            "postgresql://app@db/x?sslmode=require&password=s3cret",
-            "postgresql://app@db/x?sslmode=require&password=***",
-        ),
-        ("host=/run dbname=x password=s3cret", "password=***"),
-        ("postgresql://db/x", "postgresql://db/x"),
-    ],
+    MASKED_URLS,
 )
 def test_db_commands_never_print_a_password(
     url: str, shown: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
@@ -451,15 +455,7 @@ def test_triggers_load_checks_the_file_then_makes_the_tenants_rules_exactly_its(
 @pytest.mark.parametrize("source", ["environment", "file"])
 @pytest.mark.parametrize(
     ("url", "shown"),
-    [
-        ("postgresql://app:s3cret@db/x", "postgresql://app:***@db/x"),
-        (
-            "postgresql://app@db/x?sslmode=require&password=s3cret",
-            "postgresql://app@db/x?sslmode=require&password=***",
-        ),
-        ("host=/run dbname=x password=s3cret", "password=***"),
-        ("postgresql://db/x", "postgresql://db/x"),
-    ],
+    MASKED_URLS,
 )
 def test_config_never_prints_a_password(
     url: str,
