@@ -312,7 +312,8 @@ def _chosen(dataset: Dataset, conversations: Sequence[str] | None) -> tuple[str,
         shown = ", ".join(known[:20]) + (", ..." if len(known) > 20 else "")
         what = f"{unknown[0]!r} is not a conversation of {dataset.name}" if unknown else "none given"
         raise InputError(f"conversations: {what}; it has {len(known)}: {shown}")
-    return tuple(c for c in known if c in set(conversations))
+    wanted = set(conversations)
+    return tuple(c for c in known if c in wanted)
 
 
 def check_params(url: str, params: Mapping[str, Any]) -> None:
