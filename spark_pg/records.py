@@ -221,13 +221,14 @@ def _text(
     max_len: int,
     required: bool = False,
     default: str | None = None,
+    visible: bool = False,
 ) -> str | None:
     value = row.get(name)
     if value is None:
         if required:
             raise IngestError(where[0], where[1], name, "is required")
         return default
-    problem = text_problem(value, max_len)
+    problem = text_problem(value, max_len, visible=visible)
     if problem:
         raise IngestError(where[0], where[1], name, problem)
     return str(value)
@@ -311,7 +312,7 @@ def validate_row(
             "tenant",
             f"{SYSTEM_TENANT} holds the cold-start pack: only `spark-pg seed` writes it",
         )
-    text = _text(row, "text", where, max_len=MAX_TEXT, required=True)
+    text = _text(row, "text", where, max_len=MAX_TEXT, required=True, visible=True)
     assert text is not None
     kind = _choice(row, "kind", where, KINDS, "insight")
     key = _text(row, "key", where, max_len=MAX_KEY)

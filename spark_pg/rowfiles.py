@@ -27,6 +27,24 @@ Fail = Callable[[int, str], Exception]  # (1-based line, message) -> the error t
 
 _CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")
 
+# Code points that show nothing: Unicode 14's (Python 3.11's) control (Cc), format (Cf: zero-width space and
+# joiners, soft hyphen, bidi marks, BOM, tags) and space characters (Zs, Zl, Zp), as inclusive ranges. Frozen
+# here rather than read from unicodedata, so that this check and the database's CHECK memories_text_visible
+# (migration 0016, the same ranges) agree whatever Unicode version a later Python ships.
+INVISIBLE_RANGES: tuple[tuple[int, int], ...] = (
+    (0x0000, 0x0020), (0x007F, 0x00A0), (0x00AD, 0x00AD), (0x0600, 0x0605), (0x061C, 0x061C),
+    (0x06DD, 0x06DD), (0x070F, 0x070F), (0x0890, 0x0891), (0x08E2, 0x08E2), (0x1680, 0x1680),
+    (0x180E, 0x180E), (0x2000, 0x200F), (0x2028, 0x202F), (0x205F, 0x2064), (0x2066, 0x206F),
+    (0x3000, 0x3000), (0xFEFF, 0xFEFF), (0xFFF9, 0xFFFB), (0x110BD, 0x110BD), (0x110CD, 0x110CD),
+    (0x13430, 0x13438), (0x1BCA0, 0x1BCA3), (0x1D173, 0x1D17A), (0xE0001, 0xE0001), (0xE0020, 0xE007F),
+)  # fmt: skip
+_VISIBLE = re.compile("[^" + "".join(f"\\U{a:08x}-\\U{b:08x}" for a, b in INVISIBLE_RANGES) + "]")
+
+
+def shows_nothing(text: str) -> bool:
+    """True when ``text`` holds no character that shows: only :data:`INVISIBLE_RANGES`, or nothing."""
+    return _VISIBLE.search(text) is None
+
 
 def flattened(text: str) -> str:
     """``text`` as the scrubber should see it: NFKC, without invisible format characters (Unicode category
@@ -183,13 +201,17 @@ def checked_text(name: str, value: str) -> str:
     return value
 
 
-def text_problem(value: object, max_len: int) -> str | None:
+def text_problem(value: object, max_len: int, *, visible: bool = False) -> str | None:
     """Why ``value`` is not a usable text field (not a string, blank, over ``max_len`` characters, or
-    unstorable: :func:`string_problem`), or None."""
+    unstorable: :func:`string_problem`), or None. With ``visible``, a text of white space and invisible
+    characters only (:func:`shows_nothing`: zero-width spaces, a BOM, control characters) counts as blank:
+    a memory's text, which is embedded and searched."""
     if not isinstance(value, str):
         return f"must be a string, not {type(value).__name__}"
     if not value.strip():
         return "must not be empty"
+    if visible and shows_nothing(value):
+        return "must not be empty (it holds only white space and invisible characters)"
     if len(value) > max_len:
         return f"is {len(value)} characters; the limit is {max_len}"
     return string_problem(value)
