@@ -183,6 +183,8 @@ class Advisor:
         }
         if opts.domain_filter:
             params["domains"] = list(intent.domains)
+        if opts.interrupts:  # the pack's interrupting items are not cut for being weaker than the best
+            params["keep_interrupts"] = True
         if self.embedder is not None:  # a vector of another model than the active one is never compared
             params["query_model"] = self.embedder.spec.name
         params.update(opts.params)

@@ -33,7 +33,8 @@ SELECT jsonb_build_object(
     'rrf_w_recent', 0.2,
     'rrf_w_random', 0.1,
     'rrf_w_pinned', 0.5,
-    'rrf_w_trigger', 1.0,
+    'rrf_w_trigger', 1.0
+) || jsonb_build_object(  -- a function takes at most 100 arguments: 50 keys each
     'min_similarity', 0.25,        -- gate for candidates whose only evidence is semantic
     'min_fusion_score', 0.2,       -- the decision gate on the fused score
     'adaptive_ratio', 0.4,         -- adaptive / high_precision: also drop scores below ratio x best
@@ -49,6 +50,8 @@ SELECT jsonb_build_object(
     'domain_min', 3,               -- ... unless that leaves fewer than this many candidates: then no filter
     'trigger_text', NULL,          -- the text trigger rules match (the tool call); NULL = query_text
     'include_system', true,        -- include the cold-start pack (tenant _system)
+    'keep_interrupts', false,      -- exempt the pack's interrupting trigger items from the adaptive cutoff too
+                                   -- (a tenant's own are always exempt); the advisor sets it with interrupts on
     'pack_yield', 100,             -- the pack's scores x 1 / (1 + own memories / pack_yield): it yields as a
                                    -- tenant's own knowledge grows (100 own memories halve it)
     'use_cache', true,             -- with query_embedding NULL, look the text up in spark.query_embeddings
@@ -100,7 +103,7 @@ BEGIN
     FOR item IN SELECT e.key, e.value FROM jsonb_each(params) e LOOP
         IF spark._check_param(item.key, item.value, defaults, ranges) THEN
             CONTINUE;  -- a number in its range
-        ELSIF item.key IN ('include_system', 'use_cache', 'fitted_weights') THEN
+        ELSIF jsonb_typeof(defaults -> item.key) = 'boolean' THEN  -- include_system, keep_interrupts, ...
             IF jsonb_typeof(item.value) <> 'boolean' THEN
                 RAISE EXCEPTION 'params.% must be true or false, got %', item.key, item.value
                     USING ERRCODE = 'invalid_parameter_value';

@@ -532,8 +532,10 @@ BEGIN
                     -- for being weaker than the best: the rule exists to say it whatever the similarity
                     -- (the pack's memories still yield, by design, to a tenant's own)
                     WHEN gated.score < $11 * best.score
-                         AND NOT (gated.trig > 0 AND NOT gated.system_default
-                                  AND (gated.prio >= 0.3 OR gated.trig_interrupt IS NOT NULL)) THEN
+                         AND NOT (gated.trig > 0
+                                  AND ((NOT gated.system_default AND gated.prio >= 0.3)
+                                       OR (gated.trig_interrupt IS NOT NULL
+                                           AND (NOT gated.system_default OR ($5 ->> 'keep_interrupts')::boolean)))) THEN
                         format('dropped: adaptive cutoff (%s < %s x best %s)', round(gated.score::numeric, 4), $11,
                                round(best.score::numeric, 4))
                     END AS pre_status

@@ -398,16 +398,9 @@ def test_an_interrupt_does_not_deny_a_call_that_runs_nothing_destructive(
     [
         ("Bash", {"command": "rm -rf /var/data"}),
         ("Bash", {"command": "psql -c 'DROP TABLE orders'", "description": "clean up"}),
-        pytest.param(
-            "Bash",
-            {"command": "git push --force origin main"},
-            marks=pytest.mark.xfail(
-                strict=True,
-                reason="not denied before this change either: the adaptive cutoff (0.85 x the best) drops "
-                "the pack's critical item under the git and deploy advice (spark.retrieve keeps a tenant's "
-                "own critical trigger items only)",
-            ),
-        ),
+        # the adaptive cutoff (0.85 x the best) dropped the pack's critical item under the git and deploy
+        # advice until the advisor, with interrupts on, asked to keep interrupting items (keep_interrupts)
+        ("Bash", {"command": "git push --force origin main"}),
         ("Bash", {"command": "git reset --hard HEAD~3"}),
         ("Bash", {"command": "cd /repo && sudo rm -Rf build/../data"}),
         ("Bash", {"command": 'ssh prod "rm -rf /srv/app/releases"'}),

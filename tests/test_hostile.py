@@ -217,6 +217,7 @@ valid_retrieve_params = st.fixed_dictionaries(
     {},
     optional={
         "include_system": st.booleans(),
+        "keep_interrupts": st.booleans(),
         "fusion": st.sampled_from(["weighted", "rrf"]),
         "precision_mode": st.sampled_from(["high_recall", "adaptive", "high_precision"]),
         "min_similarity": st.floats(-1, 1),
@@ -376,6 +377,7 @@ RETRIEVE_KEYS = (
     "domains",
     "trigger_text",
     "include_system",
+    "keep_interrupts",
     "query_model",
     "seed",
     "week_cap",

@@ -267,6 +267,19 @@ def test_bad_input_names_the_parameter(
         conn.execute("SELECT * FROM spark.retrieve(%s, %s, NULL, %s, %s)", (tenant, query, k, Jsonb(params)))
 
 
+def test_every_boolean_param_takes_only_true_or_false(conn: Conn) -> None:
+    """Checked by the default's type, so that a boolean key added later is checked too."""
+    row = conn.execute("SELECT spark.retrieve_defaults()").fetchone()
+    assert row is not None
+    flags = sorted(key for key, value in row[0].items() if isinstance(value, bool))
+    assert {"include_system", "keep_interrupts", "use_cache", "fitted_weights"} <= set(flags)
+    for key in flags:
+        for bad in ("yes", 1, None):
+            refused = pytest.raises(errors.InvalidParameterValue, match=f"params.{key} must be true or false")
+            with refused, conn.transaction():
+                conn.execute("SELECT * FROM spark.retrieve(%s, 'q', NULL, 5, %s)", (T, Jsonb({key: bad})))
+
+
 def test_params_must_be_an_object_and_vectors_must_fit(conn: Conn) -> None:
     with (
         pytest.raises(errors.InvalidParameterValue, match="params must be a JSON object"),
