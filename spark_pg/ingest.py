@@ -21,7 +21,7 @@ from tqdm import tqdm
 from spark_pg import queries
 from spark_pg.connection_modes import statement_timeout_lifted
 from spark_pg.embedding import Embedder, ModelSpec
-from spark_pg.errors import IngestError, InputError, ModelMismatch
+from spark_pg.errors import DatabaseError, IngestError, InputError, ModelMismatch
 from spark_pg.intent import ACTION_DOMAINS, actionability
 from spark_pg.records import SCRUBBED_KINDS, SYSTEM_TENANT, MemoryIn, validate_row
 from spark_pg.refusals import one_line
@@ -90,8 +90,9 @@ def hold_active_model(conn: psycopg.Connection[Any]) -> tuple[int, str] | None:
     """Hold off a model switch until the current transaction ends (queries.HOLD_MODEL_SWITCH), then return
     the active model as (id, name), or None when none is. Writers that store vectors call it in their write
     transaction before they write anything, and store vectors only of that model."""
-    conn.execute(queries.HOLD_MODEL_SWITCH)
-    row = conn.execute(queries.ACTIVE_MODEL_HELD).fetchone()
+    held = conn.execute(queries.HOLD_MODEL_SWITCH).fetchone()
+    fresh = held is not None and bool(held[1])
+    row = conn.execute(queries.ACTIVE_MODEL_SEEN if fresh else queries.ACTIVE_MODEL_HELD).fetchone()
     return None if row is None else (int(row[0]), str(row[1]))
 
 
@@ -113,10 +114,19 @@ def _model_kept(conn: psycopg.Connection[Any], model_id: int, name: str) -> int 
 
 
 def ensure_model(conn: psycopg.Connection[Any], embedder: Embedder) -> int:
-    """Register the embedder's model (committed) and return its id; refuse to mix models."""
-    with conn.transaction():
-        check_active_model(conn, embedder.spec.name)
-        return register_model(conn, embedder.spec)
+    """Register the embedder's model (committed) and return its id; refuse to mix models. A role that may
+    not register it (a tenant role under row-level security, docs/security.md) gets a DatabaseError saying
+    what to do instead."""
+    try:
+        with conn.transaction():
+            check_active_model(conn, embedder.spec.name)
+            return register_model(conn, embedder.spec)
+    except psycopg.errors.InsufficientPrivilege as exc:
+        raise DatabaseError(
+            f"this role may not register the embedding model {embedder.spec.name} ({one_line(exc)}): "
+            "let the schema owner register it (its first ingest with embedding, or `spark-pg worker`), "
+            "or ingest with --defer-embedding (defer=True) and let the owner's worker embed"
+        ) from exc
 
 
 def stored_row(record: MemoryIn) -> tuple[Any, ...]:

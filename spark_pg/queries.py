@@ -15,11 +15,17 @@ ACTIVE_MODEL = "SELECT id, name, dim FROM spark.active_model() WHERE id IS NOT N
 # statement: a statement's snapshot is taken before it waits for a lock). spark.activate_model takes it
 # exclusively (sql/010-models.sql): a switch waits for the writers in flight and rebuilds the queue with
 # what they wrote, and a writer that comes after it sees the new model.
-HOLD_MODEL_SWITCH = "SELECT pg_advisory_xact_lock_shared(hashtextextended('spark.activate_model', 0))"
+HOLD_MODEL_SWITCH = """
+SELECT pg_advisory_xact_lock_shared(hashtextextended('spark.activate_model', 0)),
+       current_setting('transaction_isolation') = 'read committed' AS fresh_snapshots
+"""
 
-# FOR SHARE: in a caller's REPEATABLE READ transaction, a switch committed since its snapshot is a
-# serialization failure (40001) instead of the old model read as still active
-ACTIVE_MODEL_HELD = "SELECT id, name FROM spark.embedding_models WHERE active FOR SHARE"
+# In READ COMMITTED (fresh_snapshots) the next statement's snapshot is taken after the lock, so it sees a
+# switch that committed before. In a caller's REPEATABLE READ or SERIALIZABLE transaction FOR SHARE makes a
+# switch committed since its snapshot a serialization failure (40001) instead of the old model read as still
+# active; FOR SHARE needs UPDATE on the table, which a tenant role (docs/security.md) does not hold.
+ACTIVE_MODEL_SEEN = "SELECT id, name FROM spark.embedding_models WHERE active"
+ACTIVE_MODEL_HELD = ACTIVE_MODEL_SEEN + " FOR SHARE"
 
 INGEST_COLUMNS = (
     "tenant",

@@ -22,8 +22,11 @@ from spark_pg import health
 from spark_pg.client import SparkClient
 from spark_pg.config import Settings, load_settings
 from spark_pg.db import connect
+from spark_pg.embedding import Embedder
 from spark_pg.errors import DatabaseError
 from spark_pg.health import format_report
+from spark_pg.ingest import ensure_model, ingest
+from spark_pg.records import validate_row
 from spark_pg.retrieve import retrieve
 from tests.conftest import temp_database
 
@@ -377,3 +380,45 @@ def test_a_tenant_role_uses_the_python_client_with_the_documented_grants(
     refused = SparkClient(settings, url=alice)
     with pytest.raises(DatabaseError, match=r"GRANT SELECT ON public\.spark_alembic_version"), refused:
         refused.search(roles.alice, "pin the base image digest")
+
+
+def test_a_tenant_role_ingests_with_embedding_once_the_owner_registered_the_model(
+    server_url: str, embedder: Embedder
+) -> None:
+    """A tenant role holds no UPDATE on spark.embedding_models, so the writers' `SELECT ... FOR SHARE` of the
+    active model (spark_pg.queries.ACTIVE_MODEL_HELD) refused it with a bare 42501 and only deferred ingest
+    worked. In READ COMMITTED, the advisory lock taken first already orders it with a model switch."""
+    reason = _can_create_roles(server_url)
+    if reason:
+        pytest.skip(reason)
+    suffix = uuid.uuid4().hex[:8]
+    roles = Roles(f"spark_tenant_{suffix}", f"rls_alice_{suffix}", f"rls_bob_{suffix}", f"spark_app_{suffix}")
+    try:
+        with temp_database(server_url, install=True) as url:
+            with connect(url, autocommit=True) as admin:
+                admin.execute(renamed(doc_block("rls-grants"), roles))
+                admin.execute(renamed(doc_block("rls-tenant"), roles))
+                admin.execute(renamed(doc_block("rls-policies"), roles))
+            record = validate_row({"text": "Pin the base image digest."}, Path("-"), 1, roles.alice)
+            with connect(url) as conn, as_role(conn, roles.alice):  # no model registered yet
+                with pytest.raises(DatabaseError, match=r"may not register .*--defer-embedding"):
+                    ingest(conn, [record], embedder)
+                conn.rollback()
+            with connect(url, autocommit=True) as admin:
+                ensure_model(admin, embedder)  # the owner registers the model (and builds its index)
+            with connect(url) as conn, as_role(conn, roles.alice):
+                result = ingest(conn, [record], embedder)
+                conn.commit()
+                assert result.inserted == 1
+            with connect(url) as admin:
+                stored = admin.execute(
+                    "SELECT count(*) FROM spark.embeddings WHERE tenant = %s", (roles.alice,)
+                ).fetchone()
+                queued = admin.execute(
+                    "SELECT count(*) FROM spark.embed_queue WHERE tenant = %s", (roles.alice,)
+                ).fetchone()
+            assert (stored, queued) == ((1,), (0,))
+    finally:
+        with psycopg.connect(server_url, autocommit=True) as admin:
+            for role in (roles.alice, roles.bob, roles.app, roles.group):
+                admin.execute(sql.SQL("DROP ROLE IF EXISTS {}").format(sql.Identifier(role)))
