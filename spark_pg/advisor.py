@@ -48,12 +48,16 @@ MAX_TOOL_NAME = 256  # what spark.advise records (spark.retrievals.tool_name)
 INTERRUPT_AGAIN_AFTER_S = 3600  # the same call of a session within this after a deny passes, as advice
 
 # the interrupting rules among those that matched whose pattern also matches what the call runs, evaluated
-# by the database's own regular expressions (the rules' semantics); only sent when an item would block
+# by the database's own regular expressions (the rules' semantics); only sent when an item would block. The
+# rules are chosen behind a fence (OFFSET 0) before any pattern is tested, so that no plan tests another
+# tenant's patterns (spark._candidates' trigger pool met such a plan: tests/test_rule_isolation.py)
 _INTERRUPTS_ON_ACTION = """
-SELECT DISTINCT r.name FROM spark.trigger_rules r
-WHERE r.tenant IN (%(tenant)s, spark.system_tenant()) AND r.name = ANY(%(rules)s)
-  AND r.interrupt AND NOT r.shadow AND round(r.confidence::numeric, 3) >= %(min_confidence)s
-  AND %(action)s ~* r.pattern
+SELECT DISTINCT r.name FROM (
+    SELECT r.name, r.pattern FROM spark.trigger_rules r
+    WHERE r.tenant IN (%(tenant)s, spark.system_tenant()) AND r.name = ANY(%(rules)s)
+      AND r.interrupt AND NOT r.shadow AND round(r.confidence::numeric, 3) >= %(min_confidence)s
+    OFFSET 0) r
+WHERE %(action)s ~* r.pattern
 """
 
 

@@ -353,10 +353,15 @@ BEGIN
                                                                  WHEN 'normal' THEN 2 ELSE 1 END DESC))[1] AS priority,
                    (max(r.confidence) FILTER (WHERE r.interrupt))::double precision AS interrupt,
                    array_agg(r.name ORDER BY r.confidence DESC, r.interrupt DESC, r.name) AS rules
-            FROM spark.trigger_rules r
+            -- the tenants' live rules first, behind a fence (OFFSET 0): the planner would otherwise test the
+            -- pattern before the tenant (it costs the array's = ANY above a regex), so every call compiled
+            -- every tenant's patterns and one tenant's rules slowed all the others
+            FROM (SELECT r.name, r.pattern, r.context_pattern, r.surface, r.confidence, r.priority, r.interrupt
+                  FROM spark.trigger_rules r
+                  WHERE $18 IS NOT NULL AND r.tenant = ANY($1) AND NOT r.shadow
+                  OFFSET 0) r
             JOIN spark.memories mm ON mm.tenant = ANY($1) AND mm.key = ANY(r.surface) AND mm.created_at <= $3
-            WHERE $18 IS NOT NULL AND r.tenant = ANY($1) AND NOT r.shadow
-              AND $18 ~* r.pattern AND (r.context_pattern IS NULL OR $18 ~* r.context_pattern)
+            WHERE $18 ~* r.pattern AND (r.context_pattern IS NULL OR $18 ~* r.context_pattern)
             GROUP BY mm.id),
         pools AS (
             SELECT s.id, 'semantic'::text AS pool, row_number() OVER (ORDER BY s.dist, s.id) AS rnk, s.dist FROM sem s

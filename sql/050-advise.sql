@@ -67,15 +67,17 @@ BEGIN
         prm := spark._retrieve_params(advise.params);
         INSERT INTO spark.trigger_shadow_hits (tenant, retrieval_id, rule_name, memory_id)
         SELECT advise.tenant, rid, r.name, h.id
-        FROM spark.trigger_rules r
+        -- the tenant's shadow rules first, behind a fence (OFFSET 0), so that no plan tests another
+        -- tenant's patterns (as spark._candidates' trigger pool)
+        FROM (SELECT r.name, r.pattern, r.context_pattern, r.surface
+              FROM spark.trigger_rules r WHERE r.tenant = advise.tenant AND r.shadow OFFSET 0) r
         CROSS JOIN LATERAL (
             SELECT mm.id FROM spark.memories mm
             WHERE mm.tenant = advise.tenant AND mm.key = ANY(r.surface)
               AND mm.created_at <= coalesce((prm ->> 'as_of')::timestamptz, now())
             ORDER BY mm.id
             LIMIT (prm ->> 'pool_trigger')::integer) h
-        WHERE r.tenant = advise.tenant AND r.shadow
-          AND ttext ~* r.pattern AND (r.context_pattern IS NULL OR ttext ~* r.context_pattern)
+        WHERE ttext ~* r.pattern AND (r.context_pattern IS NULL OR ttext ~* r.context_pattern)
         ON CONFLICT DO NOTHING;
     END IF;
     UPDATE spark.retrievals l SET latency_ms = extract(epoch FROM clock_timestamp() - started) * 1000
