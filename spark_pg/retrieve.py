@@ -164,15 +164,24 @@ def retrieve(
     Called outside a transaction, the call is its own transaction (one round trip, see :func:`one_statement`)
     and the cache write does not wait for the WAL flush (queries.RETRIEVE_OWN_TRANSACTION); inside the
     caller's transaction it commits with it. Without ``cache`` or an ``embedding`` the statement writes
-    nothing, so it runs on a read-only connection or a standby too (with both, a read-only transaction
-    refuses the cache write: psycopg's ReadOnlySqlTransaction)."""
+    nothing, so it runs on a read-only connection or a standby too. The cache is left alone where it cannot
+    be written: on a connection set ``read_only``, and on a server or session whose transactions are
+    read-only (a standby, ``default_transaction_read_only``), where the call, its own transaction, is sent
+    again without the write. Only a read-only transaction the caller opened in SQL refuses the write
+    (psycopg's ReadOnlySqlTransaction: pass ``cache=False`` there)."""
     args = _params(tenant, query, embedding, k, params or {}, cache)
     with one_statement(conn) as own, conn.cursor(row_factory=class_row(Retrieved)) as cur:
-        if not (args["cache"] and args["embedding"] is not None):
+        if not (args["cache"] and args["embedding"] is not None) or conn.read_only:
             statement = queries.RETRIEVE_UNCACHED
         else:
             statement = queries.RETRIEVE_OWN_TRANSACTION if own else queries.RETRIEVE
-        cur.execute(statement, args)
+        try:
+            cur.execute(statement, args)
+        except psycopg.errors.ReadOnlySqlTransaction:
+            if not own or statement == queries.RETRIEVE_UNCACHED:
+                raise
+            # its own transaction, refused before anything ran: the same call without the cache write
+            cur.execute(queries.RETRIEVE_UNCACHED, args)
         return cur.fetchall()
 
 

@@ -179,10 +179,16 @@ def test_a_call_that_caches_nothing_runs_on_a_read_only_connection(
         assert retrieve(conn, tenant, QUERY, embedding=vec, params=NO_PACK, cache=False)[0].key == "physics"
         assert retrieve(conn, tenant, QUERY, params=NO_PACK)[0].why["mode"] == "lexical"
         assert explain(conn, tenant, QUERY, embedding=vec, params=NO_PACK)[0].key == "physics"
+        # with the cache on (the default) too: nothing is cached on a connection set read_only
+        assert retrieve(conn, tenant, QUERY, embedding=vec, params=NO_PACK)[0].key == "physics"
+        conn.rollback()
     standby_like = make_conninfo(db_url, options="-c default_transaction_read_only=on")
     with connect(standby_like) as conn:
         assert retrieve(conn, tenant, QUERY, embedding=vec, params=NO_PACK, cache=False)[0].key == "physics"
         assert retrieve(conn, tenant, QUERY, params=NO_PACK)[0].key in ("physics", "dark")
+        # the default call on a standby: refused with the write, answered without it
+        assert retrieve(conn, tenant, QUERY, embedding=vec, params=NO_PACK)[0].key == "physics"
+        assert conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
     assert _cached(db_url, tenant, QUERY) == []
 
 

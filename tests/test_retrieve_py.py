@@ -128,16 +128,22 @@ def test_a_read_only_connection_keeps_its_transaction_settings(
     client: SparkClient, db_url: str, tenant: str
 ) -> None:
     """read_only (like isolation_level and deferrable) reaches the server only through BEGIN: such a
-    connection takes the transaction path, so the call's write (the query cache) is refused as asked."""
+    connection takes the transaction path, and the call leaves the query cache alone (it used to send the
+    cache write and fail with ReadOnlySqlTransaction). A read-only transaction opened in SQL still refuses
+    the write: nothing tells the wrapper before it sends the statement."""
+    vec = client.embedder.embed_query("game physics")
     with connect(db_url) as conn:
         conn.read_only = True
         with one_statement(conn) as own:
             assert not own and conn.info.transaction_status == psycopg.pq.TransactionStatus.INTRANS
-        vec = client.embedder.embed_query("game physics")
+        conn.rollback()
+        rows = retrieve(conn, tenant, "game physics", embedding=vec, params={"include_system": False})
+        assert rows[0].key == "physics"
+        conn.read_only = None
+        conn.execute("BEGIN READ ONLY")
         with pytest.raises(psycopg.errors.ReadOnlySqlTransaction):
             retrieve(conn, tenant, "game physics", embedding=vec, params={"include_system": False})
         conn.rollback()
-        conn.read_only = None
         with one_statement(conn) as own:
             assert own and conn.autocommit
         assert not conn.autocommit
