@@ -6,6 +6,7 @@ import contextlib
 import io
 import json
 import math
+import re
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -19,7 +20,7 @@ from spark_pg import scratch
 from spark_pg.config import Settings
 from spark_pg.db import connect
 from spark_pg.embedding import Embedder, model_dir_for
-from spark_pg.errors import InputError
+from spark_pg.errors import IngestError, InputError
 from spark_pg.eval import cli as eval_cli
 from spark_pg.eval.dataset import MAX_NAME, DatasetError, Memory, load_dataset
 from spark_pg.eval.harness import EvalRun, evaluate, scratch_name, summarize
@@ -214,6 +215,21 @@ def _rewrite(path: Path, line: int, change: dict[str, Any], drop: str | None = N
         ("queries.jsonl", 1, {"as_of": 20240101}, None, "as_of", "ISO 8601"),
         # spark.retrieve takes 10,000 characters: was a refusal mid-run that dropped spark from the report
         ("queries.jsonl", 2, {"text": "why " * 2_501}, None, "text", "10000"),
+        # what ingest refuses: a text, a speaker or a caption that shows nothing passed, to be refused by
+        # ingest once the scratch database was made (without the line)
+        ("memories.jsonl", 2, {"text": "\u200b\u200b"}, None, "text", "only white space and invisible"),
+        ("memories.jsonl", 3, {"speaker": "\u200b\u2060"}, None, "speaker", "invisible characters"),
+        ("memories.jsonl", 5, {"image_caption": "\ufeff "}, None, "image_caption", "invisible characters"),
+        # the row as stored, checked by ingest's own validate_row: a time ingest refuses (0001-01-01 is in
+        # 1 BC in some time zones) passed here
+        (
+            "memories.jsonl",
+            4,
+            {"timestamp": "0001-01-01T00:00:00"},
+            None,
+            "timestamp",
+            "as stored, '0001-01-01T00:00:00+00:00' is not between 0001-01-02 and 9999-12-30 (UTC)",
+        ),
     ],
 )
 def test_a_malformed_row_names_file_line_and_field(
@@ -227,6 +243,32 @@ def test_a_malformed_row_names_file_line_and_field(
     assert isinstance(error, DatasetError)
     assert (Path(error.source).name, error.line, error.field) == (file, line, field)
     assert f"{file} line {line}, field {field!r}" in str(error) and message in str(error)
+
+
+def test_a_memory_of_invisible_characters_is_refused_before_any_database(
+    tmp_path: Path, model_settings: Settings, embedder: Embedder, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The audit's case: a turn of two zero-width spaces passed the dataset's checks; ingest refused it after
+    CREATE DATABASE (an empty spark_eval_ database left), as `records[1].text must not be empty`, exit 2,
+    with neither file nor line."""
+    folder = tmp_path / "ds"
+    folder.mkdir()
+    rows = [
+        {"id": "m1", "conversation_id": "c1", "text": "We met at the flea market."},
+        {"id": "m2", "conversation_id": "c1", "text": "\u200b\u200b"},
+    ]
+    (folder / "memories.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    query = _query("q1", "c1", "Where did we meet?", 1, ["m1"], "the flea market")
+    (folder / "queries.jsonl").write_text(json.dumps(query) + "\n")
+    said = r"memories\.jsonl line 2, field 'text': must not be empty"
+    with pytest.raises(DatasetError, match=said):  # not a DatabaseError: no server was asked
+        evaluate(folder, model_settings, server_url="postgresql://nowhere/none", embedder=embedder)
+    monkeypatch.setenv("SPARK_PG_DATABASE_URL", "postgresql://nowhere/none")
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err):
+        assert eval_cli.main(["--dataset", str(folder), "--report", str(tmp_path / "out")]) == 2
+    assert re.search(said, err.getvalue()), err.getvalue()
+    assert not (tmp_path / "out").exists()
 
 
 def test_bad_json_and_missing_files(tmp_path: Path) -> None:
@@ -428,6 +470,100 @@ def test_report_is_written(e2e: EndToEnd) -> None:
     assert json.loads((e2e.report / "result.json").read_text()) == e2e.result  # what --json printed
     text = format_text(e2e.result)
     assert "keyword" in text and "query embedding" in text
+
+
+def test_the_result_is_written_before_the_report_is_drawn(
+    e2e: EndToEnd, server_url: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """result.json was written after the HTML and the chart: a chart that could not be drawn (a `$...$` in a
+    name, read as mathtext) lost the whole run's result."""
+    import spark_pg.eval.report
+
+    def broken(result: Any, path: Path) -> Path:
+        raise RuntimeError("the chart cannot be drawn")
+
+    monkeypatch.setattr(spark_pg.eval.report, "plot_recall", broken)
+    monkeypatch.setenv("SPARK_PG_DATABASE_URL", server_url)
+    monkeypatch.setenv("SPARK_PG_CONFIG", str(e2e.report.parent / "config.yaml"))
+    report = tmp_path / "report"
+    with contextlib.redirect_stderr(io.StringIO()), pytest.raises(RuntimeError, match="cannot be drawn"):
+        eval_cli.main(["--dataset", str(e2e.report.parent / "tiny"), "--report", str(report), "--limit", "2"])
+    result = json.loads((report / "result.json").read_text())
+    assert (result["queries"], result["report"]) == (2, str(report / REPORT_FILE))
+    assert result["systems"]["keyword"]["status"] == "ok"
+
+
+def _made_up_result(
+    dataset: str, categories: list[str], conversations: list[str] | None, systems: tuple[str, ...] = ("rrf",)
+) -> dict[str, Any]:
+    """A result as summarize() shapes it, with made-up figures: for the report alone, no database."""
+    scores = {"recall@5": 0.5, "recall@10": 0.6, "hit@10": 0.7, "ndcg@10": 0.4}
+    latency = {"embed_p50": 1.0, "embed_p95": 2.0, "retrieve_p50": 1.0, "retrieve_p95": 2.0}
+    system = {
+        "status": "ok",
+        "description": "made up",
+        "overall": scores,
+        "no_answer": None,
+        "by_category": dict.fromkeys(categories, scores),
+        "latency_ms": latency,
+    }
+    return {
+        "dataset": dataset,
+        "k": 10,
+        "queries": 4,
+        "queries_total": 1982 if conversations else 4,
+        "limit": None,
+        "conversations_asked": conversations,
+        "partial": conversations is not None,
+        "counts": {"answered": 4, "no_answer": 0, "by_category": dict.fromkeys(categories, 1)},
+        "metrics": ["recall@5", "recall@10", "hit@10", "ndcg@10"],
+        "retrieved_per_query": 10,
+        "memories": 12,
+        "conversations": 2,
+        "model": "m",
+        "database": "spark_eval_0",
+        "database_reused": True,
+        "load_seconds": 0.1,
+        "date": "2026-11-24T00:00:00+00:00",
+        "params": {},
+        "systems": dict.fromkeys(systems, system),
+    }
+
+
+def test_a_dollar_in_a_name_or_a_category_is_drawn_as_written(tmp_path: Path) -> None:
+    """matplotlib read `$...$` as math: an unknown symbol in the dataset folder's name, a category or a
+    conversation id raised ValueError when the chart was saved, after the whole run (exit 1)."""
+    names = ["$\\nosuch$", "costs $5 and $6", "a\\$b$"]
+    result = _made_up_result("$\\alpha$ data $\\nosuch$", names, ["$\\nosuch$-conv"], ("rrf", "$\\x$"))
+    page = write_report(result, tmp_path)
+    assert (tmp_path / PLOT_FILE).read_bytes().startswith(b"\x89PNG")
+    assert "costs $5 and $6" in page.read_text()  # the HTML has the names as they are
+
+
+def test_the_charts_title_stays_on_the_image_with_many_conversations(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The title names every conversation of --conversations on one line: with several, it ran off both
+    sides of the image."""
+    from matplotlib.figure import Figure
+
+    from spark_pg.eval.report import plot_recall
+
+    saved: list[Figure] = []
+    save = Figure.savefig
+
+    def keep(fig: Figure, *args: Any, **kwargs: Any) -> None:
+        saved.append(fig)
+        save(fig, *args, **kwargs)
+
+    monkeypatch.setattr(Figure, "savefig", keep)
+    conversations = [f"conv-{n}" for n in (26, 30, 41, 42, 43, 44, 47, 48, 49, 50)]
+    plot_recall(_made_up_result("locomo", ["1", "2", "3", "4", "5"], conversations), tmp_path / "chart.png")
+    (fig,) = saved
+    title = fig.axes[0].title
+    box = title.get_window_extent(fig.canvas.get_renderer())
+    assert title.get_text().endswith("conv-50)")
+    assert box.x0 >= 0 and box.x1 <= fig.bbox.x1 and box.y1 <= fig.bbox.y1, (box, fig.bbox)
 
 
 def test_a_k_beyond_the_fixed_metrics_is_reported_everywhere(
@@ -712,6 +848,40 @@ def test_baseline_ties_break_on_the_key_not_on_the_load_order(server_url: str) -
         ranked = [r[1] for r in c.execute(KEYWORD_SQL, args).fetchall()]
         ids = [r[0] for r in c.execute("SELECT key FROM spark.memories ORDER BY id").fetchall()]
     assert ids == ["t:3", "t:1", "t:2"] and ranked == ["t:1", "t:2", "t:3"]
+
+
+@pytest.mark.parametrize("failure", [IngestError("m.jsonl", 3, "text", "refused"), KeyboardInterrupt()])
+def test_a_load_that_fails_drops_the_scratch_database_it_made(
+    tmp_path: Path,
+    server_url: str,
+    model_settings: Settings,
+    embedder: Embedder,
+    monkeypatch: pytest.MonkeyPatch,
+    failure: BaseException,
+) -> None:
+    """A load that failed (a row ingest refused, a database error, Ctrl-C) left the scratch database behind,
+    empty or half loaded and unrecorded: named after content that, once fixed, hashes to another name, it
+    was never reused nor dropped. So did params that spark.retrieve refuses, checked once it was made."""
+    import spark_pg.eval.harness
+
+    tiny_dataset(tmp_path, uuid.uuid4().hex[:8])
+    name = scratch_name(load_dataset(tmp_path), embedder.spec.name)
+
+    def refuse(*args: Any, **kwargs: Any) -> None:
+        raise failure
+
+    try:
+        with monkeypatch.context() as mp:
+            mp.setattr(spark_pg.eval.harness, "ingest", refuse)
+            with pytest.raises(type(failure)):
+                evaluate(tmp_path, model_settings, server_url=server_url, embedder=embedder)
+        assert not scratch.exists(server_url, name)
+        with pytest.raises(InputError, match="no_such_param"):
+            bad = {"no_such_param": 1}
+            evaluate(tmp_path, model_settings, server_url=server_url, embedder=embedder, params=bad)
+        assert not scratch.exists(server_url, name)
+    finally:
+        drop_scratch(server_url, name)
 
 
 def test_a_fresh_run_does_not_drop_the_database_under_a_running_one(

@@ -178,7 +178,14 @@ def test_a_bad_scenarios_file_is_one_clear_error(tmp_path: Path, text: str, mess
         ("{id: a, category: c, tool_name: Bash, relevant: ins:jwt}", "relevant must be a list of memory"),
         ("{id: a, category: c, tool_name: Bash, split: hold-out}", "split must be one of tune, holdout"),
         ("{id: a, category: c, tool_name: Bash}\n  - {id: a, category: d, tool_name: X}", "id 'a' is also"),
-        ("{category: c, tool_name: Bash}", "scenario 0: missing or bad field 'id'"),
+        ("{category: c, tool_name: Bash}", "scenario 0: field 'id' is required"),
+        # each was taken as its str(), exit 0: tool_name "None", category "[1, 2]", task_context "[1]"
+        ("{id: a, category: c, tool_name: null}", "scenario 0: field 'tool_name' must be a string, not None"),
+        ("{id: a, category: [1, 2], tool_name: Bash}", "scenario 0: field 'category' must be a string, not"),
+        ("{id: a, category: c, tool_name: Bash, task_context: [1]}", "field 'task_context' must be a str"),
+        ("{id: 7, category: c, tool_name: Bash}", "scenario 0: field 'id' must be a string, not int"),
+        ("{id: a, category: ' ', tool_name: Bash}", "scenario 0: field 'category' must not be empty"),
+        ("{id: a, category: c}", "scenario 0: field 'tool_name' is required"),
     ],
 )
 def test_a_scenario_that_could_never_be_scored_right_is_refused(
@@ -190,6 +197,36 @@ def test_a_scenario_that_could_never_be_scored_right_is_refused(
     (tmp_path / "scenarios.yaml").write_text(f"scenarios:\n  - {scenario}\n")
     with pytest.raises(InputError, match=message):
         load_scenarios(tmp_path)
+
+
+def test_a_malformed_field_is_exit_2_from_the_cli(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    write_small_set(tmp_path)
+    (tmp_path / "scenarios.yaml").write_text("scenarios:\n  - {id: a, category: c, tool_name: null}\n")
+    monkeypatch.setenv("SPARK_PG_DATABASE_URL", "postgresql://nowhere/none")
+    assert eval_cli.main(["--scenarios", str(tmp_path), "--report", str(tmp_path / "out")]) == 2
+    assert "scenario 0: field 'tool_name' must be a string, not NoneType" in capsys.readouterr().err
+
+
+def test_a_dollar_in_a_category_is_drawn_and_the_result_written(
+    tmp_path: Path, server_url: str, model_settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """matplotlib read `$...$` in a category as math: `$\\x$` raised ValueError when the chart was saved,
+    after the whole run (exit 1), and result.json, written after the chart, was lost with it."""
+    write_small_set(tmp_path)
+    scenarios = (tmp_path / "scenarios.yaml").read_text()
+    (tmp_path / "scenarios.yaml").write_text(scenarios.replace("category: reads", "category: '$\\nosuch$'"))
+    config = tmp_path / "config.yaml"
+    config.write_text("embedding:\n  model_dir: " + str(model_dir_for(model_settings)) + "\n")
+    monkeypatch.setenv("SPARK_PG_DATABASE_URL", server_url)
+    monkeypatch.setenv("SPARK_PG_CONFIG", str(config))
+    report = tmp_path / "report"
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+        assert eval_cli.main(["--scenarios", str(tmp_path), "--report", str(report)]) == 0
+    result = json.loads((report / "result.json").read_text())
+    assert set(result["systems"]["advisor"]["by_category"]) == {"code_editing", "$\\nosuch$"}
+    assert (report / "precision-by-category.png").read_bytes().startswith(b"\x89PNG")
 
 
 def test_a_relevant_key_that_is_no_memory_is_refused_before_anything_runs(

@@ -18,6 +18,8 @@ from spark_pg.errors import InputError
 from spark_pg.sql_args import params_arg
 
 DEFAULT_K = 10
+RESULT_FILE = "result.json"
+PLOT_FILE = "precision-by-category.png"  # --scenarios' chart
 
 
 def cmd_scenarios(args: argparse.Namespace) -> int:
@@ -34,11 +36,19 @@ def cmd_scenarios(args: argparse.Namespace) -> int:
         split=args.split,
         progress=True,
     )
-    result["report"] = str(plot_scenarios(result, folder / "precision-by-category.png"))
-    (folder / "result.json").write_text(json.dumps(result, indent=2))
+    # the result first: a chart that cannot be drawn must not lose the run
+    result["report"] = str(folder / PLOT_FILE)
+    _write_result(result, folder)
+    plot_scenarios(result, folder / PLOT_FILE)
     print(f"report: {folder}", file=sys.stderr)
     print(json.dumps(result) if args.json else format_scenarios(result))
     return 0
+
+
+def _write_result(result: dict[str, object], folder: Path) -> None:
+    """``folder``/result.json: the ``--json`` object (the folder is made if need be)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / RESULT_FILE).write_text(json.dumps(result, indent=2))
 
 
 def _params(text: str | None) -> dict[str, object]:
@@ -81,7 +91,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
         return cmd_scenarios(args)
     from spark_pg.eval.dataset import check_folder
     from spark_pg.eval.harness import evaluate, summarize
-    from spark_pg.eval.report import format_text, write_report
+    from spark_pg.eval.report import REPORT_FILE, format_text, write_report
 
     conversations = _id_list(args.conversations)
     settings = load_settings()
@@ -100,9 +110,11 @@ def cmd_eval(args: argparse.Namespace) -> int:
         params=_params(args.params),
     )
     result = summarize(run)
-    report = write_report(result, folder)
+    # the result first, as --scenarios writes its own: a report that cannot be drawn must not lose the run
+    report = folder / REPORT_FILE
     result["report"] = str(report)
-    (folder / "result.json").write_text(json.dumps(result, indent=2))  # as --scenarios writes its own
+    _write_result(result, folder)
+    write_report(result, folder)
     print(
         f"scratch database {result['database']} ({'reused' if result['database_reused'] else 'loaded'}, "
         f"{result['load_seconds']} s); report: {report}",

@@ -9,7 +9,9 @@ queries.jsonl, one object per line:
     answer in the conversation), as_of (ISO 8601 or null = now). Other fields are ignored.
 
 The first bad row raises :class:`DatasetError` (an :class:`~spark_pg.errors.InputError`) naming the
-file, the line and the field.
+file, the line and the field. Each memory is also checked as ingest checks a row of an ingest file
+(:func:`spark_pg.records.validate_row`, on the row it is stored as), so whatever ingest would refuse is
+refused here, before a scratch database is made.
 """
 
 from __future__ import annotations
@@ -25,9 +27,9 @@ from typing import Any
 
 from psycopg.types.json import Jsonb
 
-from spark_pg.errors import InputError
+from spark_pg.errors import IngestError, InputError
 from spark_pg.ingest import stored_row
-from spark_pg.records import MAX_QUERY_TEXT, MAX_SOURCE, MAX_TENANT, MAX_TEXT, MemoryIn
+from spark_pg.records import MAX_QUERY_TEXT, MAX_SOURCE, MAX_TENANT, MAX_TEXT, MemoryIn, validate_row
 from spark_pg.rowfiles import jsonl_rows, string_problem, text_problem
 
 MEMORIES_FILE = "memories.jsonl"
@@ -39,6 +41,9 @@ MAX_NAME = MAX_SOURCE - len(SOURCE_PREFIX)
 # databases of older loads are not reused (2: ids follow the upsert's (tenant, key) order, not the file's;
 # 3: the hash covers each row as ingest writes it, derived values included)
 LOADER_VERSION = 3
+# the dataset field a field of the stored row comes from, for ingest's refusals (the others are named as
+# ingest names them)
+DATASET_FIELDS = {"tenant": "conversation_id", "key": "id", "created_at": "timestamp"}
 
 
 class DatasetError(InputError):
@@ -70,20 +75,25 @@ class Memory:
             text += f" [shared image: {self.image_caption}]"
         return text
 
-    def record(self, source: str) -> MemoryIn:
-        """The memory as spark_pg stores it: tenant = conversation, key = id."""
+    def ingest_row(self, source: str) -> dict[str, Any]:
+        """The memory as a row of an ingest file (the time in ISO 8601): tenant = conversation, key = id."""
         metadata: dict[str, Any] = {"dataset_id": self.id}
         if self.speaker:
             metadata["speaker"] = self.speaker
-        return MemoryIn(
-            tenant=self.conversation_id,
-            key=self.id,
-            text=self.stored_text,
-            kind="episode",
-            source=source,
-            created_at=self.timestamp,
-            metadata=metadata,
-        )
+        return {
+            "tenant": self.conversation_id,
+            "key": self.id,
+            "text": self.stored_text,
+            "kind": "episode",
+            "source": source,
+            "created_at": None if self.timestamp is None else self.timestamp.isoformat(),
+            "metadata": metadata,
+        }
+
+    def record(self, source: str) -> MemoryIn:
+        """The memory as spark_pg stores it: :meth:`ingest_row`, which the loader checked as ingest checks a
+        file's row."""
+        return MemoryIn(**(self.ingest_row(source) | {"created_at": self.timestamp}))
 
 
 @dataclass(frozen=True)
@@ -158,19 +168,25 @@ class _Row:
     def error(self, field: str | None, message: str) -> DatasetError:
         return DatasetError(self.path, self.line, field, message)
 
-    def text(self, name: str, *, required: bool, max_len: int = MAX_TEXT) -> str | None:
+    def text(
+        self, name: str, *, required: bool, max_len: int = MAX_TEXT, visible: bool = False
+    ) -> str | None:
+        """The field's string, refused when it is not a string, blank, too long or unstorable; with
+        ``visible``, also when it holds only white space and invisible characters (as ingest refuses a
+        memory's text of them)."""
         if name not in self.data or self.data[name] is None:
             if required:
                 raise self.error(name, "is required")
             return None
         value = self.data[name]
-        problem = text_problem(value, max_len)  # as an ingest file's fields: these are stored the same way
+        # as an ingest file's fields: these are stored the same way
+        problem = text_problem(value, max_len, visible=visible)
         if problem:
             raise self.error(name, problem)
         return str(value)
 
-    def required_text(self, name: str, max_len: int = MAX_TEXT) -> str:
-        value = self.text(name, required=True, max_len=max_len)
+    def required_text(self, name: str, max_len: int = MAX_TEXT, *, visible: bool = False) -> str:
+        value = self.text(name, required=True, max_len=max_len, visible=visible)
         assert value is not None
         return value
 
@@ -206,20 +222,36 @@ def _rows(path: Path) -> list[_Row]:
     return rows
 
 
-def _memory(row: _Row) -> Memory:
+def _memory(row: _Row, source: str) -> Memory:
+    """The row's memory, refused (naming the row's field) when it is bad or when ingest would refuse the row
+    it is stored as (memories of ``source``)."""
     memory = Memory(
         id=row.required_text("id", max_len=512),
         conversation_id=row.required_text("conversation_id", max_len=MAX_TENANT),
-        text=row.required_text("text"),
-        speaker=row.text("speaker", required=False, max_len=200),
+        # each shown as part of the stored text: one that shows nothing is as empty as a blank one
+        text=row.required_text("text", visible=True),
+        speaker=row.text("speaker", required=False, max_len=200, visible=True),
         timestamp=row.time("timestamp"),
-        image_caption=row.text("image_caption", required=False),
+        image_caption=row.text("image_caption", required=False, visible=True),
     )
     if memory.conversation_id in RESERVED_TENANTS:
         raise row.error("conversation_id", f"{memory.conversation_id!r} is reserved (the cold-start pack)")
     if len(memory.stored_text) > MAX_TEXT:
         raise row.error("text", f"with speaker and caption it is over the {MAX_TEXT}-character limit")
+    try:  # every rule of ingest, present and future, before the scratch database is made
+        validate_row(memory.ingest_row(source), str(row.path), row.line)
+    except IngestError as exc:
+        raise row.error(
+            DATASET_FIELDS.get(exc.field or "", exc.field), f"as stored, {_reason(exc)}"
+        ) from None
     return memory
+
+
+def _reason(exc: IngestError) -> str:
+    """What an IngestError says is wrong, without the file, line and field it names first."""
+    where = f"{exc.source}" + (f" line {exc.line}" if exc.line else "")
+    where += (f", field {exc.field!r}" if exc.field else "") + ": "
+    return str(exc).removeprefix(where)
 
 
 def _query(row: _Row, memories: Mapping[str, Memory], memories_file: Path) -> Query:
@@ -289,8 +321,9 @@ def load_dataset(folder: Path) -> Dataset:
     memories_file, queries_file = folder / MEMORIES_FILE, folder / QUERIES_FILE
     memories: dict[str, Memory] = {}
     first_line: dict[str, int] = {}
+    source = SOURCE_PREFIX + name  # Dataset.source
     for row in _rows(memories_file):
-        memory = _memory(row)
+        memory = _memory(row, source)
         if memory.id in memories:
             raise row.error("id", f"{memory.id!r} already appears on line {first_line[memory.id]}")
         memories[memory.id] = memory

@@ -9,6 +9,7 @@ so a run cannot change what the next run sees.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import re
 import time
@@ -27,7 +28,7 @@ from spark_pg import schema, scratch
 from spark_pg.config import Settings
 from spark_pg.db import connect, database_url
 from spark_pg.embedding import Embedder, load_embedder
-from spark_pg.errors import InputError, ModelMismatch
+from spark_pg.errors import InputError, ModelMismatch, SparkPgError
 from spark_pg.eval.dataset import Dataset, Query, load_dataset
 from spark_pg.eval.metrics import METRICS, mean_scores, recall_at, score_query
 from spark_pg.eval.systems import SYSTEMS, Ask, System, missing_function, run
@@ -83,7 +84,9 @@ def prepare_scratch(
 
     ``server_url`` is any database on the server (the one the settings point at, by default); the
     scratch database is created next to it. ``fresh`` drops and rebuilds it. ``params``: spark.retrieve
-    params to check once the schema is installed, before anything is loaded.
+    params to check once the schema is installed, before anything is loaded. When anything fails (Ctrl-C
+    included) and the database holds no recorded load, it is dropped if this call created it or it is named
+    ``spark_eval_...``: no empty or half-loaded database is left behind under a name no run may ask for again.
     """
     name = name or scratch_name(dataset, embedder.spec.name)
     started = time.perf_counter()
@@ -94,7 +97,42 @@ def prepare_scratch(
         check_params(kept, params)
     if fresh:
         scratch.drop(server_url, name)
+    created = not scratch.exists(server_url, name)  # the claim (evaluate) keeps other runs from racing this
     url = scratch.create(server_url, name, exist_ok=True)
+    try:
+        reused = _load(url, dataset, embedder, settings, progress=progress, params=params)
+    except BaseException:
+        if (created or name.startswith(SCRATCH_PREFIX)) and not _holds_a_load(url):
+            with contextlib.suppress(psycopg.Error, SparkPgError):  # the first error is the one to report
+                scratch.drop(server_url, name)
+        raise
+    return Scratch(name, url, reused, time.perf_counter() - started)
+
+
+def _holds_a_load(url: str) -> bool:
+    """Whether the scratch database at ``url`` records a completed load (of any content); True when that
+    cannot be told: a database is only dropped when it surely holds none."""
+    try:
+        with connect(url, autocommit=True) as conn:
+            if conn.execute("SELECT to_regclass(%s)", [INFO_TABLE]).fetchone() == (None,):
+                return False
+            row = conn.execute(f"SELECT EXISTS (SELECT 1 FROM {INFO_TABLE})").fetchone()
+            return bool(row and row[0])
+    except (psycopg.Error, SparkPgError):
+        return True
+
+
+def _load(
+    url: str,
+    dataset: Dataset,
+    embedder: Embedder,
+    settings: Settings,
+    *,
+    progress: bool,
+    params: Mapping[str, Any] | None,
+) -> bool:
+    """Install the schema in the scratch database, check ``params``, and load ``dataset`` unless its load
+    is already recorded there; returns whether it was (the database is reused)."""
     schema.install(url)
     if params:
         check_params(url, params)
@@ -122,7 +160,7 @@ def prepare_scratch(
                 conn.execute(RECORD_LOAD, (content_hash, model, dataset.name, len(dataset.memories)))
         with conn.transaction():  # a database loaded before tenant statistics existed gets them now
             conn.execute("SELECT spark.refresh_tenant_stats()")
-    return Scratch(name, url, reused, time.perf_counter() - started)
+    return reused
 
 
 @dataclass

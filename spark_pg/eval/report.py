@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from spark_pg.eval.chart_text import literal
 from spark_pg.eval.metrics import METRICS
 
 REPORT_FILE = "report.html"
@@ -148,15 +149,16 @@ def plot_recall(result: Mapping[str, Any], path: Path) -> Path:
         values.append(_metric(s["overall"], "recall@10"))
         xs = [g + (i - (len(systems) - 1) / 2) * width for g in range(len(groups))]
         # a group with no answered question has no bar and says n/a: drawn as 0 it read as all missed
-        ax.bar(xs, [0.0 if v is None else v for v in values], width, label=name)
+        ax.bar(xs, [0.0 if v is None else v for v in values], width, label=literal(name))
         for x, v in zip(xs, values, strict=True):
             if v is None:
                 ax.text(x, 0.01, "n/a", ha="center", va="bottom", fontsize="x-small", rotation=90)
-    ax.set_xticks(range(len(groups)), [f"cat {g}" if g != "overall" else g for g in groups])
+    ax.set_xticks(range(len(groups)), [literal(f"cat {g}") if g != "overall" else g for g in groups])
     ax.set_ylim(0, 1)
     ax.set_ylabel("recall@10")
     part = partial(result)
-    ax.set_title(f"{result['dataset']}: recall@10 by category" + (f" ({part})" if part else ""))
+    title = f"{result['dataset']}: recall@10 by category" + (f" ({part})" if part else "")
+    ax.set_title(literal(title), wrap=True)  # wrapped: the conversations of --conversations ran off the image
     ax.grid(axis="y", alpha=0.3)
     if systems:
         ax.legend(loc="upper right", fontsize="small")

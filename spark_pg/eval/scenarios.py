@@ -31,16 +31,17 @@ import yaml
 from tqdm import tqdm
 
 from spark_pg import schema, scratch
-from spark_pg.advisor import Advisor, AdvisorOptions
+from spark_pg.advisor import MAX_TOOL_NAME, Advisor, AdvisorOptions
 from spark_pg.client import SparkClient
 from spark_pg.config import Settings
 from spark_pg.db import connect, database_url
 from spark_pg.embedding import Embedder, load_embedder
 from spark_pg.errors import InputError
+from spark_pg.eval.chart_text import literal
 from spark_pg.eval.harness import check_params
 from spark_pg.ingest import ingest
 from spark_pg.records import MemoryIn, read_file
-from spark_pg.rowfiles import yaml_rows
+from spark_pg.rowfiles import string_problem, text_problem, yaml_rows
 
 TENANT = "scenarios"
 LABELS = ("noise", "dup_group")
@@ -96,25 +97,45 @@ def load_scenarios(folder: Path) -> list[Scenario]:
     for i, raw in enumerate(items):
         if not isinstance(raw, Mapping):
             raise InputError(f"{path}: scenario {i}: must be a mapping, not {type(raw).__name__}")
-        problem = _label_problem(raw, seen)
+        # a field of another type was taken as its str(): tool_name null as "None", category [1] as "[1]"
+        problem = _field_problem(raw) or _label_problem(raw, seen)
         if problem:  # each of these was taken silently and scored a scenario that could not be right
             raise InputError(f"{path}: scenario {i}: {problem}")
-        try:
-            out.append(
-                Scenario(
-                    id=str(raw["id"]),
-                    category=str(raw["category"]),
-                    split=str(raw.get("split", "tune")),
-                    tool_name=str(raw["tool_name"]),
-                    tool_input=raw.get("tool_input"),
-                    task_context=str(raw.get("task_context") or ""),
-                    relevant=frozenset(str(k) for k in raw.get("relevant") or ()),
-                )
+        out.append(
+            Scenario(
+                id=raw["id"],
+                category=raw["category"],
+                split=raw.get("split", "tune"),
+                tool_name=raw["tool_name"],
+                tool_input=raw.get("tool_input"),
+                task_context=raw.get("task_context") or "",
+                relevant=frozenset(raw.get("relevant") or ()),
             )
-        except (KeyError, TypeError) as exc:
-            raise InputError(f"{path}: scenario {i}: missing or bad field {exc}") from None
+        )
         seen[out[-1].id] = i
     return out
+
+
+# a scenario's required text fields, each a non-empty string of at most this many characters
+REQUIRED_TEXT = {"id": 200, "category": 64, "tool_name": MAX_TOOL_NAME}
+
+
+def _field_problem(raw: Mapping[str, Any]) -> str | None:
+    """What is wrong with a scenario's id, category, tool_name (each a non-empty string) or task_context (a
+    string, which may be empty or left out), or None."""
+    for name, max_len in REQUIRED_TEXT.items():
+        if name not in raw:
+            return f"field {name!r} is required"
+        problem = text_problem(raw[name], max_len)
+        if problem:
+            return f"field {name!r} {problem}"
+    context = raw.get("task_context")
+    if context is not None:
+        problem = f"must be a string, not {type(context).__name__}" if not isinstance(context, str) else None
+        problem = problem or string_problem(context)
+        if problem:
+            return f"field 'task_context' {problem}"
+    return None
 
 
 SPLITS = ("tune", "holdout")
@@ -340,13 +361,14 @@ def plot_scenarios(result: Mapping[str, Any], path: Path) -> Path:
     width = 0.8 / len(systems)
     for i, sys_name in enumerate(systems):
         values = [result["systems"][sys_name]["by_category"][c]["precision@5"] for c in cats]
-        ax.bar(np.arange(len(cats)) + i * width, values, width, label=sys_name)
-    ax.set_xticks(np.arange(len(cats)) + width * (len(systems) - 1) / 2, cats, rotation=20)
+        ax.bar(np.arange(len(cats)) + i * width, values, width, label=literal(sys_name))
+    ticks = np.arange(len(cats)) + width * (len(systems) - 1) / 2
+    ax.set_xticks(ticks, [literal(c) for c in cats], rotation=20)
     ax.set_ylabel("precision@5")
     ax.set_ylim(0, 1.05)
     ax.axhline(0.85, color="grey", linestyle=":", label="bar 0.85")
     ax.legend()
-    ax.set_title(plot_title(result), wrap=True)
+    ax.set_title(literal(plot_title(result)), wrap=True)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=100)
