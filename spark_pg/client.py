@@ -241,8 +241,11 @@ class SparkClient:
         return AdvisorOptions(**(fields | overrides))
 
     def advisor(self, tenant: str, *, session_id: str | None = None, **options: Any) -> Advisor:
-        """An Advisor on this client's connection and model, with the configured reflection settings."""
-        opts = self.reflection_options(**options)
+        """An Advisor on this client's connection and model, with the configured reflection settings and
+        the configured retrieval.* keys spark.retrieve takes (as :meth:`search` passes them; a ``params``
+        option is merged over them)."""
+        params = self.retrieve_params(options.pop("params", None))
+        opts = self.reflection_options(params=params, **options)
         self.conn  # noqa: B018 (connects and checks the schema now, not at the first advice)
         return Advisor(lambda: self.conn, self.query_model(), tenant, session_id=session_id, options=opts)
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -225,6 +226,9 @@ KEYS: tuple[Key, ...] = (
         hi=1.0,
     ),
 )
+# keys whose value can hold a password: shown with it as *** (:func:`shown`)
+SECRET_KEYS = frozenset({"database.url"})
+_MAY_HOLD_PASSWORD = re.compile(r"password|:[^/@]*@", re.IGNORECASE)  # password=x, user:x@host
 # config keys passed to spark.retrieve as params of the same name (their defaults must match the SQL's)
 RETRIEVE_PARAM_KEYS = ("min_similarity", "min_fusion_score", "precision_mode", "fusion")
 # config keys passed to spark.reflect as params (their defaults must match spark.reflect_defaults())
@@ -239,8 +243,30 @@ def default_config_path() -> Path:
     return platformdirs.user_config_path(APP) / "config.yaml"
 
 
+def shown(name: str, value: Any) -> str:
+    """``value`` of the key ``name`` as a message may show it: repr, except for a key that can hold a
+    password (:data:`SECRET_KEYS`): a string with the password as ``***`` (as `spark-pg config` and `db
+    status` show it), or not at all when the redaction cannot find it in a string that may hold one (a
+    conninfo libpq cannot read, a URL urlsplit cannot); a number as it is; anything else (a list, a
+    mapping) by its type alone."""
+    if name not in SECRET_KEYS or isinstance(value, bool | int | float):
+        return repr(value)
+    if not isinstance(value, str):  # a list or mapping of the URL, say: it could hold the password anywhere
+        return f"a {type(value).__name__} (not shown: it may hold a password)"
+    from spark_pg.cli import _redact  # the CLI's redaction, imported only for this message
+
+    try:
+        redacted = _redact(value)
+    except ValueError:  # urlsplit: an unclosed [ of an IPv6 host
+        redacted = None
+    if redacted is None or (redacted == value and _MAY_HOLD_PASSWORD.search(value)):
+        return "a string (not shown: it may hold a password)"
+    return repr(redacted)
+
+
 def _coerce(key: Key, raw: Any, origin: str) -> Any:
-    """Turn a raw value (from YAML or an env string) into the key's type, or raise ConfigError."""
+    """Turn a raw value (from YAML or an env string) into the key's type, or raise ConfigError. A message
+    shows the value (:func:`shown`: a password never)."""
 
     def bad(why: str) -> ConfigError:
         return ConfigError(key.name, f"{why} (from {origin}); allowed: {key.allowed()}")
@@ -265,10 +291,10 @@ def _coerce(key: Key, raw: Any, origin: str) -> Any:
             "off",
         ):
             return raw.strip().lower() in ("true", "1", "yes", "on")
-        raise bad(f"{raw!r} is not a boolean")
+        raise bad(f"{shown(key.name, raw)} is not a boolean")
     if key.kind in (int, float):
         if isinstance(raw, bool):
-            raise bad(f"{raw!r} is not a number")
+            raise bad(f"{shown(key.name, raw)} is not a number")
         try:
             num: int | float
             if key.kind is int:
@@ -278,18 +304,19 @@ def _coerce(key: Key, raw: Any, origin: str) -> Any:
             else:
                 num = float(raw)
         except (TypeError, ValueError, OverflowError):  # OverflowError: int(Decimal("Infinity"))
-            raise bad(f"{raw!r} is not {'an integer' if key.kind is int else 'a number'}") from None
+            what = "an integer" if key.kind is int else "a number"
+            raise bad(f"{shown(key.name, raw)} is not {what}") from None
         if isinstance(num, float) and not math.isfinite(num):
-            raise bad(f"{raw!r} is not finite")
+            raise bad(f"{shown(key.name, raw)} is not finite")
         if (key.lo is not None and num < key.lo) or (key.hi is not None and num > key.hi):
             raise bad(f"{num!r} is out of range")
         return num
     if not isinstance(raw, str):
-        raise bad(f"{raw!r} is not a string")
+        raise bad(f"{shown(key.name, raw)} is not a string")
     if "\x00" in raw:  # no file name, URL or model name holds one; it failed later, as a bare ValueError
-        raise bad(f"{raw!r} contains a NUL character")
+        raise bad(f"{shown(key.name, raw)} contains a NUL character")
     if key.choices and raw not in key.choices:
-        raise bad(f"{raw!r} is not allowed")
+        raise bad(f"{shown(key.name, raw)} is not allowed")
     if key.kind is Path:
         return Path(raw).expanduser()
     return raw

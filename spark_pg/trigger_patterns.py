@@ -34,6 +34,8 @@ _CHR_MAX = 0x7FFFFFFE  # PostgreSQL's largest character code in an escape
 # zero-width like Python's \b (which, like PostgreSQL, refuses a quantifier on one); \b, \B and \e are the
 # characters backspace, backslash and escape in PostgreSQL
 _CONSTRAINTS = {"m": r"(?=\w)\b", "M": r"(?<=\w)\b", "y": r"\b", "Y": r"\B", "A": r"\A", "Z": r"\Z"}
+_CONSTRAINT_LETTERS = frozenset(_CONSTRAINTS)
+_OLD_CONSTRAINTS = ("[[:<:]]", "[[:>:]]")  # PostgreSQL's older spellings of \m and \M
 _CHARACTERS = {"b": 0x08, "B": 0x5C, "e": 0x1B}
 # PostgreSQL's [:class:] names
 _CLASSES = frozenset({"alnum", "alpha", "ascii", "blank", "cntrl", "digit", "graph", "lower", "print"})
@@ -50,7 +52,10 @@ _UNSAFE = (
     (re.compile(r"\(\?[=!<]"), "uses a lookaround ((?=, (?!, (?<), which is not allowed"),
 )
 NESTED = "nests quantifiers (like (a+)+), which can take exponential time"
-EMPTY_REPEATED = "repeats something that can be empty (like (a?)+, (a|)* or (a?b?){2,9}), so compiles slowly"
+EMPTY_REPEATED = (
+    "repeats something that can be empty (like (a?)+, (a|)*, (a?b?){2,9} or (\\m|x)+: \\m, ^ and $ match no "
+    "character), so compiles slowly"
+)
 
 
 def _count(digits: str) -> int:
@@ -90,15 +95,21 @@ def _walk(pattern: str) -> _Shape:
     """The pattern's written-out size and skips, and whether it nests quantifiers or repeats something that
     can be empty, in one pass over its pieces. Stops once past :data:`MAX_WRITTEN_OUT` atoms.
 
-    A piece is an atom (a character, an escape, a bracket expression, a group, or a constraint ``^`` ``$``,
-    which no quantifier may follow) and its quantifier. The pattern nests quantifiers when a group holding
-    an unbounded repetition (``*``, ``+`` or ``{m,}``, at any depth) is itself repeated (``*``, ``+`` or a
-    bound): ``(a+)+``, ``((a+))*``, ``(x(ab)*){2,5}``; not ``(a+)?``, nor ``((a|b){0,9}c){0,9}``, whose
-    bounded repetitions the written-out size limits. Escapes and bracket expressions are characters
+    A piece is an atom (a character, an escape, a bracket expression, a group) and its quantifier, or a
+    constraint, which no quantifier may follow: ``^``, ``$``, the constraint escapes ``\\m \\M \\y \\Y \\A
+    \\Z`` or ``[[:<:]] [[:>:]]``. A constraint matches no character, so it is a piece that can be empty:
+    ``(\\m|x)`` can be, as ``(|x)`` can (the escapes and ``[[:<:]]`` still count as one atom each in the
+    size: the compiler gives each an arc). The pattern nests quantifiers when a group holding an unbounded
+    repetition (``*``, ``+`` or ``{m,}``, at any depth) is itself repeated (``*``, ``+`` or a bound):
+    ``(a+)+``, ``((a+))*``, ``(x(ab)*){2,5}``; not ``(a+)?``, nor ``((a|b){0,9}c){0,9}``, whose bounded
+    repetitions the written-out size limits. Escapes and bracket expressions are characters
     (``(\\+)+`` does not nest). It repeats something that can be empty when ``*``, ``+`` or a bound allowing
     more than one copy follows a piece that can be empty (``x?``, ``x*``, ``x{0,n}``, or a group with an
-    alternative made only of such pieces): ``(a?)+``, ``(a|)*``, ``(a?b?){2,9}`` (nesting is checked first:
-    ``(a*)*`` nests).
+    alternative made only of such pieces, or of constraints): ``(a?)+``, ``(a|)*``, ``(a?b?){2,9}``,
+    ``(\\m|x){0,255}`` (nesting is checked first: ``(a*)*`` nests). The compiler's clean-up moves a
+    constraint's arc along the paths around it much as it copies empty transitions: ``(\\m|x){0,255}y`` took
+    about 0.25 s to compile, ``((\\m|x)(\\M|y)){0,166}(\\m|z){0,160}w`` 2.3 s, and
+    ``(\\m|x){0,255}(\\m|z){0,100}w`` was "too complex" to compile at all.
 
     Skips estimate the work of the regex compiler's clean-up of empty transitions, which gives each state
     the transitions of every state it reaches through empty ones. A piece that can be empty begins with
@@ -230,9 +241,14 @@ def _walk(pattern: str) -> _Shape:
             finish()
             run_s = run_a = head_s = head_a = cost = last = 0
             solid = False
-        else:  # an atom: a character, an escape, a bracket expression, a constraint (^ $)
+        else:  # an atom (a character, an escape, a bracket expression) or a constraint
+            # a constraint: ^ $, the escapes \m \M \y \Y \A \Z, or [[:<:]] [[:>:]] (older spellings of \m \M)
+            spelled = c == "[" and pattern.startswith(_OLD_CONSTRAINTS, i - 1)
+            constraint = c in "^$" or spelled or (c == "\\" and pattern[i : i + 1] in _CONSTRAINT_LETTERS)
             if c == "\\":
                 i += 1
+            elif spelled:  # past [[:<:]]
+                i += 6
             elif c == "[":  # to its closing ], past [:class:] [=x=] [.x.], escapes, and a leading ] or ^]
                 i += 1 if pattern[i : i + 1] == "^" else 0
                 i += 1 if pattern[i : i + 1] == "]" else 0
@@ -244,10 +260,12 @@ def _walk(pattern: str) -> _Shape:
                         i += 2 if pattern[i] == "\\" else 1
                 i += 1
             fold()
-            piece, empty, p_s, p_a, t_s, t_a, p_cost = True, False, 0, 0, 0, 0, 0
-            if c in "^$":  # nothing a quantifier may repeat, and no atom
-                last = 0
+            piece, empty, p_s, p_a, t_s, t_a, p_cost = True, constraint, 0, 0, 0, 0, 0
+            if constraint:  # zero-width, so it can be empty; nothing a quantifier may repeat
                 fold()
+                last = 0
+                if c not in "^$":  # an escape or [[:<:]]: an atom (the compiler gives it an arc)
+                    total, plain = total + 1, plain + 1
             else:
                 total, last, plain = total + 1, 1, plain + 1
         if outer + total > MAX_WRITTEN_OUT:

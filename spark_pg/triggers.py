@@ -53,15 +53,20 @@ RULE_KEYS = frozenset(
     }
 )
 FILE_KEYS = frozenset({"version", "rules", "learned"})
-NAME = re.compile(r"^[A-Za-z0-9_.:-]{1,64}$")
+NAME = re.compile(r"[A-Za-z0-9_.:-]{1,64}")  # the whole name (fullmatch: a $ would let "a\n" through)
+# the smallest normal number a real (spark.trigger_rules.confidence) holds: a smaller one but 0 underflows
+# on its way into the database, or is stored as a denormal of less precision
+REAL_MIN = 2.0**-126
 
 
 class TriggerRuleError(InputError):
-    """A trigger rule file or rule is invalid; nothing from that file was written."""
+    """A trigger rule file or rule is invalid; nothing from that file was written. ``sqlstate``: the
+    database's errcode when the database refused it (None when the checks here did)."""
 
-    def __init__(self, source: str, rule: str, message: str) -> None:
+    def __init__(self, source: str, rule: str, message: str, sqlstate: str | None = None) -> None:
         self.source = source
         self.rule = rule
+        self.sqlstate = sqlstate
         super().__init__(f"{source}: {rule}: {message}")
 
 
@@ -83,7 +88,7 @@ def _rule(raw: Any, where: str, source: str, *, origin: str) -> TriggerRule:
     if not isinstance(raw, Mapping):
         raise TriggerRuleError(source, where, f"must be a mapping, not {type(raw).__name__}")
     name = raw.get("name")
-    if not isinstance(name, str) or not NAME.match(name):
+    if not isinstance(name, str) or not NAME.fullmatch(name):
         raise TriggerRuleError(
             source, where, f"name must be 1 to 64 letters, digits or _ . : -, got {name!r}"
         )
@@ -138,6 +143,13 @@ def _rule(raw: Any, where: str, source: str, *, origin: str) -> TriggerRule:
     confidence = raw.get("confidence", 1.0 if origin == "static" else 0.5)
     if isinstance(confidence, bool) or not isinstance(confidence, int | float) or not 0 <= confidence <= 1:
         raise TriggerRuleError(source, where, f"confidence must be a number from 0 to 1, got {confidence!r}")
+    if 0 < confidence < REAL_MIN:
+        raise TriggerRuleError(
+            source,
+            where,
+            f"confidence {confidence!r} is too small for the database (a real): use 0, or a number from "
+            f"{REAL_MIN:.3g} to 1",
+        )
     metadata = raw.get("metadata") or {}
     if not isinstance(metadata, Mapping):
         raise TriggerRuleError(source, where, "metadata must be a mapping")
@@ -269,13 +281,14 @@ def sync_rules(conn: psycopg.Connection[Any], tenant: str, rules: Sequence[Trigg
     pack's rules (tenant _system) for every tenant. Syncs of one tenant take turns (a lock held to the
     end of the transaction): the delete of the static rules not in ``rules`` cannot see those another
     sync has written and not yet committed, and two at once left the rules of both. Raises
-    TriggerRuleError, naming the rule, for anything the database refuses."""
+    TriggerRuleError, naming the rule and carrying the errcode (``sqlstate``), for anything the database
+    refuses."""
     rules = [checked_rule(rule, "sync_rules") for rule in rules]
     with conn.transaction(), conn.cursor() as cur:
         try:
             cur.execute(queries.CHECK_WRITER, {"tenant": tenant})
         except psycopg.DataError as exc:  # 22023 a bad tenant, 22004 NULL; a NUL (client side)
-            raise TriggerRuleError("database", f"tenant {tenant!r}", one_line(exc)) from None
+            raise TriggerRuleError("database", f"tenant {tenant!r}", one_line(exc), exc.sqlstate) from None
         cur.execute(queries.ADVISORY_XACT_LOCK, (f"spark.trigger_rules\x1f{tenant}",))
         for rule in rules:
             try:
@@ -295,8 +308,10 @@ def sync_rules(conn: psycopg.Connection[Any], tenant: str, rules: Sequence[Trigg
                         "metadata": Jsonb(dict(rule.metadata or {})),
                     },
                 )
-            except psycopg.DataError as exc:  # 2201B, 22023, 22003 (a confidence real cannot hold) ...
-                raise TriggerRuleError("database", f"rule {rule.name!r}", one_line(exc)) from None
+            except psycopg.DataError as exc:  # 2201B, 22023 ...: what the checks here let through
+                raise TriggerRuleError(
+                    "database", f"rule {rule.name!r}", one_line(exc), exc.sqlstate
+                ) from None
         static = [r.name for r in rules if r.origin == "static"]
         cur.execute(queries.DROP_OTHER_STATIC_RULES, {"tenant": tenant, "names": static})
         removed = cur.rowcount

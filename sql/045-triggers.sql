@@ -12,7 +12,8 @@ DECLARE
     huge CONSTANT bigint := 100000;     -- any bound count of more than 6 digits (PostgreSQL allows 255 at most)
     nested CONSTANT text := 'nests quantifiers (like (a+)+), which can take exponential time';
     empty_repeated CONSTANT text :=
-        'repeats something that can be empty (like (a?)+, (a|)* or (a?b?){2,9}), so compiles slowly';
+        'repeats something that can be empty (like (a?)+, (a|)*, (a?b?){2,9} or (\m|x)+: \m, ^ and $ match no '
+        'character), so compiles slowly';
     n integer;
     i integer := 1;
     c text;
@@ -20,6 +21,7 @@ DECLARE
     bound text[];
     high text;
     closing integer;
+    zero_width boolean;  -- the atom is a constraint (^ $ \m \M \y \Y \A \Z [[:<:]] [[:>:]]): zero-width
     -- what an open group saves of what encloses it, 17 values a group (booleans as 0 or 1): total, holds,
     -- run_s, run_a, head_s, head_a, solid, cost, alts, alt_empty, g_ps, g_pa, g_hs, g_ha, g_ts, g_ta, g_cost
     frames bigint[] := '{}';
@@ -242,9 +244,14 @@ BEGIN
         ELSIF kind = 'alternative' THEN
             run_s := 0; run_a := 0; head_s := 0; head_a := 0; cost := 0; solid := false;
             last := 0;
-        ELSE  -- an atom: a character, an escape, a bracket expression, a constraint (^ $)
+        ELSE  -- an atom (a character, an escape, a bracket expression) or a constraint
+            -- a constraint: ^ $, the escapes \m \M \y \Y \A \Z, or [[:<:]] [[:>:]] (older spellings of \m \M)
+            zero_width := c IN ('^', '$') OR (c = '\' AND substr(pattern, i, 1) IN ('m', 'M', 'y', 'Y', 'A', 'Z'))
+                          OR (c = '[' AND substr(pattern, i - 1, 7) IN ('[[:<:]]', '[[:>:]]'));
             IF c = '\' THEN
                 i := i + 1;
+            ELSIF c = '[' AND zero_width THEN
+                i := i + 6;
             ELSIF c = '[' THEN  -- to its closing ], past [:class:] [=x=] [.x.], escapes, and a leading ] or ^]
                 IF substr(pattern, i, 1) = '^' THEN
                     i := i + 1;
@@ -262,15 +269,13 @@ BEGIN
                 END LOOP;
                 i := i + 1;
             END IF;
-            IF c IN ('^', '$') THEN  -- a piece that cannot be empty, which no quantifier may follow, and no atom
+            IF zero_width THEN  -- zero-width, so a piece that can be empty; nothing a quantifier may repeat
+                -- (as it joins its alternative at once, it adds nothing to the run: its part is 0 states)
                 last := 0;
-                IF NOT solid THEN
-                    head_s := run_s;
-                    head_a := run_a;
-                    solid := true;
+                IF c NOT IN ('^', '$') THEN  -- an escape or [[:<:]]: an atom (the compiler gives it an arc)
+                    total := total + 1;
+                    plain := plain + 1;
                 END IF;
-                run_s := 0;
-                run_a := 0;
             ELSE
                 piece := true;
                 empty := false;
@@ -335,6 +340,10 @@ AS $fn$
 #variable_conflict use_variable
 DECLARE
     problem text;
+    -- whitespace as Python's str.strip() takes it (spark_pg.triggers checks surface keys so): ASCII's, the
+    -- separators \x1c to \x1f, NEL, the no-break spaces and Unicode's other spaces and line separators
+    spaces CONSTANT text := '[ \t\n\v\f\r\u001c-\u001f\u0085\u00a0\u1680\u2000-\u200a\u2028\u2029\u202f'
+                            '\u205f\u3000]';
 BEGIN
     PERFORM spark._check_writer(tenant);
     IF name IS NULL OR pattern IS NULL OR surface IS NULL OR priority IS NULL OR interrupt IS NULL
@@ -359,7 +368,7 @@ BEGIN
         RAISE EXCEPTION 'rule %: pattern % matches an empty text, so every call: say what it looks for', name,
             quote_literal(pattern) USING ERRCODE = 'invalid_regular_expression';
     END IF;
-    IF EXISTS (SELECT 1 FROM unnest(surface) s WHERE s <> btrim(s)) THEN
+    IF EXISTS (SELECT 1 FROM unnest(surface) s WHERE s ~ ('^' || spaces || '|' || spaces || '$')) THEN
         RAISE EXCEPTION 'rule %: a surface key starts or ends with whitespace', name
             USING ERRCODE = 'invalid_parameter_value';
     END IF;
@@ -413,4 +422,5 @@ COMMENT ON FUNCTION spark.put_trigger_rule(text, text, text, text[], text, text,
     'but context_pattern, 22023 bad tenant (the pack''s _system too, unless spark.pack_writes is on), name, surface, priority, origin, confidence or metadata, 2201B '
     'an empty, unsafe or invalid pattern or context_pattern (backreferences, lookarounds, nested '
     'quantifiers, over 500 characters, what would compile slowly), a pattern that matches an empty text '
-    '(.*, a|: every call); 22023 also a surface key with leading or trailing whitespace.';
+    '(.*, a|: every call); 22023 also a surface key with leading or trailing whitespace (a tab, a newline, a '
+    'no-break space: what Python''s str.strip() removes).';

@@ -621,3 +621,48 @@ def test_a_config_path_that_cannot_be_looked_at_is_a_config_error(tmp_path: Path
     with pytest.raises(ConfigError, match=r"cannot look at .*File name too long") as info:
         load_settings(environ={CONFIG_ENV: str(too_long)})
     assert info.value.key == "(file)"
+
+
+# --- a password in database.url is never shown ----------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("where", "value", "seen"),
+    [
+        (
+            "file",
+            '"postgresql://app:hunter2@db.example/prod\\0"',
+            "'postgresql://app:***@db.example/prod\\x00'",
+        ),
+        (
+            "file",
+            '["postgresql://app:hunter2@db.example/prod"]',
+            "a list (not shown: it may hold a password)",
+        ),
+        ("file", "{password: hunter2}", "a dict (not shown: it may hold a password)"),
+        ("arguments", "postgresql://db/prod?password=hunter2\x00", "?password=***"),
+        ("arguments", "host=db password=hunter2\x00", "password=***"),
+        # what the redaction cannot read (libpq: "missing =", urlsplit: an unclosed [): not shown at all
+        ("arguments", "host=db password=hunter2 junk\x00", "a string (not shown: it may hold a password)"),
+        (
+            "arguments",
+            "postgresql://app:hunter2@[db/prod\x00",
+            "a string (not shown: it may hold a password)",
+        ),
+    ],
+)
+def test_an_invalid_database_url_is_named_without_its_password(
+    tmp_path: Path, where: str, value: str, seen: str
+) -> None:
+    """The error names the key and shows the value as `spark-pg config` does, the password as ***."""
+    if where == "file":
+        err = raises_config(tmp_path, f"database:\n  url: {value}\n")
+    else:
+        err = raises_config(tmp_path, overrides={"database.url": value})
+    assert err.key == "database.url" and seen in str(err)
+    assert "hunter2" not in str(err)
+
+
+def test_other_keys_show_their_invalid_value_as_it_is(tmp_path: Path) -> None:
+    err = raises_config(tmp_path, overrides={"embedding.model": "secret:hunter2@x"})
+    assert "'secret:hunter2@x' is not allowed" in str(err)

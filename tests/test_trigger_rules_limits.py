@@ -36,6 +36,11 @@ SLOW = (
     "(x" + "a?" * 200 + ")" + "x{0,255}" * 3,  # 175 ms: the same, the run starting inside a group
     "(" + "".join(chr(97 + i % 26) + "?" for i in range(245)) + "x){0,4}",  # 180 ms
     MANY_KINDS + "[^x]{0,255}" * 3,  # 175 ms: each copy has a transition for each of 200 colours
+    # a constraint (\m \M \y \Y \A \Z ^ $) matches no character: (\m|x) can be empty, as (|x) can
+    r"((\m|x)(\M|y)){0,166}(\m|z){0,160}w",  # 2.3 s
+    r"(\m|x){0,255}y",  # 224 ms
+    r"(\m|x){0,255}(\m|z){0,100}w",  # 404 ms, then "regular expression is too complex"
+    r"([[:<:]]|x){0,255}y",  # 244 ms: the older spelling of \m
 )
 # the largest of their kinds the checks accept (each compiled in 45 ms or less on the same machine)
 ACCEPTED = (
@@ -94,14 +99,26 @@ def test_patterns_that_compile_slowly_are_refused_by_both_checks_and_the_cli(
 
 
 @pytest.mark.parametrize(
-    "pattern", ["(a?)+", "(a|)*", "(|a){2}", "(a?b?){2,9}", "(?:a?b?){0,3}", "()+", "((ab)?){1,}"]
+    "pattern",
+    [
+        *("(a?)+", "(a|)*", "(|a){2}", "(a?b?){2,9}", "(?:a?b?){0,3}", "()+", "((ab)?){1,}"),
+        # constraints match no character: a group made only of them, or with such an alternative, can be empty
+        *(r"(?:\m)*", r"(\m|x)+", r"(x|\M){2}", r"(\y\Y)*", r"(\A|a){0,9}", r"(a|\Z)+", "(^|a){2}", "(a|$)*"),
+        *("([[:<:]]|a)+", "(a|[[:>:]]){3}", r"((\m|x)y?){2}"),
+    ],
 )
 def test_a_repetition_of_what_can_be_empty_is_refused(conn: Conn, pattern: str) -> None:
     assert pattern_problem(pattern) == EMPTY_REPEATED
     assert database_problem(conn, pattern) == EMPTY_REPEATED
 
 
-@pytest.mark.parametrize("pattern", ["(a?)?", "(a?){0,1}", "(a|)", "(ab?)+", "(a?b)*", "(a+)?", r"(?:\m)*"])
+@pytest.mark.parametrize(
+    "pattern",
+    [
+        *("(a?)?", "(a?){0,1}", "(a|)", "(ab?)+", "(a?b)*", "(a+)?"),
+        *(r"(?:\m)?", r"(\m|x)?", r"(\mx)+", r"(\mx\M|y){0,9}z", "(^a|b$){2}", "([[:<:]]x)*"),
+    ],
+)
 def test_one_copy_of_what_can_be_empty_or_a_repetition_of_what_cannot_passes(
     conn: Conn, pattern: str
 ) -> None:
@@ -119,6 +136,7 @@ def test_the_worst_accepted_patterns_pass_both_checks_and_load(conn: Conn, patte
 # pieces to build patterns of: every token the walk reads differently
 TOKENS = ["a", "b", "A", "(", ")", "(?:", "|", "?", "*", "+", "{", "{2}", "{0,1}", "{1,3}", "{0,9}"]
 TOKENS += ["{0,255}", "{3,}", "^", r"\w", r"\m", ".", "[a-z]", "[^]x]", "[[:punct:]]", "(a|)"]
+TOKENS += ["$", r"\M", r"\y", r"\Y", r"\A", r"\Z", "[[:<:]]", "[[:>:]]", r"(\m|x)"]  # constraints: zero-width
 TOKENS += ["\u0101", "\u0102"]  # characters of kinds of their own
 
 
@@ -201,7 +219,8 @@ def test_a_nul_in_a_rule_file_is_refused_by_check(tmp_path: Path, capsys: pytest
             TriggerRule("r", "(a?){0,255}", ("k1",)),
             "rule 'r': pattern .* repeats something that can be empty",
         ),
-        (TriggerRule("r", "deploy", ("k1",), confidence=1e-50), "rule 'r': value out of range: underflow"),
+        # the database said "value out of range: underflow"; refused before it now, as --check refuses it
+        (TriggerRule("r", "deploy", ("k1",), confidence=1e-50), "rule 'r': confidence 1e-50 is too small"),
     ],
 )
 def test_sync_rules_raises_only_trigger_rule_errors_naming_the_rule(

@@ -115,7 +115,8 @@ ARE_ACCEPTED = (
     r"\\m",  # a backslash, then m
     r"x\\\mdeploy",  # a backslash, then \m
     r"(\mrm\M|\mdrop\M)\s+(-rf|table)",
-    r"(?:\m)*",  # a group of a constraint may repeat
+    r"(?:\m)?",  # a group of a constraint may take a quantifier (repeated, it can be empty: refused)
+    r"(?:\mx)*",  # and a group of a constraint and a character may repeat
     r"[[:<:]]deploy[[:>:]]",  # PostgreSQL's older spellings of \m and \M
     r"\Adeploy\Z",
     r"[\b]\b\B\e\cA",  # backspace, backspace, backslash, escape, control-A
