@@ -22,6 +22,7 @@ from spark_pg.cli_args import (
 )
 from spark_pg.embed_queue import MAX_ATTEMPTS
 from spark_pg.errors import InputError, SparkPgError
+from spark_pg.redact import redact_url
 
 # `spark-pg hook` runs once per tool call and its start-up is its latency: this module imports only what
 # the hook needs too; everything else (json, pathlib, typing, psycopg, YAML) is imported where it is used
@@ -60,7 +61,7 @@ def cmd_db(args: argparse.Namespace) -> int:
             print(external)
             return 0
         print(
-            f"database.url is set ({_redact(external)}): spark-pg does not manage that server",
+            f"database.url is set ({redact_url(external)}): spark-pg does not manage that server",
             file=sys.stderr,
         )
         return 0 if args.action == "status" else 2
@@ -77,33 +78,6 @@ def cmd_db(args: argparse.Namespace) -> int:
             print(f"not running\ndata: {status.pgdata}")
             return 3
     return 0
-
-
-def _redact(url: str) -> str:
-    """``url`` with its password shown as ***, in any form libpq takes: ``user:pw@host``, ``?password=``,
-    or ``key=value`` pairs."""
-    from urllib.parse import urlsplit, urlunsplit
-
-    import psycopg
-    from psycopg.conninfo import conninfo_to_dict, make_conninfo
-
-    parts = urlsplit(url)
-    if parts.password:
-        netloc = parts.netloc.replace(f":{parts.password}@", ":***@")
-        url = urlunsplit(parts._replace(netloc=netloc))
-    try:
-        params = conninfo_to_dict(url)
-    except psycopg.ProgrammingError:  # not a conninfo libpq can parse: shown as given (minus a user:pw@)
-        return url
-    if "password" not in params:
-        return url
-    if "://" in url:  # a URL: its query string, rebuilt without the password's value
-        split = urlsplit(url)
-        query = "&".join(
-            "password=***" if pair.split("=", 1)[0] == "password" else pair for pair in split.query.split("&")
-        )
-        return urlunsplit(split._replace(query=query))
-    return make_conninfo("", **(params | {"password": "***"}))
 
 
 def cmd_init(args: argparse.Namespace) -> int:
@@ -277,7 +251,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     settings = load_settings()
     client = SparkClient(settings)
     with client:
-        print(f"database: {_redact(client.url)}")
+        print(f"database: {redact_url(client.url)}")
         print(f"schema: revision {client.init()}")
         seeded = client.load_seed_pack(progress=True)
         print(f"cold-start pack: {seeded.total} system defaults (tenant _system)")
@@ -431,17 +405,16 @@ def cmd_stats(args: argparse.Namespace) -> int:
 
 
 def cmd_config(args: argparse.Namespace) -> int:
-    from spark_pg.config import KEYS
+    from spark_pg.config import KEYS, SECRET_KEYS
 
     settings = load_settings()
     print(f"# file: {settings.config_file or '(none)'}")
     where = {"file": "from the file", "environment": "from ${env}", "arguments": "from the arguments"}
-    secret = {"database.url"}  # the keys that can hold a password: shown with it as ***, as db status does
     for key in KEYS:
         value = settings.raw(key.name)
         origin = settings.origins.get(key.name)
         note = where[origin].format(env=key.env) if origin else f"default; set with ${key.env}"
-        shown = "" if value is None else _redact(str(value)) if key.name in secret else value
+        shown = "" if value is None else redact_url(str(value)) if key.name in SECRET_KEYS else value
         print(f"{key.name} = {shown}    # {note}")
     return 0
 

@@ -253,13 +253,10 @@ def shown(name: str, value: Any) -> str:
         return repr(value)
     if not isinstance(value, str):  # a list or mapping of the URL, say: it could hold the password anywhere
         return f"a {type(value).__name__} (not shown: it may hold a password)"
-    from spark_pg.cli import _redact  # the CLI's redaction, imported only for this message
+    from spark_pg.redact import NOT_SHOWN, redact_url
 
-    try:
-        redacted = _redact(value)
-    except ValueError:  # urlsplit: an unclosed [ of an IPv6 host
-        redacted = None
-    if redacted is None or (redacted == value and _MAY_HOLD_PASSWORD.search(value)):
+    redacted = redact_url(value)
+    if redacted == NOT_SHOWN or (redacted == value and _MAY_HOLD_PASSWORD.search(value)):
         return "a string (not shown: it may hold a password)"
     return repr(redacted)
 
