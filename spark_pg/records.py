@@ -9,7 +9,6 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import stat
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from datetime import UTC, date, datetime
@@ -17,9 +16,16 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-from spark_pg.errors import IngestError
+from spark_pg.errors import IngestError, InputError
 from spark_pg.intent.domains import classify_domain
-from spark_pg.rowfiles import MAX_DEPTH, flattened, jsonl_rows, string_problem, text_problem, yaml_rows
+from spark_pg.rowfiles import (
+    MAX_DEPTH,
+    MAX_FILE_BYTES,
+    file_rows,
+    flattened,
+    string_problem,
+    text_problem,
+)
 
 KINDS = (
     "insight",
@@ -56,13 +62,11 @@ UNTAGGED_KINDS = frozenset({"episode", "trace"})
 # written as `spark-pg trace add` / `learning add` write them, whoever writes them (a file, SparkClient.add):
 # every text field scrubbed of secrets and personal data (docs/traces.md, "Traces and learnings from a file")
 SCRUBBED_KINDS = frozenset({"trace", "learning"})
-OUTCOMES = ("success", "failure")  # a trace's metadata.outcome (spark_pg.traces.descriptor.OUTCOMES)
 MAX_TEXT = 100_000  # characters; longer texts belong in a document store, not in a memory
 MAX_QUERY_TEXT = 10_000  # a question's characters (spark._check_query_text): a question, not a document
 MAX_TENANT = 128  # characters, as the database CHECKs
 MAX_SOURCE = 128  # characters of spark.memories.source, as the database CHECKs
 MAX_KEY = 512  # characters of a memory key, as the database CHECKs (spark.memories.key)
-MAX_FILE_BYTES = 1 << 30  # an ingest file is read whole; bigger ones are split (JSONL splits by lines)
 EARLIEST = datetime(1, 1, 2, tzinfo=UTC)  # created_at bounds (UTC)
 LATEST = datetime(9999, 12, 30, 23, 59, 59, 999999, tzinfo=UTC)
 # spark.system_tenant(): the cold-start pack every tenant sees; only `spark-pg seed` writes it
@@ -361,7 +365,8 @@ def _as_trace_or_learning(record: MemoryIn, key: str | None, where: tuple[str, i
     (spark_pg.traces.scrub); without a key, ``trace:`` / ``learning:`` and 24 hex digits of the text's
     SHA-256 (the key `trace add` / `learning add` give the same text). A trace also gets action domain
     ``general`` and actionability 0 (it is a record of an attempt, not advice: reflection finds it), and its
-    metadata.outcome, when given, must be success or failure (any case, stored in lower case)."""
+    metadata.outcome, when given, must be success or failure (any case, stored in lower case) and agree with
+    the text's ``Outcome:`` field; without it, the text's is stored."""
     text = _scrub_field(record.text, where, "text", MAX_TEXT)
     if key:
         key = _scrub_field(key, where, "key", MAX_KEY, normalise=False)
@@ -378,54 +383,34 @@ def _as_trace_or_learning(record: MemoryIn, key: str | None, where: tuple[str, i
         "metadata": metadata,
     }
     if record.kind == "trace":
-        outcome = metadata.get("outcome")
+        from spark_pg.traces.descriptor import trace_outcome
+
+        try:  # metadata.outcome checked, and against the text's Outcome: field; or taken from it
+            outcome = trace_outcome(text, metadata.get("outcome"))
+        except InputError as exc:
+            raise IngestError(*where, "metadata", str(exc)) from None
         if outcome is not None:
-            if not isinstance(outcome, str) or outcome.strip().lower() not in OUTCOMES:
-                raise IngestError(
-                    *where, "metadata", f"outcome of a trace must be success or failure, got {outcome!r:.60}"
-                )
-            metadata["outcome"] = outcome.strip().lower()
+            metadata["outcome"] = outcome
         fields |= {"action_domain": "general", "actionability": 0.0}
     return replace(record, **fields)
 
 
 def read_file(path: Path, default_tenant: str | None = None, *, pack: bool = False) -> list[MemoryIn]:
-    """Parse and validate a whole .jsonl / .ndjson / .yaml / .yml file. Raises on the first bad row (a row
-    without a tenant when ``default_tenant`` is not a valid one, too). ``pack``: as in validate_row."""
-    suffix = path.suffix.lower()
-    if suffix not in (".jsonl", ".ndjson", ".yaml", ".yml"):
-        raise IngestError(str(path), 0, None, "unknown file type: use .jsonl, .yaml or .yml")
-    try:
-        info = path.stat()
-    except OSError as exc:
-        raise IngestError(str(path), 0, None, f"cannot be read: {exc.strerror}") from None
-    if not stat.S_ISREG(info.st_mode):  # a FIFO would block, a device (/dev/zero) never end
-        raise IngestError(str(path), 0, None, "is not a regular file")
-    if info.st_size > MAX_FILE_BYTES:
-        raise IngestError(
-            str(path), 0, None, f"is {info.st_size:,} bytes; the limit is {MAX_FILE_BYTES:,}: split it"
-        )
-    try:
-        raw = path.read_bytes()
-    except OSError as exc:
-        raise IngestError(str(path), 0, None, f"cannot be read: {exc.strerror}") from None
-    try:
-        # bytes decoded as they are: read_text's universal newlines made a lone CR (valid whitespace
-        # between JSON tokens) a line break; a byte order mark (some Windows editors) is dropped
-        text = raw.decode("utf-8-sig")
-    except UnicodeDecodeError as exc:  # on the line it is on, not line 1
-        line = raw[: exc.start].count(b"\n") + 1
-        raise IngestError(str(path), line, None, f"is not UTF-8 text: {exc.reason}") from None
+    """Parse and validate a whole .jsonl / .ndjson / .yaml / .yml file (read by
+    :func:`spark_pg.rowfiles.file_rows`: a regular file of at most :data:`MAX_FILE_BYTES`, UTF-8). Raises on
+    the first bad row (a row without a tenant when ``default_tenant`` is not a valid one, too). ``pack``: as
+    in validate_row."""
 
     def fail(line: int, message: str) -> IngestError:
         return IngestError(str(path), line, None, message)
 
-    if suffix in (".jsonl", ".ndjson"):
-        rows = jsonl_rows(text, fail)
-    else:
-        rows = yaml_rows(
-            text, fail, "a YAML file must be a list of memories (or {memories: [...]})", "memories"
-        )
+    rows = file_rows(
+        path,
+        fail,
+        "a YAML file must be a list of memories (or {memories: [...]})",
+        "memories",
+        max_bytes=MAX_FILE_BYTES,
+    )
     records: list[MemoryIn] = []
     seen: dict[tuple[str, str], int] = {}
     for line, row in rows:

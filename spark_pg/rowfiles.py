@@ -1,18 +1,23 @@
 """Reading rows from the JSONL and YAML files people hand in, each with its line number, and the text checks
 every such reader shares.
 
-Used by ingest files (:mod:`spark_pg.records`), trigger rules, eval datasets and revalue decision files.
-Whatever a file holds, reading it fails only with the error the caller's ``fail(line, message)`` builds
-(an :class:`~spark_pg.errors.InputError`), never with ValueError, RecursionError or a YAML exception.
+Used by ingest files (:mod:`spark_pg.records`), trigger rules, eval datasets and revalue decision files;
+:func:`file_rows` reads such a file from its path for ingest and revalue. Whatever a file holds, reading it
+fails only with the error the caller's ``fail(line, message)`` builds (an
+:class:`~spark_pg.errors.InputError`), never with ValueError, RecursionError, OSError or a YAML exception.
 """
 
 from __future__ import annotations
 
+import codecs
 import json
+import os
 import re
+import stat
 import sys
 import unicodedata
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import yaml
@@ -23,7 +28,10 @@ MAX_DEPTH = 100  # nesting levels of a YAML document or of metadata; deeper woul
 MAX_INT_DIGITS = 4300  # Python's default limit for int <-> str (sys.get_int_max_str_digits)
 INT_LIMIT = 10**MAX_INT_DIGITS
 
-Fail = Callable[[int, str], Exception]  # (1-based line, message) -> the error to raise
+ROW_FILE_SUFFIXES = (".jsonl", ".ndjson", ".yaml", ".yml")
+MAX_FILE_BYTES = 1 << 30  # a row file is read whole; bigger ones are split (JSONL splits by lines)
+
+Fail = Callable[[int, str], Exception]  # (1-based line, or 0 for the file as a whole; message) -> the error
 
 _CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")
 
@@ -269,3 +277,60 @@ def yaml_rows(
     if not isinstance(data, list) or not isinstance(root, yaml.SequenceNode):
         raise fail(1, not_a_list)
     return [(node.start_mark.line + 1, item) for node, item in zip(root.value, data, strict=True)]
+
+
+def file_rows(
+    path: Path, fail: Fail, not_a_list: str, wrapper: str | None = None, *, max_bytes: int | None = None
+) -> list[tuple[int, Any]]:
+    """(line, row) of a .jsonl / .ndjson (:func:`jsonl_rows`) or .yaml / .yml file (:func:`yaml_rows`, with
+    ``not_a_list`` and ``wrapper``), read by :func:`read_text_file`. The suffix is checked first, so nothing
+    is opened for a file of another type."""
+    suffix = path.suffix.lower()
+    if suffix not in ROW_FILE_SUFFIXES:
+        raise fail(0, "unknown file type: use .jsonl, .yaml or .yml")
+    text = read_text_file(path, fail, max_bytes)
+    if suffix in (".jsonl", ".ndjson"):
+        return jsonl_rows(text, fail)
+    return yaml_rows(text, fail, not_a_list, wrapper)
+
+
+def read_text_file(path: Path, fail: Fail, max_bytes: int | None = None) -> str:
+    """The text of ``path``, which must be a regular file of at most ``max_bytes`` bytes (None:
+    :data:`MAX_FILE_BYTES`) of UTF-8; a leading byte order mark (some Windows editors write one) is dropped.
+    Failures are ``fail(0, ...)`` (the file as a whole: "cannot be read: <reason>", "is not a regular file",
+    "is N bytes; the limit is M: split it"), except text that is not UTF-8: ``fail(line, "is not UTF-8 text:
+    ...")`` on the line of the first bad byte.
+
+    The type and size are checked before anything is read: a FIFO would block forever and a device
+    (/dev/zero) never end. The file is opened without blocking and at most the limit + 1 bytes are read, so
+    a file swapped or grown after the check can do neither. The bytes are decoded as they are: read_text's
+    universal newlines turned a lone CR (white space between JSON tokens) into a line break."""
+    limit = MAX_FILE_BYTES if max_bytes is None else max_bytes
+
+    def refused(info: os.stat_result) -> str | None:
+        if not stat.S_ISREG(info.st_mode):
+            return "is not a regular file"
+        if info.st_size > limit:
+            return f"is {info.st_size:,} bytes; the limit is {limit:,}: split it"
+        return None
+
+    raw = b""
+    try:
+        problem = refused(path.stat())
+        if problem is None:
+            fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+            with os.fdopen(fd, "rb") as file:
+                problem = refused(os.fstat(file.fileno()))
+                if problem is None:
+                    raw = file.read(limit + 1)
+            if problem is None and len(raw) > limit:  # grown since the check
+                problem = f"is over {limit:,} bytes; the limit is {limit:,}: split it"
+    except OSError as exc:
+        raise fail(0, f"cannot be read: {exc.strerror or exc}") from None
+    if problem:
+        raise fail(0, problem)
+    body = raw.removeprefix(codecs.BOM_UTF8)
+    try:
+        return body.decode("utf-8")
+    except UnicodeDecodeError as exc:  # on the line it is on, not line 1
+        raise fail(body[: exc.start].count(b"\n") + 1, f"is not UTF-8 text: {exc.reason}") from None

@@ -135,7 +135,8 @@ BEGIN
         -- of a rule at most: a session whose rule fired five times and whose memory was marked once is 1 of
         -- 5, not 5 of 5. An outcome naming another call judged that call, where the rule did not fire, and
         -- counts for no hit.
-        SELECT hh.rule_name, count(*) AS hits,
+        -- Every shadow rule of the tenant, one without hits too (0 hits, 0 helped, precision NULL).
+        SELECT t.name AS rule_name, count(hh.rule_name) AS hits,
                count(*) FILTER (WHERE EXISTS (
                    SELECT 1 FROM spark.outcomes o
                    WHERE o.tenant = promote_triggers.tenant AND o.memory_tenant = promote_triggers.tenant
@@ -144,8 +145,10 @@ BEGIN
                           OR (o.retrieval_id IS NULL AND hh.session_id IS NOT NULL
                               AND o.session_id = hh.session_id AND o.created_at >= hh.hit_at
                               AND (hh.next_at IS NULL OR o.created_at < hh.next_at))))) AS helped
-        FROM hit hh
-        GROUP BY hh.rule_name),
+        FROM spark.trigger_rules t
+        LEFT JOIN hit hh ON hh.rule_name = t.name
+        WHERE t.tenant = promote_triggers.tenant AND t.shadow
+        GROUP BY t.name),
     promote AS (
         UPDATE spark.trigger_rules t
         SET shadow = false, confidence = (m.helped::double precision / m.hits)::real, updated_at = now(),
@@ -153,9 +156,9 @@ BEGIN
                                                         'shadow_helped', m.helped)
         FROM measured m
         WHERE t.tenant = promote_triggers.tenant AND t.name = m.rule_name AND t.shadow
-          AND m.hits >= min_hits AND m.helped::double precision / m.hits >= min_precision
+          AND m.hits >= min_hits AND m.helped::double precision / nullif(m.hits, 0) >= min_precision
         RETURNING t.name)
-    SELECT m.rule_name, m.hits, m.helped, m.helped::double precision / m.hits,
+    SELECT m.rule_name, m.hits, m.helped, m.helped::double precision / nullif(m.hits, 0),
            m.rule_name IN (SELECT p.name FROM promote p)
     FROM measured m
     ORDER BY m.rule_name;
@@ -168,5 +171,6 @@ COMMENT ON FUNCTION spark.promote_triggers(text, integer, double precision) IS
     'from the hit on and before the rule''s next hit on that memory in that session: one mark counts for one '
     'hit at most. Rules with at least '
     'min_hits hits and min_precision precision are promoted (shadow off, confidence = precision). Returns '
-    'each shadow rule with its figures and whether it was promoted. Errors: 22004 NULL tenant, min_hits or '
+    'each shadow rule with its figures (one without hits too: 0 hits, 0 helped, precision NULL) and whether '
+    'it was promoted. Errors: 22004 NULL tenant, min_hits or '
     'min_precision, 22023 an empty or over-long tenant or the pack''s tenant _system, min_hits below 1 or min_precision outside 0..1.';

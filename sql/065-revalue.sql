@@ -201,7 +201,10 @@ BEGIN
     INTO entries, ids, imps, exps, whys, ekeys, md5s, checks, revs
     FROM jsonb_array_elements(decisions) WITH ORDINALITY e(v, ord);
     -- the memories decided on stay as read until commit (locked in id order: concurrent batches cannot
-    -- deadlock); every statement below reads them as last committed, after any writer that held them
+    -- deadlock); at READ COMMITTED, every statement below reads them and their log as last committed,
+    -- after any writer that held them (under REPEATABLE READ it would read the transaction's snapshot, and
+    -- two concurrent batches keeping one memory would both log it: spark_pg.revalue.apply runs its own
+    -- transaction at READ COMMITTED and refuses a caller's at another level)
     PERFORM 1 FROM spark.memories m
     WHERE m.tenant = revalue_apply.tenant AND m.id = ANY(ids)
     ORDER BY m.id FOR UPDATE;
@@ -230,6 +233,9 @@ BEGIN
                                    left((d.entry -> 'last_revalued_at')::text, 40))
                    WHEN jsonb_typeof(d.entry -> 'reason') NOT IN ('string', 'null')
                        THEN format('reason must be a string, got %s', jsonb_typeof(d.entry -> 'reason'))
+                   -- checked against the memory's key (a number was ignored when expected was given)
+                   WHEN jsonb_typeof(d.entry -> 'key') NOT IN ('string', 'null')
+                       THEN format('key must be a string, got %s', left((d.entry -> 'key')::text, 40))
                    WHEN length(d.why) > 1000
                        THEN format('reason is %s characters; the limit is 1000', length(d.why))
                    WHEN x.extra IS NOT NULL
@@ -262,18 +268,19 @@ BEGIN
         RAISE EXCEPTION '%', bad USING ERRCODE = 'invalid_parameter_value';
     END IF;
     -- what each decision does, against the memory as it is now (the rows are locked): a decision made on a
-    -- sample (expected given) whose memory has since been deleted, or whose importance, key or text
-    -- (text_md5) has changed, is skipped, not applied over the change; so is one whose memory has been
-    -- revalued since (last_revalued_at given and not its last revaluation: the same file applied again, a
-    -- second sweep over the same sample), even to keep it; a decision equal to the importance is kept
-    -- (logged, nothing written)
+    -- sample (expected given) whose memory has since been deleted is skipped; so is one whose memory has
+    -- been revalued since (last_revalued_at given and not its last revaluation: the same file applied
+    -- again, a second sweep over the same sample), even to keep it, and that is said before any change the
+    -- revaluation made (a raised memory is decided, in its cooldown, not changed and left for the next
+    -- sweep); then one whose importance, key or text (text_md5) has changed is skipped, not applied over
+    -- the change; a decision equal to the importance is kept (logged, nothing written)
     SELECT coalesce(array_agg(CASE WHEN m.id IS NULL THEN 'skipped: deleted since sampled'
-                                   WHEN d.exp <> m.importance OR d.ekey <> m.key OR d.md5 <> md5(m.text)
-                                       THEN 'skipped: changed since sampled'
                                    WHEN d.checked AND d.rev IS DISTINCT FROM
                                         (SELECT max(v.decided_at) FROM spark.revaluations v
                                          WHERE v.tenant = revalue_apply.tenant AND v.memory_id = d.mid)
                                        THEN 'skipped: decided since sampled'
+                                   WHEN d.exp <> m.importance OR d.ekey <> m.key OR d.md5 <> md5(m.text)
+                                       THEN 'skipped: changed since sampled'
                                    WHEN d.imp = m.importance THEN 'kept'
                                    WHEN d.imp > m.importance THEN 'raised'
                                    ELSE 'lowered' END ORDER BY d.ord), '{}')
@@ -325,19 +332,21 @@ COMMENT ON FUNCTION spark.revalue_apply(text, jsonb, text) IS
     'who decided (auto, interactive, file; default api). Every entry is checked before anything is written '
     '(a bad one fails the whole batch); then, with the memories locked, an entry made on a sample '
     '(expected given) is skipped, neither written nor logged, when its memory has been deleted since '
-    '(status skipped: deleted since sampled; its old importance and tier are NULL) or its importance, key '
-    'or text (text_md5) differ (skipped: changed since sampled; the memory stays eligible for the next '
-    'sample), or it has been revalued since last_revalued_at (skipped: decided since sampled: a decisions '
-    'file applied twice logs nothing the second time); one equal to the current importance is kept (logged, '
+    '(status skipped: deleted since sampled; its old importance and tier are NULL), or it has been '
+    'revalued since last_revalued_at (skipped: decided since sampled, whatever that revaluation changed: a '
+    'decisions file applied twice logs nothing the second time), or its importance, key or text (text_md5) '
+    'differ (skipped: changed since sampled; the memory stays eligible for the next sample); one equal to the current importance is kept (logged, '
     'the memory untouched), the others raise or lower it. Every decision not skipped is logged to '
-    'spark.revaluations (so the memory leaves spark.revalue_sample for its cooldown). Returns each decision '
+    'spark.revaluations (so the memory leaves spark.revalue_sample for its cooldown). Call it at READ '
+    'COMMITTED: under REPEATABLE READ it reads the log as of the transaction''s snapshot, and two '
+    'concurrent batches keeping one memory both log it. Returns each decision '
     'in order: the current (old) importance, the decided (new) one, whether it was written, the tier and '
     'the status (raised, lowered, kept, or skipped: ...). A memory archived by '
     'spark.assign_tiers for low importance alone returns to active when raised to 0.3 or more. Errors: '
     '22004 NULL tenant, decisions or decided_by; 22023 an empty or over-long tenant or the pack''s tenant '
     '_system, decisions not an '
     'array, an entry that is not an object, lacks id or importance, has an unknown field, an importance or '
-    'expected outside 0..1, a text_md5 that is not 32 hex digits, a last_revalued_at that is not an ISO '
+    'expected outside 0..1, a key that is not a string, a text_md5 that is not 32 hex digits, a last_revalued_at that is not an ISO '
     '8601 time with offset PostgreSQL can hold (the offset under 16 hours), a reason over 1,000 '
     'characters, an id that repeats, and without expected an id that is not the tenant''s memory or a key that does not match '
     '(the message names decisions[i], 0-based), a bad decided_by.';

@@ -15,7 +15,10 @@ SELECT jsonb_build_object(
     'outcome', NULL,               -- success | failure: only traces with this outcome (learnings unaffected)
     'linked_per_trace', 3,         -- learnings linked to a returned trace (its metadata.learning_keys) that follow it
     'pool', 50,                    -- nearest vectors, and best lexical matches, considered before the gate
-    'exact_scan_max', 7000,        -- tenants with up to this many vectors are scanned exactly, larger ones by HNSW
+    'lexical_min_words', 1,        -- a match on words alone (no similarity) holds at least this many of the
+                                   -- query's words (spark.advise_with_warnings: at least 2)
+    'exact_scan_max', 7000,        -- tenants with up to this many vectors are scanned exactly; larger ones by
+                                   -- a query ordered by distance, which the planner may serve from the HNSW index
     'as_of', NULL,                 -- evaluate as if now were this time (ISO 8601); NULL = now()
     'query_model', NULL            -- the model that embedded query_embedding; another than the active one:
                                    -- the embedding is ignored (lexical fallback), never compared
@@ -34,7 +37,8 @@ DECLARE
     item record;
     ranges constant jsonb := '{
         "min_score": [0, 1, 0], "half_life_days": [0.001, 36500, 0], "recency_floor": [0, 1, 0],
-        "linked_per_trace": [0, 20, 1], "pool": [1, 1000, 1], "exact_scan_max": [0, 10000000, 1]}';
+        "linked_per_trace": [0, 20, 1], "pool": [1, 1000, 1], "exact_scan_max": [0, 10000000, 1],
+        "lexical_min_words": [1, 100, 1]}';
 BEGIN
     IF params IS NULL THEN
         RETURN defaults;
@@ -112,6 +116,10 @@ AS $fn$
 #variable_conflict use_variable
 DECLARE
     max_k constant integer := 100;
+    -- a match on words alone is scored matched / (query words + word_pad): the share of the query's words,
+    -- counting word_pad more that did not match, which puts it on the cosine scale (docs/traces.md: on
+    -- measured pairs it is nearer the cosine than the share is, and one word is at most 1/3)
+    word_pad constant double precision := 2;
     p jsonb;
     at timestamptz;
     mdl spark.embedding_models;
@@ -124,6 +132,8 @@ DECLARE
     rf double precision;
     pool integer;
     linked_n integer;
+    lex_min integer;
+    nq integer;
     scan_max integer;
     nvec bigint;
     scan text := 'none';
@@ -184,6 +194,7 @@ BEGIN
     rf := (p ->> 'recency_floor')::double precision;
     pool := greatest((p ->> 'pool')::integer, k);  -- k = 80 with the default pool of 50 still gets 80
     linked_n := (p ->> 'linked_per_trace')::integer;
+    lex_min := (p ->> 'lexical_min_words')::integer;
     scan_max := (p ->> 'exact_scan_max')::integer;
 
     IF qvec IS NOT NULL THEN
@@ -206,9 +217,11 @@ BEGIN
                   ORDER BY 2, 1
                   LIMIT pool) s;
         ELSE
+            -- 'hnsw' names this path, not the plan: a query ordered by distance, with dimension, model and
+            -- tenant as literals so the planner can use a partial HNSW index (the iterative scan, relaxed
+            -- order, re-sorted here, walks on until pool traces/learnings are found); when the tenant's
+            -- traces and learnings are few the planner may instead take them by memories_reflect_idx and sort
             scan := 'hnsw';
-            -- dimension, model and tenant as literals so the planner can use a partial HNSW index; the
-            -- iterative scan (relaxed order, re-sorted here) walks on until pool traces/learnings are found
             EXECUTE format($q$
                 SELECT coalesce(array_agg(s.id ORDER BY s.dist, s.id), '{}'),
                        coalesce(array_agg(s.dist ORDER BY s.dist, s.id), '{}')
@@ -229,12 +242,14 @@ BEGIN
     qlex := ARRAY(SELECT DISTINCT l FROM unnest(tsvector_to_array(to_tsvector('english', query_text))) l
                   WHERE l <> ALL(spark._reflect_stop_lexemes()) ORDER BY 1);
     lexkeys := ARRAY(SELECT length(tenant) || ':' || tenant || ':' || l FROM unnest(qlex) l);
+    nq := cardinality(qlex);
 
     RETURN QUERY
     WITH
     sem AS (SELECT u.id, u.dist FROM unnest(sem_ids, sem_dist) AS u(id, dist)),
     -- lexical candidates: every match without a query vector; with one, only rows the active model has not
-    -- embedded yet (just written, the worker behind): they are still reachable
+    -- embedded yet (just written, the worker behind): they are still reachable. Each holds at least lex_min
+    -- of the query's words (before the pool is cut, as the outcome filter)
     lex AS (
         SELECT x.id FROM (
             SELECT mm.id,
@@ -247,6 +262,7 @@ BEGIN
               AND (qvec IS NULL OR NOT EXISTS (
                        SELECT 1 FROM spark.embeddings e
                        WHERE e.tenant = mm.tenant AND e.memory_id = mm.id AND e.model_id = mdl.id))) x
+        WHERE x.hits >= lex_min
         ORDER BY x.hits DESC, x.id
         LIMIT pool),
     cand AS (
@@ -259,13 +275,16 @@ BEGIN
                CASE WHEN mm.kind = 'trace' AND mm.metadata ->> 'outcome' IN ('success', 'failure')
                     THEN mm.metadata ->> 'outcome' END AS mout,
                1 - c.dist AS sim,
-               cardinality(ARRAY(SELECT unnest(tsvector_to_array(mm.tsv)) INTERSECT SELECT unnest(qlex)))::double precision
-                   / greatest(cardinality(qlex), 1) AS kw,
+               cardinality(ARRAY(SELECT unnest(tsvector_to_array(mm.tsv)) INTERSECT SELECT unnest(qlex))) AS hits,
                greatest(0, extract(epoch FROM (at - mm.created_at)) / 86400.0)::double precision AS age
         FROM cand c
         CROSS JOIN LATERAL (SELECT * FROM spark.memories m1 WHERE m1.tenant = reflect.tenant AND m1.id = c.id) mm),
+    -- kw: the share of the query's words the text holds; a match on words alone is scored hits / (nq + word_pad)
     rel AS (
-        SELECT sc.*, coalesce(sc.sim, sc.kw) AS relevance, power(0.5, least(100, sc.age / hl)) AS rec FROM scored sc),
+        SELECT sc.*, sc.hits::double precision / greatest(nq, 1) AS kw,
+               coalesce(sc.sim, sc.hits / (nq + word_pad)) AS relevance,
+               power(0.5, least(100, sc.age / hl)) AS rec
+        FROM scored sc),
     -- (params.outcome is applied in the pools above, before their LIMIT: every candidate already passes it)
     final AS (
         SELECT r.*, r.relevance * (rf + (1 - rf) * r.rec) AS sc FROM rel r),
@@ -295,8 +314,7 @@ BEGIN
         SELECT ln.id, ln.parent_rn, ln.parent_key, ln.pos, mm.key AS mkey, mm.kind AS mkind, mm.text AS mtext,
                mm.category AS mcat, mm.created_at AS mcreated, mm.metadata AS mmeta,
                (1 - (ev.embedding <=> qvec))::double precision AS sim,
-               cardinality(ARRAY(SELECT unnest(tsvector_to_array(mm.tsv)) INTERSECT SELECT unnest(qlex)))::double precision
-                   / greatest(cardinality(qlex), 1) AS kw,
+               cardinality(ARRAY(SELECT unnest(tsvector_to_array(mm.tsv)) INTERSECT SELECT unnest(qlex))) AS hits,
                greatest(0, extract(epoch FROM (at - mm.created_at)) / 86400.0)::double precision AS age
         FROM links ln
         JOIN spark.memories mm ON mm.tenant = reflect.tenant AND mm.id = ln.id
@@ -304,7 +322,7 @@ BEGIN
           ON qvec IS NOT NULL AND ev.tenant = mm.tenant AND ev.memory_id = mm.id AND ev.model_id = mdl.id),
     rows_out AS (
         SELECT t.rn AS ord1, 0::bigint AS ord2, t.id, t.mkey, t.mkind, t.mtext, t.mcat, t.mout, t.sc, t.sim, t.kw,
-               t.rec, t.age, t.mcreated, t.mmeta, t.via, t.relevance,
+               t.hits, t.rec, t.age, t.mcreated, t.mmeta, t.via, t.relevance,
                CASE WHEN t.mkind = 'learning' THEN (
                    SELECT t2.mkey FROM top t2
                    WHERE t2.mkind = 'trace' AND jsonb_typeof(t2.mmeta -> 'learning_keys') = 'array'
@@ -313,8 +331,10 @@ BEGIN
         FROM top t
         UNION ALL
         SELECT l.parent_rn, l.pos, l.id, l.mkey, l.mkind, l.mtext, l.mcat, NULL::text,
-               coalesce(l.sim, l.kw) * (rf + (1 - rf) * power(0.5, least(100, l.age / hl))), l.sim, l.kw,
-               power(0.5, least(100, l.age / hl)), l.age, l.mcreated, l.mmeta, 'linked', coalesce(l.sim, l.kw), l.parent_key
+               coalesce(l.sim, l.hits / (nq + word_pad)) * (rf + (1 - rf) * power(0.5, least(100, l.age / hl))),
+               l.sim, l.hits::double precision / greatest(nq, 1), l.hits,
+               power(0.5, least(100, l.age / hl)), l.age, l.mcreated, l.mmeta, 'linked',
+               coalesce(l.sim, l.hits / (nq + word_pad)), l.parent_key
         FROM linked l)
     SELECT (row_number() OVER (ORDER BY o.ord1, o.ord2))::integer,
            o.id, o.mkey, o.mkind, o.mtext, o.mcat, o.mout, o.sc::real, o.sim::real, o.kw::real, o.rec::real,
@@ -323,6 +343,8 @@ BEGIN
                'match', o.via,
                'similarity', round(o.sim::numeric, 4),
                'keyword', round(o.kw::numeric, 4),
+               'keyword_hits', o.hits,
+               'query_words', nq,
                'relevance', round(o.relevance::numeric, 4),
                'recency', round(o.rec::numeric, 4),
                'age_days', round(o.age::numeric, 1),
@@ -331,7 +353,8 @@ BEGIN
                             THEN format('none: linked to trace %s', o.linked)
                             ELSE format('score %s >= min_score %s', round(o.sc::numeric, 4), min_score) END,
                'relevance_from', CASE WHEN o.sim IS NOT NULL THEN 'cosine similarity (active model)'
-                                      ELSE 'share of the query''s words in the descriptor' END,
+                                      ELSE format('matched words / (query words + %s): %s / (%s + %s)',
+                                                  word_pad, o.hits, nq, word_pad) END,
                'note', CASE WHEN o.via = 'lexical' AND qvec IS NOT NULL
                             THEN 'not embedded by the active model yet: matched on its words' END,
                'outcome', o.mout,
@@ -356,9 +379,12 @@ COMMENT ON FUNCTION spark.reflect(text, text, vector, integer, jsonb) IS
     'does), or NULL for the lexical fallback over the descriptors (why.query_embedding says which); k: '
     'how many matches (0 gives none, more than 100 gives at most 100; linked learnings come on top); params: '
     'overrides of spark.reflect_defaults() (min_score, half_life_days, recency_floor, kinds, outcome, '
-    'linked_per_trace, pool, exact_scan_max, as_of, query_model). score = relevance x (recency_floor + '
-    '(1 - recency_floor) x 0.5^(age_days / half_life_days)), relevance = cosine similarity, or the share of the query''s words a '
-    'descriptor holds when either side has no vector; matches need score >= min_score. Returns rank, the '
+    'linked_per_trace, pool, lexical_min_words, exact_scan_max, as_of, query_model). score = relevance x '
+    '(recency_floor + (1 - recency_floor) x 0.5^(age_days / half_life_days)), relevance = cosine similarity, '
+    'or, for a match on words alone (either side has no vector), the query''s words the descriptor holds / '
+    '(the query''s words + 2), which puts it on the cosine scale (keyword_score is their plain share); '
+    'matches need score >= min_score, and a match on words alone at least lexical_min_words of the query''s '
+    'words. Returns rank, the '
     'memory, outcome, score, similarity, keyword_score, recency, age_days, linked_to and why. Reads only. '
     'Errors: 22004 NULL tenant, query_text or k; 22023 empty or over-long tenant, negative k, bad params '
     '(naming the key), empty query_text without a usable embedding (none, or one ignored), query_text over '
@@ -412,10 +438,13 @@ BEGIN
         RAISE EXCEPTION 'warning_k must be between 0 and 20, got %', warning_k
             USING ERRCODE = 'invalid_parameter_value';
     END IF;
-    -- checked before anything is written (an error anywhere undoes the whole call anyway, log included)
-    rp := spark._reflect_params(advise_with_warnings.reflect_params)
-          || jsonb_build_object('kinds', jsonb_build_array('trace'), 'outcome', 'failure',
-                                'min_score', warning_min_score);
+    -- checked before anything is written (an error anywhere undoes the whole call anyway, log included).
+    -- A failure matched on words alone warns only when it holds two of the query's words or more: one word
+    -- is too weak a sign (docs/traces.md), and a one-word query would warn on every trace that has it
+    rp := spark._reflect_params(advise_with_warnings.reflect_params);
+    rp := rp || jsonb_build_object('kinds', jsonb_build_array('trace'), 'outcome', 'failure',
+                                   'min_score', warning_min_score,
+                                   'lexical_min_words', greatest(2, (rp ->> 'lexical_min_words')::integer));
     RETURN QUERY
     SELECT a.*, false FROM spark.advise(advise_with_warnings.tenant, advise_with_warnings.query_text,
                                         advise_with_warnings.query_embedding, advise_with_warnings.k,
@@ -468,7 +497,8 @@ COMMENT ON FUNCTION spark.advise_with_warnings(text, text, vector, integer, json
     '(warning true, priority_label high, or critical if the trace is; retrieval_id: this call; pools '
     '{reflection}; why: spark.reflect''s, plus warning.rule and warning.learnings, the learnings linked to '
     'the trace). Warnings are not logged in spark.retrieval_items (their signals are not fusion signals). '
-    'reflect_params: spark.reflect params (kinds, outcome and min_score are set here, and query_model '
-    'when params has one). Errors: those of '
+    'reflect_params: spark.reflect params (kinds, outcome and min_score are set here, lexical_min_words to '
+    '2 at least, so that a failure matched on words alone warns only when it holds two of the query''s '
+    'words or more, and query_model when params has one). Errors: those of '
     'spark.advise and spark.reflect; 22004 NULL warning_min_score or warning_k; 22023 warning_min_score '
     'outside 0..1, warning_k outside 0..20, bad reflect_params. On error nothing is written.';

@@ -117,3 +117,29 @@ def test_a_mark_naming_a_call_judges_that_calls_hit_only(conn: Conn, tenant: str
     alone = advise(conn, tenant, "flaky network 2", None, T0 + 30 * minute)
     mark(conn, tenant, memory, alone, None, T0 + 31 * minute)
     assert measured(conn, tenant, 3, 0.3) == (3, 1, pytest.approx(1 / 3), True)
+
+
+def test_a_shadow_rule_without_hits_is_listed_with_its_figures(conn: Conn, tenant: str, memory: int) -> None:
+    """A shadow rule that never fired was left out of the result (it was built from the hits alone), though
+    spark.promote_triggers returns each shadow rule with its figures."""
+    conn.execute(
+        "SELECT spark.put_trigger_rule(%s, 'shadow-nohits', '\\mzebra', ARRAY['net'], origin => 'learned', "
+        "confidence => 0.5, shadow => true)",
+        (tenant,),
+    )
+    conn.execute(
+        "SELECT spark.put_trigger_rule(%s, 'live', '\\mzebra', ARRAY['net'])", (tenant,)
+    )  # not shadow
+    for g in range(2):
+        advise(conn, tenant, f"flaky network {g}", "s")
+    rows = conn.execute("SELECT * FROM spark.promote_triggers(%s, 1, 0)", (tenant,)).fetchall()
+    assert rows == [(RULE, 2, 0, 0.0, True), ("shadow-nohits", 0, 0, None, False)]
+    # never promoted, whatever the thresholds: no evidence is not precision
+    assert conn.execute("SELECT * FROM spark.promote_triggers(%s, 1, 0)", (tenant,)).fetchall() == [
+        ("shadow-nohits", 0, 0, None, False)
+    ]
+    shadow = conn.execute(
+        "SELECT shadow, confidence FROM spark.trigger_rules WHERE tenant = %s AND name = 'shadow-nohits'",
+        (tenant,),
+    ).fetchone()
+    assert shadow == (True, 0.5)

@@ -26,6 +26,7 @@ from spark_pg.ingest import ingest
 from spark_pg.intent import extract_intent
 from spark_pg.records import MemoryIn
 from spark_pg.traces import add_learning, add_trace
+from spark_pg.traces.reflect import LEXICAL_WARNING_MIN_WORDS, from_row
 from spark_pg.traces.reflect import reflect as reflect_py
 from tests.conftest import rolled_back, temp_database
 
@@ -328,6 +329,14 @@ def test_empty_tenant_k_zero_and_huge_k(conn: Conn, embedder: Embedder) -> None:
             "params.min_score must be a number from 0",
         ),
         (T, "q", 5, {"pool": 1.5}, errors.InvalidParameterValue, "params.pool must be an integer"),
+        (
+            T,
+            "q",
+            5,
+            {"lexical_min_words": 0},
+            errors.InvalidParameterValue,
+            "params.lexical_min_words must be an integer from 1 to 100",
+        ),
         (T, "q", 5, {"half_life_days": 0}, errors.InvalidParameterValue, "params.half_life_days"),
         (T, "q", 5, {"kinds": []}, errors.InvalidParameterValue, "params.kinds must be a non-empty array"),
         (T, "q", 5, {"kinds": ["insight"]}, errors.InvalidParameterValue, "params.kinds"),
@@ -676,3 +685,78 @@ def test_reflect_refuses_a_params_or_tenant_of_the_wrong_type_before_any_call(
         with pytest.raises(InputError, match=re.escape(message)) as info:
             call()
         assert type(info.value) is InputError, message  # refused here, not by the server
+
+
+# --- a match on words alone: on the cosine scale, and one word never warns ---------------------------------
+
+
+def warned(
+    conn: Conn, tenant: str, query: str, vec: Any, warning_min_score: float = WARNING_MIN_SCORE
+) -> list[str]:
+    """The keys spark.advise_with_warnings warns with."""
+    rows = conn.execute(
+        "SELECT key FROM spark.advise_with_warnings(%s, %s, %s, 5, warning_min_score => %s) WHERE warning",
+        (tenant, query, vec, warning_min_score),
+    ).fetchall()
+    return [r[0] for r in rows]
+
+
+def embed_now(conn: Conn, embedder: Embedder, tenant: str, key: str) -> None:
+    """What the worker does for a deferred trace: its vector of the active model."""
+    row = conn.execute(
+        "SELECT text FROM spark.memories WHERE tenant = %s AND key = %s", (tenant, key)
+    ).fetchone()
+    assert row is not None
+    conn.execute(
+        """INSERT INTO spark.embeddings (tenant, memory_id, model_id, created_at, embedding)
+           SELECT m.tenant, m.id, (SELECT id FROM spark.active_model()), m.created_at, %s
+           FROM spark.memories m WHERE m.tenant = %s AND m.key = %s""",
+        (embedder.embed_documents([row[0]])[0], tenant, key),
+    )
+
+
+def test_a_match_on_words_alone_is_scored_on_the_cosine_scale(conn: Conn, embedder: Embedder) -> None:
+    """Relevance was coalesce(similarity, share of the query's words): a trace the worker had not embedded
+    yet warned at 0.50 (2 of the query's 4 words), and no longer at 0.42 once embedded."""
+    tenant, query = "words-scale", "add a cron job for the backup"
+    trace = add_trace(
+        conn, None, tenant, "Tune the nightly cron schedule", "failure", issue="jobs overlapped"
+    )
+    vec = embedder.embed_query(query)
+    for embedding in (vec, None):  # not embedded yet, and the lexical fallback
+        assert warned(conn, tenant, query, embedding) == []
+        [row] = reflect(conn, query, embedding, tenant=tenant)
+        assert row["keyword_score"] == pytest.approx(0.5) and row["score"] == pytest.approx(2 / 6, abs=1e-4)
+        why = row["why"]
+        assert (why["match"], why["keyword_hits"], why["query_words"]) == ("lexical", 2, 4)
+        assert why["relevance_from"] == "matched words / (query words + 2): 2 / (4 + 2)"
+        assert not from_row(row).warns(WARNING_MIN_SCORE)
+    embed_now(conn, embedder, tenant, trace.key)
+    [row] = reflect(conn, query, vec, tenant=tenant)
+    assert row["why"]["match"] == "semantic" and 0.25 < row["similarity"] < WARNING_MIN_SCORE
+    assert warned(conn, tenant, query, vec) == []  # the same answer before and after the worker
+
+
+def test_a_one_word_query_never_warns_on_words_alone(conn: Conn, embedder: Embedder) -> None:
+    """A one-word query scored 1.00 against any unembedded trace holding the word: it always warned."""
+    tenant = "words-one"
+    trace = add_trace(
+        conn, None, tenant, "Upgrade the kafka client library", "failure", issue="rebalance loop"
+    )
+    for embedding in (embedder.embed_query("kafka"), None):
+        assert warned(conn, tenant, "kafka", embedding) == []
+        assert warned(conn, tenant, "kafka", embedding, warning_min_score=0) == []  # at any threshold
+        # nor any other match on one of the query's words
+        assert warned(conn, tenant, "kafka rollout", embedding, warning_min_score=0) == []
+        [row] = reflect(conn, "kafka", embedding, tenant=tenant, params={"min_score": 0})
+        assert row["key"] == trace.key and row["score"] == pytest.approx(1 / 3, abs=1e-4)
+        assert row["why"]["keyword_hits"] == 1 and not from_row(row).warns(0)
+        # two of them warn, as the rule says, and the CLI's rule (Reflection.warns) is the same
+        query = "upgrade kafka"
+        assert warned(conn, tenant, query, embedding) == [trace.key]
+        [two] = reflect(conn, query, embedding, tenant=tenant)
+        assert two["why"]["keyword_hits"] == LEXICAL_WARNING_MIN_WORDS
+        assert from_row(two).warns(WARNING_MIN_SCORE)
+    # spark.reflect shows the one-word match unless asked for more words
+    assert reflect(conn, "kafka", None, tenant=tenant, params={"lexical_min_words": 2}) == []
+    assert len(reflect(conn, "kafka client", None, tenant=tenant, params={"lexical_min_words": 2})) == 1

@@ -275,7 +275,7 @@ def test_warnings_with_no_model_registered_answer_as_the_advice_does(conn: Conn)
                    '{"outcome": "failure"}')"""
     )
     why = conn.execute(  # with words, the reflection runs and says why the vector was not used
-        "SELECT why FROM spark.advise_with_warnings('warn-t', 'deploy', '[1,0,0]'::vector, 5, "
+        "SELECT why FROM spark.advise_with_warnings('warn-t', 'deploy failed', '[1,0,0]'::vector, 5, "
         "warning_min_score => 0) WHERE warning"
     ).fetchone()
     assert why is not None and why[0]["query_embedding"].startswith("ignored: no embedding model registered")

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
+import sys
 import time
 from collections.abc import Iterator, Sequence
 from typing import Any
@@ -19,7 +21,15 @@ from spark_pg.db import connect
 from spark_pg.embedding import Embedder
 from spark_pg.errors import InputError
 from spark_pg.traces import add_learning, add_trace, make_learning, make_trace
-from spark_pg.traces.descriptor import MAX_FILES, MAX_INTENT, MAX_ISSUE
+from spark_pg.traces.descriptor import (
+    MAX_FILE,
+    MAX_FILES,
+    MAX_INTENT,
+    MAX_ISSUE,
+    stated_outcome,
+    trace_outcome,
+)
+from spark_pg.traces.reflect import reflect as reflect_py
 from tests.conftest import Blocked
 
 Conn = psycopg.Connection[Any]
@@ -198,6 +208,35 @@ def test_a_cut_backs_up_only_out_of_a_placeholder() -> None:
     assert make_trace("x" * 195 + "/jane.doe@example.com", "failure").intent == "x" * 195
 
 
+@pytest.mark.parametrize(
+    ("given", "same"),
+    [
+        # cut to 200 characters before the home folder was written ~/: the folder's length moved the cut
+        ("/home/al/", "/home/alexandra/"),
+        ("/Users/al/", "C:\\Users\\Alexandra\\"),
+        # and before ./ and // were dropped
+        ("", "./"),
+        ("", "././"),
+    ],
+)
+@pytest.mark.parametrize("length", [150, 180, 190, 196, 250, 900])
+def test_a_long_path_is_one_path_whatever_its_home_folder_or_prefix(
+    given: str, same: str, length: int
+) -> None:
+    path = "src/" + "a" * length + "/mod.py"
+    one = make_trace("x", "success", files=[given + path])
+    other = make_trace("x", "success", files=[same + path.replace("/", "//", 1)])
+    assert one.key == other.key and one.files == other.files and len(one.files[0]) <= MAX_FILE
+    assert one.files[0].startswith("~/src/aaa" if given else "src/aaa")
+
+
+def test_the_path_rewrites_come_after_the_scrubber() -> None:
+    # `//` as `/` before scrubbing would make the URL one the scrubber does not read as a URL
+    pw = "s3cr3t-Pw-x9"
+    trace = make_trace("x", "failure", files=[f"./logs/postgres://shop:{pw}@db.internal:5432/shop.log"])
+    assert trace.files == ("logs/postgres:/[REDACTED]@db.internal:5432/shop.log",)
+
+
 def test_home_folders_and_the_count_of_more_files() -> None:
     trace = make_trace(
         "x", "failure", files=["c:/users/bob/proj/a.py", "/root/x/y.py", "C:\\Users\\Bob\\proj\\b.py"]
@@ -236,6 +275,68 @@ def test_the_package_imports_light_and_resolves_its_names_on_use() -> None:
     assert sorted(traces.__all__) == sorted(traces._LAZY)
     with pytest.raises(AttributeError):
         _ = traces.nothing_here
+
+
+EVERY_NAME = """
+import importlib, types
+import spark_pg.traces as package
+for name in package.__all__:
+    namespace = {}
+    exec(f"from spark_pg.traces import {name} as value", namespace)
+    defined = getattr(importlib.import_module("spark_pg.traces." + package._LAZY[name]), name)
+    assert namespace["value"] is defined and getattr(package, name) is defined, name
+    assert not isinstance(defined, types.ModuleType), name
+from spark_pg.traces import reflect, scrub
+assert scrub("api_key=abcdef123456") == "api_key=[REDACTED:secret]" and reflect.__module__.endswith("reflect")
+"""
+
+
+@pytest.mark.parametrize(
+    "first",
+    [
+        "",  # the package's names first
+        # a submodule imported first, as the advisor and records.py import them
+        "import spark_pg.traces.scrub, spark_pg.traces.reflect\n"
+        "from spark_pg.traces.reflect import Reflection",
+        "from spark_pg.traces.scrub import scrub_report\nimport spark_pg.traces.store",
+    ],
+)
+def test_every_exported_name_is_the_function_class_or_constant_it_names(first: str) -> None:
+    """`from spark_pg.traces import scrub` (or reflect) gave the submodule: importing it set the package's
+    attribute to the module, and `from ... import` reads that attribute. A fresh interpreter each time: this
+    one has imported everything already."""
+    done = subprocess.run([sys.executable, "-c", first + "\n" + EVERY_NAME], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+
+
+def test_the_outcome_a_text_states() -> None:
+    for outcome in ("success", "failure"):
+        trace = make_trace("Migrate the database schema", outcome, issue="lock timeout", tags="db")
+        assert stated_outcome(trace.descriptor) == outcome
+    assert stated_outcome("Intent: x |  outcome :FAILURE | Key issue: y") == "failure"
+    assert stated_outcome("Outcome: success") == "success"
+    # no Outcome field, or one that states neither: nothing stated
+    for text in ("deploy failed", "Intent: x | Key issue: Outcome: failure", "Outcome: partial",
+                 "Outcome: successful", "Intent: Outcome: failure"):  # fmt: skip
+        assert stated_outcome(text) is None, text
+    assert stated_outcome("Intent: x | Outcome: failure | Outcome: Failure") == "failure"
+    with pytest.raises(InputError, match="the text states two outcomes"):
+        stated_outcome("Intent: x | Outcome: failure | Key issue: y | Outcome: success")
+
+
+def test_an_imported_traces_outcome_must_agree_with_its_text() -> None:
+    """validate_row took a trace whose text said failure with metadata.outcome success (or none): the same
+    key as `trace add` of that failure, and reflection, which reads metadata.outcome, never warned."""
+    text = "Intent: Migrate the database schema | Outcome: failure | Key issue: lock timeout"
+    assert trace_outcome(text, None) == "failure"  # taken from the text
+    assert trace_outcome(text, " Failure ") == "failure"
+    assert trace_outcome("deploy failed", "SUCCESS") == "success"  # the text states none
+    assert trace_outcome("deploy failed", None) is None
+    with pytest.raises(InputError, match="outcome 'success' contradicts the text's Outcome: failure"):
+        trace_outcome(text, "success")
+    for bad in ("partial", 1, ["failure"]):
+        with pytest.raises(InputError, match="outcome of a trace must be success or failure"):
+            trace_outcome(text, bad)
 
 
 # --- storage, scrubbing, dedupe (database + model) -------------------------------------------------------
@@ -294,6 +395,34 @@ def test_a_trace_is_stored_untagged_and_out_of_ordinary_advice(
     meta = row["metadata"]
     assert meta["outcome"] == "success" and meta["tags"] == ["db"] and meta["occurrences"] == 1
     assert meta["issue"] is None and meta["intent"] == "Migrate the orders table" and "last_seen" in meta
+
+
+def test_a_plain_psycopg_connection_takes_traces_learnings_and_reflection(
+    db_url: str, embedder: Embedder, tenant: str
+) -> None:
+    """On a psycopg.connect connection (pgvector's adapters not registered) add_trace, add_learning and
+    reflect raised psycopg's ProgrammingError "cannot adapt type 'ndarray'", outside spark_pg.errors."""
+    query = "tune the cron schedule"
+    try:
+        with psycopg.connect(db_url) as plain:  # idle: registered by register_vector_if_present
+            trace = add_trace(plain, embedder, tenant, "Tune the nightly cron schedule", "failure")
+            learning = add_learning(plain, embedder, tenant, "Stagger cron jobs", from_trace=trace.key)
+            found = reflect_py(plain, tenant, query, embedder.embed_query(query))
+            assert [r.key for r in found][:2] == [trace.key, learning.key]
+        with psycopg.connect(db_url) as plain:  # in the caller's open transaction: it stays open, uncommitted
+            plain.execute("SELECT 1")
+            found = reflect_py(plain, tenant, query, embedder.embed_query(query))
+            assert found[0].key == trace.key and found[0].similarity is not None
+            again = add_trace(plain, embedder, tenant, "Speed up the CI cache", "success")
+            assert plain.info.transaction_status == psycopg.pq.TransactionStatus.INTRANS
+            plain.rollback()
+        with connect(db_url) as conn:
+            assert set(stored(conn, tenant)) == {trace.key, learning.key}  # the rolled back add is gone
+            assert again.key not in stored(conn, tenant)
+    finally:
+        with connect(db_url) as conn:
+            conn.execute("DELETE FROM spark.memories WHERE tenant = %s", (tenant,))
+            conn.commit()
 
 
 def test_the_same_trace_again_is_deduplicated_without_embedding(

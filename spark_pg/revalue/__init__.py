@@ -20,8 +20,9 @@ time), and one whose memory was deleted is skipped too. Three deciders:
 The rules of the auto decider are in docs/advisor.md (Importance revaluation) and in :func:`propose`.
 
 Modules: :mod:`.records` (the records and defaults), :mod:`.store` (the database calls), :mod:`.decide`
-(the auto decider), :mod:`.interactive`, :mod:`.files` (export and decisions files), :mod:`.checks` (the
-Python arguments of sample and apply) and :mod:`.cli` (the command).
+(the auto decider), :mod:`.interactive`, :mod:`.display` (memory text shown on a terminal), :mod:`.files`
+(export and decisions files), :mod:`.checks` (the Python arguments of sample and apply) and :mod:`.cli`
+(the command).
 """
 
 from __future__ import annotations

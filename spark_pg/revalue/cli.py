@@ -9,12 +9,22 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import asdict
 from pathlib import Path
-from typing import TextIO, TypeVar
+from typing import TYPE_CHECKING, TextIO, TypeVar
+
+import psycopg
 
 from spark_pg.cli_args import int8_arg
-from spark_pg.errors import ArgumentRefused, InputError
+from spark_pg.errors import ArgumentRefused, DatabaseError, InputError
+from spark_pg.refusals import one_line
 from spark_pg.revalue.decide import decide_auto
-from spark_pg.revalue.files import EXPORT_SUFFIXES, name_lines, read_numbered_decisions, write_sample
+from spark_pg.revalue.display import printable
+from spark_pg.revalue.files import (
+    EXPORT_SUFFIXES,
+    name_lines,
+    read_numbered_decisions,
+    save_decisions,
+    write_sample,
+)
 from spark_pg.revalue.interactive import asker, decide_interactive
 from spark_pg.revalue.records import (
     DEFAULT_COOLDOWN_DAYS,
@@ -22,9 +32,14 @@ from spark_pg.revalue.records import (
     DEFAULT_MIN_AGE_DAYS,
     DEFAULT_SAMPLE,
     MAX_DAYS,
+    SKIPPED,
     Applied,
+    Decision,
 )
 from spark_pg.revalue.store import apply, sample
+
+if TYPE_CHECKING:
+    from spark_pg.client import SparkClient
 
 N = TypeVar("N", int, float)
 
@@ -70,16 +85,19 @@ def _print_results(
         print(f"{'id':>10}  {'key':<28} {'old':>5}    {'new':<5} reason", file=out)
     for r in results:
         arrow = "!!" if r.skipped else "->" if r.changed else "=="
-        key = r.key or ""
+        key = printable(r.key or "")  # untrusted text: shown, not obeyed by the terminal
         key = key if len(key) <= 28 else key[:27] + "…"
-        why = f"{r.status}, not applied" if r.skipped else reasons.get(r.id) or ""
+        why = f"{r.status}, not applied" if r.skipped else printable(reasons.get(r.id) or "")
         old = _importance(r.old_importance, 5)
         print(f"{r.id:>10}  {key:<28} {old} {arrow} {r.new_importance:<5.2f} {why}", file=out)
     verb = "dry run, nothing written: would apply" if dry_run else "applied"
     tally = counts(results)
-    kinds = Counter(r.status for r in results if r.skipped)  # changed since sampled, deleted since sampled
-    each = ", ".join(f"{n} {status}" for status, n in sorted(kinds.items()))
-    skipped = f"; {each} (left for the next sweep)" if kinds else ""
+    kinds = Counter(r.status for r in results if r.skipped)  # changed / decided / deleted since sampled
+    # only a changed memory comes back in the next sweep: a decided one is in its cooldown, a deleted one gone
+    skipped = "".join(
+        f"; {n} {status}" + (" (left for the next sweep)" if status == SKIPPED else "")
+        for status, n in sorted(kinds.items())
+    )
     print(
         f"{verb} {len(results) - tally['skipped']} decisions for tenant {tenant}: {tally['raised']} raised, "
         f"{tally['lowered']} lowered, {tally['kept']} kept{skipped}",
@@ -179,15 +197,21 @@ def cmd_revalue(args: argparse.Namespace) -> int:
                 decisions = decide_auto(memories, progress=not args.quiet)
                 decided_by = "auto"
         try:
-            results = apply(conn, args.tenant, decisions, decided_by=decided_by, dry_run=args.dry_run)
+            results = _apply_reconnecting(client, args.tenant, decisions, decided_by, args.dry_run)
         except ArgumentRefused as exc:
             if mode != "file":
                 raise
             # what only the database checks (an id that is not the tenant's memory, ...) named by file line,
-            # as the file's own checks are, not by the decisions[i] the database was sent
-            message = name_lines(str(exc), Path(args.from_file), lines)
+            # as the file's own checks are, not by the decisions[i] the database was sent (the message may
+            # quote a memory's key: shown, not obeyed by the terminal)
+            message = printable(name_lines(str(exc), Path(args.from_file), lines))
             raise ArgumentRefused(exc.sqlstate, message) from exc.__cause__
-        conn.commit()
+        except _ConnectionLost as lost:
+            if mode == "file":  # the decisions are in the file already
+                raise lost.error from None
+            print(f"spark-pg: database error: {_saved(args.tenant, decisions, lost.error)}", file=sys.stderr)
+            return 1
+        client.conn.commit()
     reasons = {d.id: d.reason for d in decisions}
     if args.json:
         payload = {
@@ -201,6 +225,58 @@ def cmd_revalue(args: argparse.Namespace) -> int:
     else:
         _print_results(args.tenant, results, reasons, dry_run=args.dry_run, out=sys.stdout)
     return 0
+
+
+class _ConnectionLost(Exception):
+    """The connection was lost while applying, and reconnecting did not help (or was not safe)."""
+
+    def __init__(self, error: Exception) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
+def _apply_reconnecting(
+    client: SparkClient, tenant: str, decisions: list[Decision], decided_by: str, dry_run: bool
+) -> list[Applied]:
+    """:func:`apply` on the client's connection; when that connection is lost (a server restart or a
+    dropped network during a long review: the connection sampled before the review is reused), apply once
+    more on a new one. That is safe when every decision carries what it was made on (the importance and the
+    last revaluation as sampled, as the auto and interactive deciders' always do): a batch the server did
+    commit before the connection went is then skipped as decided since sampled, not applied twice. Raises
+    :class:`_ConnectionLost` when the connection is lost and a second try is not safe, or fails to connect
+    or loses its connection too."""
+    conn = client.conn
+    try:
+        return apply(conn, tenant, decisions, decided_by=decided_by, dry_run=dry_run)
+    except psycopg.OperationalError as exc:
+        if not conn.closed:  # not a lost connection (a statement timeout, ...)
+            raise
+        if not all(d.check_revalued and d.expected is not None for d in decisions):
+            raise _ConnectionLost(exc) from exc
+    try:
+        conn = client.conn  # a new connection: the old one is closed
+        return apply(conn, tenant, decisions, decided_by=decided_by, dry_run=dry_run)
+    except DatabaseError as exc:  # cannot connect
+        raise _ConnectionLost(exc) from exc
+    except psycopg.OperationalError as exc:
+        if not conn.closed:
+            raise
+        raise _ConnectionLost(exc) from exc
+
+
+def _saved(tenant: str, decisions: list[Decision], error: Exception) -> str:
+    """The error line of a lost connection, saying where the decisions were saved for ``--from-file``."""
+    reason = one_line(error) if isinstance(error, psycopg.Error) else str(error)
+    try:
+        path = save_decisions(tenant, decisions)
+    except OSError as exc:
+        return (
+            f"{reason}; the connection was lost while applying {len(decisions)} decisions (not saved: {exc})"
+        )
+    return (  # the connection may have gone after a commit: applied again, such decisions are skipped
+        f"{reason}; the connection was lost while applying {len(decisions)} decisions, saved in {path}: "
+        f"apply them with `spark-pg revalue --tenant {tenant} --from-file {path}`"
+    )
 
 
 def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

@@ -1,9 +1,15 @@
-"""The file workflow: export a sample (.jsonl / .yaml) and read decisions back from such a file."""
+"""The file workflow: export a sample (.jsonl / .yaml), read decisions back from such a file, and save
+decisions a lost connection kept from being applied."""
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import re
+import secrets
+import stat
+import tempfile
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -13,27 +19,19 @@ import yaml
 
 from spark_pg.errors import InputError
 from spark_pg.revalue.records import MAX_REASON, Decision, Sampled, revalued_text
-from spark_pg.rowfiles import jsonl_rows, string_problem, yaml_rows
+from spark_pg.rowfiles import ROW_FILE_SUFFIXES, file_rows, string_problem
 
 MAX_OFFSET = timedelta(hours=16)  # a time zone offset PostgreSQL refuses (22009): Python takes up to 24 hours
 
 
 def _rows(path: Path) -> list[tuple[int, Any]]:
-    """(line, row) of a .jsonl / .yaml file."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InputError(f"{path}: cannot be read: {exc}") from None
+    """(line, row) of a .jsonl / .yaml file, read as ingest reads its files (spark_pg.rowfiles.file_rows:
+    the suffix first, then only a regular file of at most 1 GiB, UTF-8 with or without a byte order mark)."""
 
     def fail(line: int, message: str) -> InputError:
-        return InputError(f"{path} line {line}: {message}")
+        return InputError(f"{path} line {line}: {message}" if line else f"{path}: {message}")
 
-    suffix = path.suffix.lower()
-    if suffix in (".jsonl", ".ndjson"):
-        return jsonl_rows(text, fail)
-    if suffix in (".yaml", ".yml"):
-        return yaml_rows(text, fail, "a YAML decisions file must be a list")
-    raise InputError(f"{path}: unknown file type: use .jsonl, .yaml or .yml")
+    return file_rows(path, fail, "a YAML decisions file must be a list")
 
 
 def read_decisions(path: Path, tenant: str | None = None) -> list[Decision]:
@@ -182,7 +180,7 @@ def sample_rows(
     return rows
 
 
-EXPORT_SUFFIXES = (".jsonl", ".ndjson", ".yaml", ".yml")
+EXPORT_SUFFIXES = ROW_FILE_SUFFIXES
 
 
 def write_sample(
@@ -190,7 +188,8 @@ def write_sample(
 ) -> None:
     """Write the sample as .jsonl (one object a line) or .yaml for a decider elsewhere; edit ``importance``
     and ``reason`` (leave ``expected``, ``text_md5`` and ``last_revalued_at`` as written), delete the rows
-    left undecided, then ``spark-pg revalue --from-file``."""
+    left undecided, then ``spark-pg revalue --from-file``. The file is replaced whole or not at all
+    (:func:`replace_file`)."""
     rows = sample_rows(tenant, memories, decisions)
     suffix = path.suffix.lower()
     if suffix in (".jsonl", ".ndjson"):
@@ -199,7 +198,71 @@ def write_sample(
         body = yaml.safe_dump(rows, sort_keys=False, allow_unicode=True, width=110) if rows else "[]\n"
     else:
         raise InputError(f"{path}: unknown file type: use .jsonl, .yaml or .yml")
+    replace_file(path, body)
+
+
+def replace_file(path: Path, body: str) -> None:
+    """Write ``body`` (UTF-8) to ``path`` whole or not at all: into a new file beside it, flushed to disk,
+    then renamed over it. A write that fails part way (a full disk, a file size limit) leaves the file that
+    was there as it was and no truncated one that ``--from-file`` would apply; the new file is removed.
+    ``path`` must be a regular file or not exist yet (a symbolic link is followed: the file it names is
+    replaced); a replaced file keeps its permissions, a new one gets the umask's. Failures are InputError
+    "<path>: cannot be written: <reason>"."""
+    target = Path(os.path.realpath(path))
+
+    def failed(reason: str | None) -> InputError:
+        return InputError(f"{path}: cannot be written: {reason}")
+
     try:
-        path.write_text(body, encoding="utf-8")
+        old: os.stat_result | None = target.stat()
+    except FileNotFoundError:
+        old = None
     except OSError as exc:
-        raise InputError(f"{path}: cannot be written: {exc.strerror}") from None
+        raise failed(exc.strerror) from None
+    if old is not None and not stat.S_ISREG(old.st_mode):
+        raise failed("not a regular file")
+    temp = target.with_name(f".{target.name}.{secrets.token_hex(6)}.tmp")
+    try:
+        fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)  # the umask applies
+    except OSError as exc:
+        raise failed(exc.strerror) from None
+    try:
+        with os.fdopen(fd, "wb") as out:
+            if old is not None:
+                os.fchmod(out.fileno(), stat.S_IMODE(old.st_mode))
+            out.write(body.encode("utf-8"))
+            out.flush()
+            os.fsync(out.fileno())
+        os.replace(temp, target)
+    except BaseException as exc:
+        with contextlib.suppress(OSError):
+            temp.unlink()
+        if isinstance(exc, OSError):
+            raise failed(exc.strerror) from None
+        raise
+
+
+def save_decisions(tenant: str, decisions: Sequence[Decision]) -> Path:
+    """Save ``decisions`` to a new .jsonl file that ``spark-pg revalue --tenant TENANT --from-file`` applies
+    as they are (with what each was made on, so that one applied since is skipped), in the current
+    directory, else in the temporary directory; readable by the owner only. Returns its path; OSError if
+    neither directory can take it."""
+    body = "".join(json.dumps({"tenant": tenant} | d.as_json()) + "\n" for d in decisions)
+    error: OSError | None = None
+    for directory in (Path.cwd(), Path(tempfile.gettempdir())):
+        try:
+            fd, name = tempfile.mkstemp(prefix="spark-pg-revalue-", suffix=".jsonl", dir=directory)
+        except OSError as exc:
+            error = error or exc
+            continue
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as out:
+                out.write(body)
+        except OSError as exc:
+            with contextlib.suppress(OSError):
+                os.unlink(name)
+            error = error or exc
+            continue
+        return Path(name)
+    assert error is not None
+    raise error

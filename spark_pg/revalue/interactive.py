@@ -11,6 +11,7 @@ from datetime import UTC, datetime
 from typing import TextIO
 
 from spark_pg.revalue.decide import propose
+from spark_pg.revalue.display import printable
 from spark_pg.revalue.records import MAX_REASON, Decision, Sampled, clamp
 from spark_pg.rowfiles import string_problem
 
@@ -27,15 +28,17 @@ def _signals(memory: Sampled, now: datetime) -> str:
 
 
 def show(memory: Sampled, position: str, out: TextIO, now: datetime | None = None) -> None:
-    """One memory for a reviewer: where it stands, its text and its signals."""
+    """One memory for a reviewer: where it stands, its text and its signals (control characters shown as
+    escapes: :func:`~spark_pg.revalue.display.printable`)."""
     now = now or datetime.now(UTC)
     width = max(40, min(shutil.get_terminal_size().columns, 110) - 4)
+    labels = ", ".join(printable(label) for label in (memory.kind, memory.category, memory.tier))
     print(
-        f"\n{position} #{memory.id} {memory.key}  ({memory.kind}, {memory.category}, {memory.tier})  "
+        f"\n{position} #{memory.id} {printable(memory.key)}  ({labels})  "
         f"importance {memory.importance:.2f}, {memory.age_days(now):.0f} days old",
         file=out,
     )
-    lines = textwrap.wrap(memory.text, width)
+    lines = textwrap.wrap(printable(memory.text, lines=True), width)
     for line in lines[:20]:
         print(f"    {line}", file=out)
     if len(lines) > 20:
@@ -46,23 +49,43 @@ def show(memory: Sampled, position: str, out: TextIO, now: datetime | None = Non
 PROMPT = "  new importance: [Enter/k] keep, [a] accept the suggestion, 0..1 [reason], [s] skip, [q] quit > "
 
 
+def read_answer(prompt: str) -> str:
+    """``input(prompt)``, with a standard input that is gone as the end of input (EOFError): closed when the
+    command started (``<&-``: input() raised RuntimeError "lost sys.stdin") or failing to read (EIO once the
+    terminal has hung up)."""
+    if sys.stdin is None or getattr(sys.stdin, "closed", False):
+        raise EOFError("no standard input")
+    try:
+        return input(prompt)
+    except RuntimeError:
+        if sys.stdin is None:  # lost meanwhile
+            raise EOFError("no standard input") from None
+        raise
+    except OSError as exc:
+        raise EOFError(str(exc)) from exc
+
+
 def decide_interactive(
-    memories: Sequence[Sampled], ask: Callable[[str], str] = input, out: TextIO = sys.stdout
+    memories: Sequence[Sampled], ask: Callable[[str], str] = read_answer, out: TextIO = sys.stdout
 ) -> list[Decision]:
     """Ask a reviewer about each memory: keep, accept the auto decider's suggestion, a number from 0 to 1
     (optionally followed by a reason), skip (no decision: it may come back), or quit (stop asking; the
-    decisions made so far stand). End of input quits too."""
+    decisions made so far stand). End of input (EOFError from ``ask``) quits too; an answer that is not
+    text in the input's encoding (UnicodeDecodeError) is asked again."""
     decisions: list[Decision] = []
     now = datetime.now(UTC)
     for position, memory in enumerate(memories, start=1):
         show(memory, f"[{position}/{len(memories)}]", out, now)
         hint = propose(memory)
-        print(f"  auto suggests {hint.importance:.2f}: {hint.reason}", file=out)
+        print(f"  auto suggests {hint.importance:.2f}: {printable(hint.reason or '')}", file=out)
         while True:
             try:
                 answer = ask(PROMPT).strip()
             except EOFError:
                 return decisions
+            except UnicodeDecodeError as exc:  # e.g. Latin-1 bytes with PYTHONIOENCODING=utf-8:strict
+                print(f"  the answer is not {exc.encoding} text ({exc.reason}): type it again", file=out)
+                continue
             word = answer.lower()
             if word in ("", "k", "keep"):  # the stored importance exactly, not rounded (a change)
                 decisions.append(Decision.on(memory, memory.importance, "kept on review"))
@@ -92,12 +115,13 @@ def decide_interactive(
 
 
 def asker(out: TextIO) -> Callable[[str], str]:
-    """How to ask: ``input``, or a prompt written on ``out`` when the display is not on stdout."""
+    """How to ask: :func:`read_answer`, with the prompt written on ``out`` when the display is not on
+    stdout."""
     if out is sys.stdout:
-        return input
+        return read_answer
 
     def ask(prompt: str) -> str:  # prompts beside the display, so stdout stays JSON
         print(prompt, end="", file=out, flush=True)
-        return input()
+        return read_answer("")
 
     return ask

@@ -8,6 +8,7 @@ from datetime import timedelta
 from typing import Any
 
 import psycopg
+from psycopg.pq import TransactionStatus
 
 from spark_pg import queries
 from spark_pg.errors import InputError
@@ -66,18 +67,40 @@ def apply(
     decided_by: str = "api",
     dry_run: bool = False,
 ) -> list[Applied]:
-    """spark.revalue_apply in one round trip. Committed when ``conn`` has no transaction open (else part of
+    """spark.revalue_apply, in one transaction: committed when ``conn`` has no transaction open (else part of
     the caller's); ``dry_run`` checks and reports everything, then rolls back. A decision the database
     refuses (an id that is not the tenant's, ...) raises InputError and nothing is applied; a decision whose
     ``expected`` importance is no longer the memory's comes back with status "skipped: changed since
     sampled", the others applied. An argument of the wrong type raises InputError naming it before anything
     is sent (a tenant or ``decided_by`` that is not a str, an item that is not a :class:`Decision`, a NaN
-    importance, ...)."""
+    importance, ...).
+
+    The function must read each memory and its last revaluation as last committed, after the concurrent
+    batches it waited for: its own transaction runs at READ COMMITTED whatever the server's default, and a
+    caller's transaction at another isolation level raises InputError (under REPEATABLE READ two concurrent
+    batches that keep one memory both logged it)."""
     args = {
         "tenant": nullable_text_arg("tenant", tenant),
         "decided_by": nullable_text_arg("decided_by", decided_by),
     }
     payload = json.dumps([d.as_json() for d in decisions_arg(decisions)])
-    with refusals(), conn.transaction(force_rollback=flag_arg("dry_run", dry_run)):
+    rollback = flag_arg("dry_run", dry_run)
+    own = conn.info.transaction_status == TransactionStatus.IDLE
+    if not own:
+        _require_read_committed(conn)
+    with refusals(), conn.transaction(force_rollback=rollback):
+        if own:  # before any query of the transaction, as PostgreSQL requires
+            conn.execute("SET TRANSACTION ISOLATION LEVEL READ COMMITTED")
         rows = conn.execute(queries.REVALUE_APPLY, args | {"decisions": payload}).fetchall()
     return [Applied(*row) for row in rows]
+
+
+def _require_read_committed(conn: psycopg.Connection[Any]) -> None:
+    """InputError when the caller's open transaction is not at READ COMMITTED."""
+    row = conn.execute("SELECT current_setting('transaction_isolation')").fetchone()
+    level = row[0] if row else None
+    if level != "read committed":
+        raise InputError(
+            f"apply must run at READ COMMITTED (it reads each memory's last revaluation as last committed), "
+            f"and the open transaction is {str(level).upper()}: commit it first, or open it at READ COMMITTED"
+        )

@@ -9,7 +9,10 @@
 * :mod:`.cli`: ``spark-pg trace add``, ``spark-pg learning add``, ``spark-pg reflect``.
 
 Every name is imported on first use (``from spark_pg.traces import add_trace`` works as usual), so the
-command line's parser, which imports :mod:`.cli`, pays for none of them. docs/traces.md has the whole story.
+command line's parser, which imports :mod:`.cli`, pays for none of them. ``reflect`` and ``scrub`` are both a
+function and the submodule that defines it: the package's attribute is always the function, also after the
+submodule was imported (reach a submodule with ``from spark_pg.traces.scrub import ...`` or
+:func:`importlib.import_module`). docs/traces.md has the whole story.
 """
 
 from __future__ import annotations
@@ -57,7 +60,29 @@ def __getattr__(name: str) -> Any:
         raise AttributeError(f"module 'spark_pg.traces' has no attribute {name!r}")
     import importlib
 
-    return getattr(importlib.import_module(f"spark_pg.traces.{module}"), name)
+    value = getattr(importlib.import_module(f"spark_pg.traces.{module}"), name)
+    # kept, so this runs once per name; for reflect and scrub it is also what `from spark_pg.traces import
+    # scrub` reads next: importing the submodule above would otherwise have left the module there
+    globals()[name] = value
+    return value
+
+
+def _keep_the_functions() -> None:
+    """Make the import system's ``setattr(package, "scrub", <submodule>)``, done when a submodule is first
+    imported (by ``from spark_pg.traces.scrub import ...`` anywhere), leave the package's name alone: it
+    stays unset until :func:`__getattr__` resolves it to the function, or stays the function."""
+    import sys
+    from types import ModuleType
+
+    shadowed = frozenset(name for name, module in _LAZY.items() if name == module)  # reflect, scrub
+
+    class _Package(ModuleType):
+        def __setattr__(self, name: str, value: object) -> None:
+            if name in shadowed and isinstance(value, ModuleType):
+                return
+            super().__setattr__(name, value)
+
+    sys.modules[__name__].__class__ = _Package
 
 
 __all__ = [
@@ -77,3 +102,5 @@ __all__ = [
     "scrub",
     "scrub_report",
 ]
+
+_keep_the_functions()

@@ -63,7 +63,7 @@ def cmd_learning_add(args: argparse.Namespace) -> int:
 def _jsonable(r: Reflection, warn: float) -> dict[str, Any]:
     data = dict(r.__dict__)
     data["created_at"] = r.created_at.isoformat()
-    data["warning"] = r.failure and r.match != "linked" and r.score >= warn
+    data["warning"] = r.warns(warn)
     return data
 
 
@@ -95,7 +95,7 @@ def cmd_reflect(args: argparse.Namespace) -> int:
             head = "     learned:"
         else:
             label = r.outcome or r.kind
-            flag = "  WARNING: a past failure" if r.failure and r.score >= warn else ""
+            flag = "  WARNING: a past failure" if r.warns(warn) else ""
             flag += f"  (learned from {r.linked_to})" if r.linked_to else ""
             head = f"  {r.rank}. [{label}] {r.score:.2f}{flag}\n    "
         print(head + " " + "\n      ".join(textwrap.wrap(r.text, 100)))

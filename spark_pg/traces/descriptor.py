@@ -15,17 +15,20 @@ normalised, then scrubbed (:mod:`spark_pg.traces.scrub`), then cut:
   before scrubbing means a secret split from its name by a newline or hidden by a zero-width space is
   seen whole by the scrubber, so the squashed text cannot bring it back together;
 * intent at most 200 characters, key issue 300 (cut at a word boundary, never inside a placeholder);
-* files: ``\\`` as ``/``, a leading ``./`` and a home folder (``/home/<user>/``, ``/Users/<user>/``,
-  ``C:/Users/<user>/`` in any case, ``/root/``) as ``~/``, duplicates dropped, sorted, at most 10 of 200
-  characters each (then ``(+N more)``); only the first 4 times its limit of a path or a tag is scrubbed
-  (:data:`LOOK_FACTOR`: enough past the limit that a secret running across it is still recognised);
+* files: ``\\`` as ``/``, a leading ``./`` dropped, ``//`` as ``/`` and a home folder (``/home/<user>/``,
+  ``/Users/<user>/``, ``C:/Users/<user>/`` in any case, ``/root/``) as ``~/`` (after scrubbing, before the
+  cut: :func:`clean_path`), duplicates dropped, sorted, at most 10 of 200 characters each (then
+  ``(+N more)``); only the first 4 times its limit of a path or a tag is scrubbed (:data:`LOOK_FACTOR`:
+  enough past the limit that a secret running across it is still recognised);
 * tags: lower case, spaces as ``-``, a leading ``#`` dropped, duplicates dropped, sorted, at most 12 of 40
   characters each;
 * outcome: ``success`` or ``failure`` (any case).
 
 The same attempt therefore always yields the same descriptor, and its SHA-256 is the trace's identity: the
 key is ``trace:`` and the first 24 hex digits. A learning's handle (at most 500 characters) is normalised
-like a field; its key is ``learning:`` and the first 24 hex digits of the handle's SHA-256. Pure: no I/O.
+like a field; its key is ``learning:`` and the first 24 hex digits of the handle's SHA-256.
+:func:`stated_outcome` reads a descriptor's Outcome field back, and :func:`trace_outcome` checks a trace's
+given outcome against it (an imported trace, spark_pg.records). Pure: no I/O.
 """
 
 from __future__ import annotations
@@ -129,6 +132,20 @@ def _items(value: str | Iterable[str] | None, field: str) -> list[str]:
 MAX_FILES_LOOKED_AT = 1000  # distinct paths normalised and scrubbed; the rest are only counted
 
 
+def clean_path(raw: str) -> str:
+    """One file path: ``\\`` as ``/``, normalised and scrubbed (the first :func:`_look` characters), then
+    without a leading ``./``, with ``//`` as ``/`` and a home folder as ``~/``, and only then cut to
+    MAX_FILE: so a file has one path, however long it is and whoever's home it is in. (Cut first, the home
+    folder's length moved the cut: /home/al/ and /home/alexandra/ gave two traces.) The rewrites come after
+    the scrubber, which must see the path as given: ``//`` as ``/`` before it made
+    ``postgres://user:pw@host`` a text it does not read as a URL."""
+    look = _look(MAX_FILE)
+    path = clean(raw.replace("\\", "/"), "files", look, look=look)
+    while path.startswith("./"):
+        path = path[2:]
+    return _cut(_HOME.sub("~/", re.sub(r"/{2,}", "/", path)), MAX_FILE)
+
+
 def clean_files(value: str | Iterable[str] | None) -> tuple[tuple[str, ...], int]:
     """Normalised file paths, sorted and deduplicated; returns (the first MAX_FILES, how many more).
 
@@ -137,10 +154,7 @@ def clean_files(value: str | Iterable[str] | None) -> tuple[tuple[str, ...], int
     given = list(dict.fromkeys(item.strip() for item in _items(value, "files") if item.strip()))
     paths = set()
     for raw in given[:MAX_FILES_LOOKED_AT]:
-        path = clean(raw.replace("\\", "/"), "files", MAX_FILE, look=_look(MAX_FILE))
-        while path.startswith("./"):
-            path = path[2:]
-        path = _HOME.sub("~/", re.sub(r"/{2,}", "/", path))
+        path = clean_path(raw)
         if path:
             paths.add(path)
     ordered = sorted(paths)
@@ -229,6 +243,38 @@ def make_trace(
         issue=clean(issue, "issue", MAX_ISSUE),
         tags=clean_tags(tags),
     )
+
+
+_OUTCOME_FIELD = re.compile(r"(?i)outcome\s*:\s*(success|failure)\b")
+
+
+def stated_outcome(text: str) -> str | None:
+    """The outcome a trace's text states: success or failure (lower case) from its ``Outcome:`` field, as
+    :attr:`Trace.descriptor` writes it. A field is the text or a part of it between ``|`` separators; it
+    states an outcome when, stripped, it starts with ``Outcome:`` (any case) and the word after it is
+    success or failure (any case). None when no field does (free text, or ``Outcome: partial``);
+    InputError when two fields state different ones."""
+    stated = {m.group(1).lower() for part in text.split("|") if (m := _OUTCOME_FIELD.match(part.strip()))}
+    if len(stated) > 1:
+        raise InputError("the text states two outcomes (Outcome: failure and Outcome: success)")
+    return stated.pop() if stated else None
+
+
+def trace_outcome(text: str, given: object) -> str | None:
+    """The outcome to store with a trace whose text is ``text`` and whose metadata gives ``given`` (None: not
+    given): ``given`` in lower case, checked against the outcome the text states (:func:`stated_outcome`),
+    or the text's when none is given; None when neither says. InputError when ``given`` is not success or
+    failure (any case), or contradicts the text: reflection reads metadata.outcome, so a failure stored as
+    a success would never warn, and the text's is what was embedded and what the key is made of."""
+    outcome = None
+    if given is not None:
+        if not isinstance(given, str) or given.strip().lower() not in OUTCOMES:
+            raise InputError(f"outcome of a trace must be success or failure, got {given!r:.60}")
+        outcome = given.strip().lower()
+    stated = stated_outcome(text)
+    if outcome is not None and stated is not None and outcome != stated:
+        raise InputError(f"outcome {outcome!r} contradicts the text's Outcome: {stated}")
+    return outcome or stated
 
 
 @dataclass(frozen=True)

@@ -30,6 +30,7 @@ from spark_pg.errors import InputError
 from spark_pg.ingest import ingest
 from spark_pg.records import MemoryIn, validate_row
 from spark_pg.traces.descriptor import HANDLE_VERSION, clean, make_learning, make_trace
+from spark_pg.traces.reflect import ensure_vector_adapters
 
 MAX_LINKS = 50  # learning_keys per trace and trace_keys per learning (the oldest links go first)
 LINK_FIELDS = ("learning_keys", "trace_keys")
@@ -162,6 +163,8 @@ def add_trace(
     )
     # exactly the descriptor is embedded (no tags), and never ordinary advice (reflection finds it)
     record = replace(record, action_domain="general", actionability=0.0)
+    if embedder is not None:
+        ensure_vector_adapters(conn)  # a plain psycopg connection: its vector is sent
     with conn.transaction():
         _lock_key(conn, tenant, record.key)
         return _store(conn, embedder, record, batch_size)
@@ -192,6 +195,8 @@ def add_learning(
         "occurrences": 1,
         "last_seen": _now(),
     }
+    if embedder is not None:
+        ensure_vector_adapters(conn)
     with conn.transaction():
         # before anything is read: a concurrent add of the same learning waits, then sees this one
         _lock_key(conn, tenant, learning.key)
