@@ -77,9 +77,10 @@ def _can_create_roles(server_url: str) -> str | None:
     return None
 
 
-@pytest.fixture
-def rls_db(server_url: str) -> Iterator[tuple[str, Roles]]:
-    """A fresh install with memories of two tenants and the pack, and unique role names (dropped after)."""
+@contextmanager
+def roles_db(server_url: str) -> Iterator[tuple[str, Roles]]:
+    """A fresh install and unique role names (roles are server-wide), both dropped after; skips the test
+    where the server's role cannot create roles."""
     reason = _can_create_roles(server_url)
     if reason:
         pytest.skip(reason)
@@ -87,16 +88,23 @@ def rls_db(server_url: str) -> Iterator[tuple[str, Roles]]:
     roles = Roles(f"spark_tenant_{suffix}", f"rls_alice_{suffix}", f"rls_bob_{suffix}", f"spark_app_{suffix}")
     try:
         with temp_database(server_url, install=True) as url:
-            with connect(url, autocommit=True) as admin:
-                model = admin.execute("SELECT spark.register_model('rls-model', %s, 'mean', 256)", (DIM,))
-                model_id = model.fetchone()[0]  # type: ignore[index]
-                for tenant in (roles.alice, roles.bob, "_system"):
-                    add(admin, tenant, model_id)
             yield url, roles
     finally:
         with psycopg.connect(server_url, autocommit=True) as admin:
             for role in (roles.alice, roles.bob, roles.app, roles.group):
                 admin.execute(sql.SQL("DROP ROLE IF EXISTS {}").format(sql.Identifier(role)))
+
+
+@pytest.fixture
+def rls_db(server_url: str) -> Iterator[tuple[str, Roles]]:
+    """A fresh install with memories of two tenants and the pack, and unique role names (dropped after)."""
+    with roles_db(server_url) as (url, roles):
+        with connect(url, autocommit=True) as admin:
+            model = admin.execute("SELECT spark.register_model('rls-model', %s, 'mean', 256)", (DIM,))
+            model_id = model.fetchone()[0]  # type: ignore[index]
+            for tenant in (roles.alice, roles.bob, "_system"):
+                add(admin, tenant, model_id)
+        yield url, roles
 
 
 def add(conn: Conn, tenant: str, model_id: int) -> None:
@@ -388,37 +396,27 @@ def test_a_tenant_role_ingests_with_embedding_once_the_owner_registered_the_mode
     """A tenant role holds no UPDATE on spark.embedding_models, so the writers' `SELECT ... FOR SHARE` of the
     active model (spark_pg.queries.ACTIVE_MODEL_HELD) refused it with a bare 42501 and only deferred ingest
     worked. In READ COMMITTED, the advisory lock taken first already orders it with a model switch."""
-    reason = _can_create_roles(server_url)
-    if reason:
-        pytest.skip(reason)
-    suffix = uuid.uuid4().hex[:8]
-    roles = Roles(f"spark_tenant_{suffix}", f"rls_alice_{suffix}", f"rls_bob_{suffix}", f"spark_app_{suffix}")
-    try:
-        with temp_database(server_url, install=True) as url:
-            with connect(url, autocommit=True) as admin:
-                admin.execute(renamed(doc_block("rls-grants"), roles))
-                admin.execute(renamed(doc_block("rls-tenant"), roles))
-                admin.execute(renamed(doc_block("rls-policies"), roles))
-            record = validate_row({"text": "Pin the base image digest."}, Path("-"), 1, roles.alice)
-            with connect(url) as conn, as_role(conn, roles.alice):  # no model registered yet
-                with pytest.raises(DatabaseError, match=r"may not register .*--defer-embedding"):
-                    ingest(conn, [record], embedder)
-                conn.rollback()
-            with connect(url, autocommit=True) as admin:
-                ensure_model(admin, embedder)  # the owner registers the model (and builds its index)
-            with connect(url) as conn, as_role(conn, roles.alice):
-                result = ingest(conn, [record], embedder)
-                conn.commit()
-                assert result.inserted == 1
-            with connect(url) as admin:
-                stored = admin.execute(
-                    "SELECT count(*) FROM spark.embeddings WHERE tenant = %s", (roles.alice,)
-                ).fetchone()
-                queued = admin.execute(
-                    "SELECT count(*) FROM spark.embed_queue WHERE tenant = %s", (roles.alice,)
-                ).fetchone()
-            assert (stored, queued) == ((1,), (0,))
-    finally:
-        with psycopg.connect(server_url, autocommit=True) as admin:
-            for role in (roles.alice, roles.bob, roles.app, roles.group):
-                admin.execute(sql.SQL("DROP ROLE IF EXISTS {}").format(sql.Identifier(role)))
+    with roles_db(server_url) as (url, roles):
+        with connect(url, autocommit=True) as admin:
+            admin.execute(renamed(doc_block("rls-grants"), roles))
+            admin.execute(renamed(doc_block("rls-tenant"), roles))
+            admin.execute(renamed(doc_block("rls-policies"), roles))
+        record = validate_row({"text": "Pin the base image digest."}, Path("-"), 1, roles.alice)
+        with connect(url) as conn, as_role(conn, roles.alice):  # no model registered yet
+            with pytest.raises(DatabaseError, match=r"may not register .*--defer-embedding"):
+                ingest(conn, [record], embedder)
+            conn.rollback()
+        with connect(url, autocommit=True) as admin:
+            ensure_model(admin, embedder)  # the owner registers the model (and builds its index)
+        with connect(url) as conn, as_role(conn, roles.alice):
+            result = ingest(conn, [record], embedder)
+            conn.commit()
+            assert result.inserted == 1
+        with connect(url) as admin:
+            stored = admin.execute(
+                "SELECT count(*) FROM spark.embeddings WHERE tenant = %s", (roles.alice,)
+            ).fetchone()
+            queued = admin.execute(
+                "SELECT count(*) FROM spark.embed_queue WHERE tenant = %s", (roles.alice,)
+            ).fetchone()
+        assert (stored, queued) == ((1,), (0,))
