@@ -15,7 +15,6 @@ from __future__ import annotations
 import contextlib
 import json
 import sys
-import tempfile
 import threading
 import time
 import uuid
@@ -35,6 +34,7 @@ from spark_pg.cli_args import DEFAULT_BENCH_REPORT, MAX_BENCH_MEMORIES, writable
 from spark_pg.config import Settings
 from spark_pg.db import connect
 from spark_pg.embedding import Embedder, Vector
+from spark_pg.file_writes import replace_file
 from spark_pg.retrieve import retrieve
 
 SIZES = (10_000, 100_000, 1_000_000)
@@ -231,12 +231,10 @@ def _one_size(
 
 
 def _write_json(path: Path, data: dict[str, Any]) -> None:
-    """``path`` replaced whole (a temporary file beside it, then a rename): never a half-written report."""
+    """``path`` replaced whole (:func:`spark_pg.file_writes.replace_file`): never a half-written report;
+    readable like the plot beside it (0644)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.NamedTemporaryFile("w", dir=path.parent, prefix=f".{path.name}.", delete=False) as out:
-        out.write(json.dumps(data, indent=1))
-    Path(out.name).chmod(0o644)  # a report like the plot beside it (mkstemp makes files 0600)
-    Path(out.name).replace(path)
+    replace_file(path, json.dumps(data, indent=1), mode=0o644)
 
 
 def _share(value: float | None) -> str:

@@ -7,8 +7,6 @@ import contextlib
 import json
 import os
 import re
-import secrets
-import stat
 import tempfile
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
@@ -18,6 +16,7 @@ from typing import Any
 import yaml
 
 from spark_pg.errors import InputError
+from spark_pg.file_writes import replace_file
 from spark_pg.revalue.records import MAX_REASON, Decision, Sampled, revalued_text
 from spark_pg.rowfiles import ROW_FILE_SUFFIXES, file_rows, string_problem
 
@@ -199,47 +198,6 @@ def write_sample(
     else:
         raise InputError(f"{path}: unknown file type: use .jsonl, .yaml or .yml")
     replace_file(path, body)
-
-
-def replace_file(path: Path, body: str) -> None:
-    """Write ``body`` (UTF-8) to ``path`` whole or not at all: into a new file beside it, flushed to disk,
-    then renamed over it. A write that fails part way (a full disk, a file size limit) leaves the file that
-    was there as it was and no truncated one that ``--from-file`` would apply; the new file is removed.
-    ``path`` must be a regular file or not exist yet (a symbolic link is followed: the file it names is
-    replaced); a replaced file keeps its permissions, a new one gets the umask's. Failures are InputError
-    "<path>: cannot be written: <reason>"."""
-    target = Path(os.path.realpath(path))
-
-    def failed(reason: str | None) -> InputError:
-        return InputError(f"{path}: cannot be written: {reason}")
-
-    try:
-        old: os.stat_result | None = target.stat()
-    except FileNotFoundError:
-        old = None
-    except OSError as exc:
-        raise failed(exc.strerror) from None
-    if old is not None and not stat.S_ISREG(old.st_mode):
-        raise failed("not a regular file")
-    temp = target.with_name(f".{target.name}.{secrets.token_hex(6)}.tmp")
-    try:
-        fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)  # the umask applies
-    except OSError as exc:
-        raise failed(exc.strerror) from None
-    try:
-        with os.fdopen(fd, "wb") as out:
-            if old is not None:
-                os.fchmod(out.fileno(), stat.S_IMODE(old.st_mode))
-            out.write(body.encode("utf-8"))
-            out.flush()
-            os.fsync(out.fileno())
-        os.replace(temp, target)
-    except BaseException as exc:
-        with contextlib.suppress(OSError):
-            temp.unlink()
-        if isinstance(exc, OSError):
-            raise failed(exc.strerror) from None
-        raise
 
 
 def save_decisions(tenant: str, decisions: Sequence[Decision]) -> Path:
