@@ -36,7 +36,13 @@ from spark_pg import queries
 from spark_pg.errors import InputError
 from spark_pg.records import MAX_KEY, PRIORITIES, json_problem
 from spark_pg.refusals import one_line
-from spark_pg.rowfiles import StrictYamlLoader, string_problem, yaml_error_line, yaml_error_message
+from spark_pg.rowfiles import (
+    StrictYamlLoader,
+    read_text_file,
+    string_problem,
+    yaml_error_line,
+    yaml_error_message,
+)
 from spark_pg.trigger_patterns import as_python_pattern, pattern_problem
 
 RULE_KEYS = frozenset(
@@ -57,6 +63,7 @@ NAME = re.compile(r"[A-Za-z0-9_.:-]{1,64}")  # the whole name (fullmatch: a $ wo
 # the smallest normal number a real (spark.trigger_rules.confidence) holds: a smaller one but 0 underflows
 # on its way into the database, or is stored as a denormal of less precision
 REAL_MIN = 2.0**-126
+RULES_FILE_MAX_BYTES = 16 << 20  # a rules file is read whole before it is checked
 
 
 class TriggerRuleError(InputError):
@@ -232,12 +239,12 @@ def parse_rules(data: Any, source: str = "<rules>") -> list[TriggerRule]:
 def load_rules(path: str | Path) -> list[TriggerRule]:
     """Read and validate a trigger rule YAML file."""
     path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except UnicodeDecodeError as exc:
-        raise TriggerRuleError(str(path), "file", f"is not UTF-8 text: {exc.reason}") from None
-    except OSError as exc:
-        raise TriggerRuleError(str(path), "file", f"cannot be read: {exc.strerror}") from None
+
+    def fail(line: int, message: str) -> TriggerRuleError:
+        return TriggerRuleError(str(path), f"line {line}" if line else "file", message)
+
+    # the guarded reader: a FIFO or a device (/dev/zero) is refused, not read forever
+    text = read_text_file(path, fail, RULES_FILE_MAX_BYTES)
     # the memories files' loader: no aliases, bounded nesting, bad tagged values as YAML errors
     loader: StrictYamlLoader | None = None
     try:

@@ -30,7 +30,7 @@ from psycopg.types.json import Jsonb
 from spark_pg.errors import IngestError, InputError
 from spark_pg.ingest import stored_row
 from spark_pg.records import MAX_QUERY_TEXT, MAX_SOURCE, MAX_TENANT, MAX_TEXT, MemoryIn, validate_row
-from spark_pg.rowfiles import jsonl_rows, string_problem, text_problem
+from spark_pg.rowfiles import jsonl_rows, read_text_file, string_problem, text_problem
 
 MEMORIES_FILE = "memories.jsonl"
 QUERIES_FILE = "queries.jsonl"
@@ -204,18 +204,12 @@ class _Row:
 
 
 def _rows(path: Path) -> list[_Row]:
-    try:
-        content = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise DatasetError(path, None, None, "does not exist") from None
-    except UnicodeDecodeError as exc:
-        raise DatasetError(path, None, None, f"is not UTF-8 text: {exc.reason}") from None
-    except OSError as exc:
-        raise DatasetError(path, None, None, f"cannot be read: {exc.strerror}") from None
-
     def fail(line: int, message: str) -> DatasetError:
-        return DatasetError(path, line, None, message)
+        return DatasetError(path, line or None, None, message)
 
+    if not path.exists():
+        raise DatasetError(path, None, None, "does not exist")
+    content = read_text_file(path, fail)  # guarded: a FIFO or device is refused, not read forever
     rows = [_Row(path, number, data) for number, data in jsonl_rows(content, fail)]
     if not rows:
         raise DatasetError(path, None, None, "has no rows")

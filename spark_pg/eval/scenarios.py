@@ -41,10 +41,11 @@ from spark_pg.eval.chart_text import literal
 from spark_pg.eval.harness import check_params
 from spark_pg.ingest import ingest
 from spark_pg.records import MemoryIn, read_file
-from spark_pg.rowfiles import string_problem, text_problem, yaml_rows
+from spark_pg.rowfiles import read_text_file, string_problem, text_problem, yaml_rows
 
 TENANT = "scenarios"
 LABELS = ("noise", "dup_group")
+SCENARIO_FILE_MAX_BYTES = 16 << 20  # scenarios.yaml is read whole
 KEYWORD_BASELINE = """
 SELECT key FROM spark.memories
 WHERE tenant = %(tenant)s AND tsv @@ spark._or_tsquery(%(text)s)
@@ -77,16 +78,12 @@ def default_folder() -> Path:
 
 def load_scenarios(folder: Path) -> list[Scenario]:
     path = folder / "scenarios.yaml"
-    try:
-        text = path.read_text(encoding="utf-8")
-    except UnicodeDecodeError as exc:
-        raise InputError(f"{path}: is not UTF-8 text: {exc.reason}") from None
-    except OSError as exc:
-        raise InputError(f"{path}: cannot be read: {exc.strerror}") from None
 
     def fail(line: int, message: str) -> InputError:
-        return InputError(f"{path} line {line}: {message}")
+        return InputError(f"{path} line {line}: {message}" if line else f"{path}: {message}")
 
+    # the guarded reader: a FIFO or a device is refused, not read forever
+    text = read_text_file(path, fail, SCENARIO_FILE_MAX_BYTES)
     # the loader of every hand-written file: no aliases, bounded nesting and integers, no repeated keys
     found = yaml_rows(text, fail, "needs a 'scenarios' list", "scenarios", other_keys=True)
     items = [item for _, item in found]
