@@ -26,6 +26,7 @@ import psycopg
 
 from spark_pg.config import Settings
 from spark_pg.errors import DatabaseError
+from spark_pg.file_writes import replace_file
 
 SYSTEM_USER = "pgserver"  # the account the wheel creates to run initdb/postgres when we are root
 _POSTMASTER_NAMES = frozenset({"postgres", "postmaster"})
@@ -256,7 +257,8 @@ class EmbeddedServer:
             for line in conf.read_text().splitlines()
             if not line.replace(" ", "").startswith("shared_buffers=")
         ]
-        conf.write_text("\n".join([*lines, f"shared_buffers = '{previous_mb}MB'"]) + "\n")
+        # whole or not at all: a truncated file would leave a server that cannot start either
+        replace_file(conf, "\n".join([*lines, f"shared_buffers = '{previous_mb}MB'"]) + "\n")
         self._pg_ctl("start", socket_dir)
         log = self.pgdata / "log"
         tail = [ln for ln in log.read_text(errors="replace").splitlines() if "FATAL" in ln][-1:]

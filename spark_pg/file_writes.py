@@ -16,8 +16,9 @@ def replace_file(path: Path, body: str, *, mode: int | None = None) -> None:
     then renamed over it. A write that fails part way (a full disk, a file size limit) leaves the file that
     was there as it was and no truncated one (that revalue --from-file would apply); the new file is removed.
     ``path`` must be a regular file or not exist yet (a symbolic link is followed: the file it names is
-    replaced); a replaced file keeps its permissions, a new one gets the umask's, unless ``mode`` is given:
-    then the file gets that mode either way. Failures are InputError "<path>: cannot be written: <reason>"."""
+    replaced); a replaced file keeps its permissions (and its owner, where the process may give it away), a
+    new one gets the umask's, unless ``mode`` is given: then the file gets that mode either way. Failures are
+    InputError "<path>: cannot be written: <reason>"."""
     target = Path(os.path.realpath(path))
 
     def failed(reason: str | None) -> InputError:
@@ -41,6 +42,11 @@ def replace_file(path: Path, body: str, *, mode: int | None = None) -> None:
         with os.fdopen(fd, "wb") as out:
             if keep is not None:
                 os.fchmod(out.fileno(), keep)
+            if old is not None and (old.st_uid, old.st_gid) != (os.geteuid(), os.getegid()):
+                # root replacing another user's file (the embedded server's postgresql.auto.conf): that user
+                # must still own it; anyone else cannot give a file away, and the new one is theirs
+                with contextlib.suppress(PermissionError):
+                    os.fchown(out.fileno(), old.st_uid, old.st_gid)
             out.write(body.encode("utf-8"))
             out.flush()
             os.fsync(out.fileno())

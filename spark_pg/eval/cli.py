@@ -15,6 +15,7 @@ from pathlib import Path
 from spark_pg.cli_args import positive_int, report_dir, writable_dir
 from spark_pg.config import load_settings
 from spark_pg.errors import InputError
+from spark_pg.file_writes import replace_file
 from spark_pg.sql_args import params_arg
 
 DEFAULT_K = 10
@@ -48,7 +49,7 @@ def cmd_scenarios(args: argparse.Namespace) -> int:
 def _write_result(result: dict[str, object], folder: Path) -> None:
     """``folder``/result.json: the ``--json`` object (the folder is made if need be)."""
     folder.mkdir(parents=True, exist_ok=True)
-    (folder / RESULT_FILE).write_text(json.dumps(result, indent=2))
+    replace_file(folder / RESULT_FILE, json.dumps(result, indent=2))  # whole or not at all
 
 
 def _params(text: str | None) -> dict[str, object]:

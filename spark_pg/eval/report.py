@@ -12,6 +12,7 @@ from typing import Any
 
 from spark_pg.eval.chart_text import literal
 from spark_pg.eval.metrics import METRICS
+from spark_pg.file_writes import replace_file
 
 REPORT_FILE = "report.html"
 PLOT_FILE = "recall_by_category.png"
@@ -217,5 +218,5 @@ questions with an answer, "no answer" the others.</p>
 </body></html>
 """
     path = folder / REPORT_FILE
-    path.write_text(page, encoding="utf-8")
+    replace_file(path, page)  # whole or not at all
     return path
