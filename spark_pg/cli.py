@@ -81,8 +81,18 @@ def cmd_db(args: argparse.Namespace) -> int:
 
 
 def cmd_init(args: argparse.Namespace) -> int:
-    with _client(args) as client:
+    import warnings
+
+    from spark_pg.schema import MigrationWarning
+
+    with _client(args) as client, warnings.catch_warnings(record=True) as said:
+        warnings.simplefilter("always", MigrationWarning)
         revision = client.init()
+    for warning in said:
+        if issubclass(warning.category, MigrationWarning):
+            print(f"spark-pg: warning: {warning.message}", file=sys.stderr)
+        else:  # as they would have been shown
+            warnings.showwarning(warning.message, warning.category, warning.filename, warning.lineno)
     print(f"schema spark at revision {revision}; sql/ functions applied")
     return 0
 

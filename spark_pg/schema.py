@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import re
+import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -21,6 +22,17 @@ from spark_pg.errors import DatabaseError, SchemaError
 
 SQL_FILE = re.compile(r"^\d{3}-[a-z0-9][a-z0-9-]*\.sql$")
 VERSION_TABLE = "spark_alembic_version"  # in public: it must outlive `DROP SCHEMA spark` on downgrade
+
+
+class MigrationWarning(UserWarning):
+    """A migration's RAISE WARNING (e.g. a CHECK left NOT VALID because old rows break it): raised as a Python
+    warning while the upgrade runs, so that callers see it (it went only to the server's log before);
+    ``spark-pg init`` prints it as ``spark-pg: warning: ...``."""
+
+
+def _warn_on_server_warnings(notice: psycopg.errors.Diagnostic) -> None:
+    if notice.severity_nonlocalized == "WARNING":
+        warnings.warn(notice.message_primary or "", MigrationWarning, stacklevel=2)
 
 
 def resource_dir(name: str) -> Path:
@@ -87,6 +99,9 @@ def _alembic(url: str, lock_timeout_ms: int = LOCK_TIMEOUT_MS) -> Iterator[tuple
     )
     try:
         with engine.connect() as connection:
+            driver = connection.connection.driver_connection
+            assert driver is not None  # a live connection (the engine's creator made it)
+            driver.add_notice_handler(_warn_on_server_warnings)
             cfg.attributes["connection"] = connection
             cfg.attributes["lock_timeout_ms"] = lock_timeout_ms
             yield cfg, connection
