@@ -76,10 +76,11 @@ class EmbeddedServer:
         except (AssertionError, ValueError, IndexError, OSError):  # a partly written postmaster.pid
             return None
 
-    @staticmethod
-    def _is_postmaster(info: Any) -> bool:
+    def _is_postmaster(self, info: Any) -> bool:
         """Whether the pid file's process is that postmaster (see ``_runs_postmaster``)."""
-        return info.process is not None and _runs_postmaster(info.process, info.start_time.timestamp())
+        return info.process is not None and _runs_postmaster(
+            info.process, info.start_time.timestamp(), self.pgdata
+        )
 
     def _drop_stale_lock_files(self) -> None:
         """Remove postmaster.pid and the socket's lock file when the PID they name now belongs to a zombie or
@@ -101,7 +102,7 @@ class EmbeddedServer:
                 continue
             # a socket folder may be shared: only a lock file of this data directory
             ours = lock.name == "postmaster.pid" or Path(lines[1]) == self.pgdata
-            if ours and not _runs_postmaster(process, started):
+            if ours and not _runs_postmaster(process, started, self.pgdata):
                 with contextlib.suppress(OSError):  # gone; one we may not remove is PostgreSQL's to refuse
                     lock.unlink()
 
@@ -294,18 +295,24 @@ class EmbeddedServer:
         return True
 
 
-def _runs_postmaster(process: psutil.Process, started: float) -> bool:
-    """Whether ``process`` is the postmaster a lock file names, not a process that got its PID after a crash
-    or a reboot: named postgres and created when the file says the server started (``started``, Unix time).
-    A zombie (a postmaster that died and that its parent has not reaped, as under a container's PID 1 that
-    reaps nothing) is not: it answers no connection. A process we may not inspect is (never treat a live
-    server as gone)."""
+def _runs_postmaster(process: psutil.Process, started: float, pgdata: Path) -> bool:
+    """Whether ``process`` is the postmaster a lock file of ``pgdata`` names, not a process that got its PID
+    after a crash or a reboot: named postgres and working in ``pgdata`` (a postmaster changes into its data
+    directory). Only when its working directory cannot be read: created when the file says the server
+    started (``started``, Unix time). That comparison alone took a live server for a dead one when the
+    machine's clock was stepped (a virtual machine paused and resumed moves the boot time that a process's
+    creation time is counted from), and `db up` then deleted its pid file. A zombie (a postmaster that died
+    and that its parent has not reaped, as under a container's PID 1 that reaps nothing) is not: it answers
+    no connection. A process we may not inspect is (never treat a live server as gone)."""
     try:
         if not process.is_running() or process.status() == psutil.STATUS_ZOMBIE:
             return False
         if process.name() not in _POSTMASTER_NAMES:
             return False
-        return bool(abs(process.create_time() - started) <= _START_SLACK_S)
+        try:
+            return Path(process.cwd()).resolve() == pgdata
+        except psutil.AccessDenied:
+            return bool(abs(process.create_time() - started) <= _START_SLACK_S)
     except psutil.AccessDenied:
         return True
     except psutil.Error:  # gone

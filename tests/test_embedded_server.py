@@ -138,6 +138,29 @@ def test_a_pid_file_whose_pid_was_reused_is_not_a_server_and_its_process_is_neve
             other.kill()
 
 
+def test_a_live_server_is_known_by_its_data_directory_whatever_the_clock_did(home: Path) -> None:
+    """A clock stepped after the server started (a virtual machine paused and resumed) moves the creation time
+    psutil reports away from the start time in postmaster.pid. Judged by that alone the live server was
+    "not running", and `db up` deleted its pid file and failed to start a second one beside it."""
+    server = EmbeddedServer(home)
+    url = server.up()
+    pid_file = server.pgdata / "postmaster.pid"
+    saved = pid_file.read_text()
+    lines = saved.splitlines()
+    lines[2] = str(int(lines[2]) - 3600)  # as if the clock had jumped an hour since the start
+    try:
+        pid_file.write_text("\n".join(lines) + "\n")
+        status = server.status()
+        assert (status.running, status.pid) == (True, int(lines[0]))
+        assert server.up() == url
+        assert pid_file.exists()
+    finally:
+        pid_file.write_text(saved)  # the postmaster checks its own lock file now and then
+    with psycopg.connect(url) as conn:
+        assert conn.execute("SELECT 1").fetchone() == (1,)
+    assert server.down() is True
+
+
 UP = """
 import sys
 from pathlib import Path
