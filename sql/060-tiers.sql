@@ -64,6 +64,9 @@ BEGIN
     -- committed and the rule is judged on that, not on the statement's older snapshot. A rule's archive
     -- whose rule changed (a year unused, now reliability) gets the new reason, which spark.revalue_apply's
     -- lift reads; that refresh is not reported as a move.
+    -- its own tier writes keep the marks it writes (the trigger memories_tier_marks, schema 0018, drops them
+    -- from any other write that changes a tier: that tier is the user's); off again right after
+    PERFORM set_config('spark.tier_rule_writes', 'on', true);
     RETURN QUERY
     WITH moved AS (
         -- the verdict once for the test and once for the write (a row left as it is: once)
@@ -86,6 +89,7 @@ BEGIN
         RETURNING m.key, j.tier AS old_tier, m.tier AS new_tier, m.metadata ->> 'tier_reason' AS why)
     SELECT mv.key, mv.old_tier, mv.new_tier, coalesce(mv.why, 'no archive or pin rule holds any more')
     FROM moved mv WHERE mv.old_tier <> mv.new_tier ORDER BY mv.key;
+    PERFORM set_config('spark.tier_rule_writes', 'off', true);
 END
 $fn$;
 COMMENT ON FUNCTION spark.assign_tiers(text, timestamptz) IS

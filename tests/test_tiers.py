@@ -168,3 +168,54 @@ def test_a_rows_own_marks_never_make_its_tier_the_rules(conn: Conn, tenant: str)
     ).fetchone()
     assert row is not None and stored(conn, row[0]) == ("archive", {})
     assert tiers(conn, tenant) == []
+
+
+def set_tier(conn: Conn, memory_id: int, tier: str) -> None:
+    conn.execute("UPDATE spark.memories SET tier = %s WHERE id = %s", (tier, memory_id))
+
+
+def test_a_pin_set_in_sql_after_the_rules_pin_was_undone_is_the_users(conn: Conn, tenant: str) -> None:
+    """Was (audit S): the rule pinned it, the user set it back to active and later pinned it by hand in SQL;
+    the rule's marks stayed through both updates, so the next run took the user's pin for the rule's and
+    unpinned it ("no archive or pin rule holds any more")."""
+    mid = add(conn, tenant, "pinme")
+    outcomes(conn, tenant, mid, helpful=17)
+    assert tiers(conn, tenant) == [("pinme", "active", "pinned", PIN_REASON)]
+    assert stored(conn, mid)[1] == {"tier_by_rule": True, "tier_reason": PIN_REASON}
+    set_tier(conn, mid, "active")
+    assert stored(conn, mid) == ("active", {})  # the tier is the user's now: no marks
+    outcomes(conn, tenant, mid, unhelpful=6)  # the pin rule no longer holds
+    assert tiers(conn, tenant) == []
+    set_tier(conn, mid, "pinned")
+    assert tiers(conn, tenant) == []
+    assert stored(conn, mid) == ("pinned", {})
+
+
+def test_an_archive_set_in_sql_after_the_rules_archive_was_undone_is_the_users(
+    conn: Conn, tenant: str
+) -> None:
+    mid = add(conn, tenant, "arch", 0.5)
+    outcomes(conn, tenant, mid, unhelpful=4)
+    assert tiers(conn, tenant) == [("arch", "active", "archive", "reliability under 0.3 after 4+ outcomes")]
+    set_tier(conn, mid, "active")  # restored by hand
+    outcomes(conn, tenant, mid, helpful=3)
+    set_tier(conn, mid, "archive")  # and archived by hand
+    assert tiers(conn, tenant) == []
+    assert stored(conn, mid) == ("archive", {})
+
+
+def test_an_update_that_keeps_the_tier_keeps_the_marks_and_the_rule_keeps_its_own(
+    conn: Conn, tenant: str
+) -> None:
+    """Only a change of tier makes it the user's: an update of other columns, or of the metadata, leaves the
+    rule's archive the rule's, which the rule still takes back."""
+    marks = {"tier_by_rule": True, "tier_reason": YEAR_REASON}
+    mid = add(conn, tenant, "old", 0.2, tier="archive", metadata=json.dumps(marks))
+    conn.execute(
+        "UPDATE spark.memories SET importance = 0.5, tier = 'archive', metadata = metadata || '{\"x\": 1}' "
+        "WHERE id = %s",
+        (mid,),
+    )
+    assert stored(conn, mid) == ("archive", marks | {"x": 1})
+    assert tiers(conn, tenant) == [("old", "archive", "active", "no archive or pin rule holds any more")]
+    assert conn.execute("SELECT current_setting('spark.tier_rule_writes', true)").fetchone() == ("off",)
