@@ -7,12 +7,19 @@ spark.tenant_index_plan use CONCURRENTLY: writers go on, and retrieval uses the 
 tenant's is valid. The builder holds the tenant's advisory lock (the refresh leaves a tenant so held to it);
 a tenant another builder holds is skipped. A build that is interrupted leaves an invalid index, which the
 next plan drops and builds again.
+
+A CONCURRENTLY build waits for every transaction older than it to end, a `pg_dump` or an idle REPEATABLE READ
+session included. The write that set it off already committed its rows, so it does not wait past
+BUILD_LOCK_TIMEOUT_MS: the build gives up (leaving the invalid index to the next plan) and the write returns.
+A role that does not own spark.embeddings (a tenant role under row-level security) cannot build an index at
+all: its writes leave the build to the owner's worker or refresh.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 import psycopg
@@ -24,6 +31,8 @@ from spark_pg.refusals import one_line
 
 log = logging.getLogger(__name__)
 
+BUILD_LOCK_TIMEOUT_MS = 5000  # the longest a build waits for older transactions (and locks) before giving up
+
 
 def build_concurrently(conn: psycopg.Connection[Any], tenants: Sequence[str]) -> int:
     """Run spark.tenant_index_plan's CONCURRENTLY statements for ``tenants``; returns how many ran.
@@ -34,7 +43,11 @@ def build_concurrently(conn: psycopg.Connection[Any], tenants: Sequence[str]) ->
     if conn.info.transaction_status != TransactionStatus.IDLE:
         return 0
     ran = 0
-    with autocommit(conn), statement_timeout_lifted(conn, local=False):  # a build at 100,000 takes minutes
+    with (
+        autocommit(conn),
+        statement_timeout_lifted(conn, local=False),  # a build at 100,000 takes minutes
+        _lock_timeout(conn, BUILD_LOCK_TIMEOUT_MS),
+    ):
         for tenant in tenants:
             held = conn.execute(queries.TRY_TENANT_INDEX_LOCK, {"tenant": tenant}).fetchone()
             if held is None or not held[0]:
@@ -48,7 +61,24 @@ def build_concurrently(conn: psycopg.Connection[Any], tenants: Sequence[str]) ->
             except psycopg.errors.OperationalError as exc:  # a lock timeout, a cancel
                 log.warning("the HNSW index of tenant %s was not built (%s); the next write tries again",
                             tenant, one_line(exc))  # fmt: skip
+            except psycopg.errors.InsufficientPrivilege as exc:  # only the table's owner builds its indexes
+                log.info("the HNSW index of tenant %s is left to the owner of spark.embeddings (%s)",
+                         tenant, one_line(exc))  # fmt: skip
             finally:
                 if not conn.closed and conn.info.transaction_status == TransactionStatus.IDLE:
                     conn.execute(queries.TENANT_INDEX_UNLOCK, {"tenant": tenant})
     return ran
+
+
+@contextmanager
+def _lock_timeout(conn: psycopg.Connection[Any], ms: int) -> Iterator[None]:
+    """lock_timeout ``ms`` for the session (autocommit: a SET LOCAL would end with its own statement) for the
+    block, then the one in force before."""
+    row = conn.execute("SELECT current_setting('lock_timeout'), set_config('lock_timeout', %s, false)",
+                       (f"{ms}ms",)).fetchone()  # fmt: skip
+    assert row is not None
+    try:
+        yield
+    finally:
+        if not conn.closed and conn.info.transaction_status == TransactionStatus.IDLE:
+            conn.execute("SELECT set_config('lock_timeout', %s, false)", (row[0],))

@@ -452,3 +452,52 @@ def test_a_write_builds_the_tenants_index_concurrently_while_other_tenants_write
 def build_in(url: str, tenants: list[str]) -> int:
     with connect(url, statement_timeout_ms=1000) as conn:  # lifted for the build
         return build_concurrently(conn, tenants)
+
+
+def test_a_build_that_waits_too_long_for_an_older_transaction_gives_up_and_is_built_later(
+    server_url: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Was (audit S): the build waited for every older transaction however long it lived (an idle REPEATABLE
+    READ session, a pg_dump), so the write that set it off (its rows already committed) hung with no word.
+    Now it gives up after the lock timeout, leaving an invalid index that the next build drops and redoes."""
+    from spark_pg import tenant_indexes
+
+    monkeypatch.setattr(tenant_indexes, "BUILD_LOCK_TIMEOUT_MS", 300)
+    with temp_database(server_url, install=True) as url, connect(url, autocommit=True) as c:
+        mid = model(c)
+        add(c, "grown", [f"note {n}" for n in range(1500)], mid)
+        with connect(url) as older:
+            older.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
+            older.execute("SELECT 1")  # a snapshot the build would wait out for ever
+            started = time.monotonic()
+            assert build_in(url, ["grown"]) == 0
+            assert time.monotonic() - started < 30
+        assert "the HNSW index of tenant grown was not built" in caplog.text
+        assert [a for a, _ in index_plan(c, "grown")] == ["drop", "build"]  # the invalid index it left
+        assert build_in(url, ["grown"]) == 2  # the older transaction ended: dropped and built
+        assert index_plan(c, "grown") == []
+        with connect(url) as probe:  # the session's own lock_timeout is back as it was
+            assert probe.execute("SHOW lock_timeout").fetchone() == ("0",)
+
+
+def test_a_role_that_cannot_build_the_index_leaves_it_to_the_owner(server_url: str) -> None:
+    """Was (audit S): under row-level security a tenant role's write failed with 42501 "must be owner of
+    table embeddings" once the tenant held 1,500 vectors, after its rows were stored."""
+    with temp_database(server_url, install=True) as url, connect(url, autocommit=True) as c:
+        mid = model(c)
+        add(c, "grown", [f"note {n}" for n in range(1500)], mid)
+        c.execute("DROP ROLE IF EXISTS spark_test_not_owner")
+        c.execute("CREATE ROLE spark_test_not_owner")
+        try:
+            c.execute("GRANT USAGE ON SCHEMA spark TO spark_test_not_owner")
+            c.execute("GRANT SELECT ON ALL TABLES IN SCHEMA spark TO spark_test_not_owner")
+            c.execute("GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA spark TO spark_test_not_owner")
+            with connect(url) as tenant_role:
+                tenant_role.execute("SET ROLE spark_test_not_owner")
+                tenant_role.commit()
+                assert build_concurrently(tenant_role, ["grown"]) == 0
+                assert tenant_role.execute("SELECT current_user").fetchone() == ("spark_test_not_owner",)
+            assert [a for a, _ in index_plan(c, "grown")] == ["build"]  # nothing half-built
+        finally:
+            c.execute("DROP OWNED BY spark_test_not_owner")
+            c.execute("DROP ROLE spark_test_not_owner")
