@@ -1081,6 +1081,41 @@ def test_cli_interactive(
     assert row == [("interactive", "worth seeing again")]
 
 
+def test_cli_interactive_interrupted_applies_nothing_and_saves_the_answers(
+    cli: str,
+    tenant: str,
+    stored: dict[str, int],
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
+) -> None:
+    """Was: Ctrl-C in the middle of a review lost every answer given. Now nothing is applied, the answers are
+    saved in a file, and applying that file writes them."""
+
+    def answers() -> Iterator[str]:
+        yield "0.75 worth seeing again"
+        raise KeyboardInterrupt
+
+    given = answers()
+    monkeypatch.setattr("builtins.input", lambda prompt="": next(given))
+    monkeypatch.chdir(tmp_path)
+    code, _, err = run(capsys, "revalue", "--tenant", tenant, "--interactive", "--seed", "7")
+    assert code == 130
+    saved = sorted(tmp_path.glob("spark-pg-revalue-*.jsonl"))
+    assert len(saved) == 1
+    assert f"nothing applied; the 1 decisions made are saved in {saved[0]}" in err
+    with psycopg.connect(cli) as conn:
+        count = conn.execute(
+            "SELECT count(*) FROM spark.revaluations WHERE tenant = %s", (tenant,)
+        ).fetchone()
+    assert count == (0,)
+    code, out, _ = run(capsys, "revalue", "--tenant", tenant, "--from-file", str(saved[0]))
+    assert code == 0 and "applied 1 decisions" in out
+    with psycopg.connect(cli) as conn:
+        rows = conn.execute("SELECT reason FROM spark.revaluations WHERE tenant = %s", (tenant,)).fetchall()
+    assert rows == [("worth seeing again",)]
+
+
 def test_cli_skips_what_changed_between_sample_and_apply(
     cli: str,
     tenant: str,

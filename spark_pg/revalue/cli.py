@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, TextIO, TypeVar
 import psycopg
 
 from spark_pg.cli_args import int8_arg
+from spark_pg.console import INTERRUPTED
 from spark_pg.errors import ArgumentRefused, DatabaseError, InputError
 from spark_pg.refusals import one_line
 from spark_pg.revalue.decide import decide_auto
@@ -25,7 +26,7 @@ from spark_pg.revalue.files import (
     save_decisions,
     write_sample,
 )
-from spark_pg.revalue.interactive import asker, decide_interactive
+from spark_pg.revalue.interactive import ReviewInterrupted, asker, decide_interactive
 from spark_pg.revalue.records import (
     DEFAULT_COOLDOWN_DAYS,
     DEFAULT_MAX_IMPORTANCE,
@@ -191,7 +192,13 @@ def cmd_revalue(args: argparse.Namespace) -> int:
                 )
                 return 0
             if mode == "interactive":
-                decisions = decide_interactive(memories, asker(out), out)
+                try:
+                    decisions = decide_interactive(memories, asker(out), out)
+                except ReviewInterrupted as stopped:
+                    print(
+                        f"\nspark-pg: interrupted: {_kept(args.tenant, stopped.decisions)}", file=sys.stderr
+                    )
+                    return INTERRUPTED
                 decided_by = "interactive"
             else:
                 decisions = decide_auto(memories, progress=not args.quiet)
@@ -276,6 +283,21 @@ def _saved(tenant: str, decisions: list[Decision], error: Exception) -> str:
     return (  # the connection may have gone after a commit: applied again, such decisions are skipped
         f"{reason}; the connection was lost while applying {len(decisions)} decisions, saved in {path}: "
         f"apply them with `spark-pg revalue --tenant {tenant} --from-file {path}`"
+    )
+
+
+def _kept(tenant: str, decisions: list[Decision]) -> str:
+    """What became of the answers of an interrupted review: nothing was applied; they are saved for
+    ``--from-file`` (an answer is work: Ctrl-C used to lose them all)."""
+    if not decisions:
+        return "nothing applied"
+    try:
+        path = save_decisions(tenant, decisions)
+    except OSError as exc:
+        return f"nothing applied; the {len(decisions)} decisions made could not be saved ({exc})"
+    return (
+        f"nothing applied; the {len(decisions)} decisions made are saved in {path}: apply them with "
+        f"`spark-pg revalue --tenant {tenant} --from-file {path}`"
     )
 
 

@@ -65,14 +65,33 @@ def read_answer(prompt: str) -> str:
         raise EOFError(str(exc)) from exc
 
 
+class ReviewInterrupted(KeyboardInterrupt):
+    """Ctrl-C during an interactive review: nothing is applied, and ``decisions`` holds the answers given so
+    far, for the caller to save (they were lost with the interrupt)."""
+
+    def __init__(self, decisions: list[Decision]) -> None:
+        super().__init__(f"interrupted after {len(decisions)} decisions")
+        self.decisions = decisions
+
+
 def decide_interactive(
     memories: Sequence[Sampled], ask: Callable[[str], str] = read_answer, out: TextIO = sys.stdout
 ) -> list[Decision]:
     """Ask a reviewer about each memory: keep, accept the auto decider's suggestion, a number from 0 to 1
     (optionally followed by a reason), skip (no decision: it may come back), or quit (stop asking; the
     decisions made so far stand). End of input (EOFError from ``ask``) quits too; an answer that is not
-    text in the input's encoding (UnicodeDecodeError) is asked again."""
+    text in the input's encoding (UnicodeDecodeError) is asked again. Ctrl-C raises
+    :class:`ReviewInterrupted` with the decisions made so far."""
     decisions: list[Decision] = []
+    try:
+        return _review(memories, ask, out, decisions)
+    except KeyboardInterrupt:
+        raise ReviewInterrupted(decisions) from None
+
+
+def _review(
+    memories: Sequence[Sampled], ask: Callable[[str], str], out: TextIO, decisions: list[Decision]
+) -> list[Decision]:
     now = datetime.now(UTC)
     for position, memory in enumerate(memories, start=1):
         show(memory, f"[{position}/{len(memories)}]", out, now)
