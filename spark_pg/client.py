@@ -11,12 +11,15 @@
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import logging
-from collections.abc import Mapping
+import os
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import psycopg
 from psycopg.pq import TransactionStatus
@@ -30,17 +33,26 @@ from spark_pg.errors import InputError
 from spark_pg.ingest import IngestResult, ingest
 from spark_pg.query_model import QueryModel
 from spark_pg.records import SYSTEM_TENANT, MemoryIn, read_file, validate_row
-from spark_pg.retrieve import Candidate, Retrieved, explain, retrieve
+from spark_pg.retrieve import Candidate, Retrieved, explain, flag, retrieve, wrapper_params
 from spark_pg.sql_args import params_arg
 from spark_pg.traces.reflect import Reflection
 from spark_pg.traces.store import Stored, add_learning, add_trace
 from spark_pg.triggers import load_rules, sync_rules
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 
 class SparkClient:
     def __init__(self, settings: Settings | None = None, url: str | None = None) -> None:
+        # checked here: a url of another type was an AttributeError at the first call
+        if settings is not None and not isinstance(settings, Settings):
+            raise InputError(
+                f"settings must be a spark_pg.config.Settings (load_settings() makes one), "
+                f"got {type(settings).__name__}"
+            )
+        if url is not None and not isinstance(url, str):
+            raise InputError(f"url must be a database URL (a string), got {type(url).__name__}")
         self.settings = settings or load_settings()
         self._url = url
         self._conn: psycopg.Connection[Any] | None = None
@@ -65,7 +77,27 @@ class SparkClient:
                 conn.close()
                 raise
             self._conn = conn
+        if self._conn.info.transaction_status == TransactionStatus.INERROR:
+            # its own connection, whose transaction an earlier call or statement failed (nothing in it can
+            # commit now): rolled back, so that this call runs. Not inside a `with conn.transaction()`
+            # block, where psycopg refuses it: the call then says to roll back first
+            with contextlib.suppress(psycopg.ProgrammingError):
+                self._conn.rollback()
         return self._conn
+
+    def _read(self, call: Callable[[psycopg.Connection[Any]], T]) -> T:
+        """``call`` (a read) on the connection; once more on a new one when the connection was found lost
+        (a server restart: psycopg's OperationalError, the connection closed) where it held no transaction
+        of the caller's. Never a write: it may have committed before the connection broke."""
+        conn = self.conn
+        idle = conn.info.transaction_status == TransactionStatus.IDLE
+        try:
+            return call(conn)
+        except psycopg.OperationalError as exc:
+            if not (idle and conn.closed):
+                raise
+            log.warning("the connection to the database was lost (%s): connecting again", exc)
+        return call(self.conn)
 
     def close(self) -> None:
         if self._conn is not None:
@@ -91,15 +123,16 @@ class SparkClient:
 
     def ingest_records(
         self,
-        records: list[MemoryIn],
+        records: Iterable[MemoryIn],
         *,
         progress: bool = False,
         label: str = "ingest",
         defer: bool = False,
         pack: bool = False,
     ) -> IngestResult:
-        """Store ``records``; ``defer``: without embedding them (write-behind: `spark-pg worker` does);
-        ``pack``: records of the pack's tenant are allowed (the pack loader)."""
+        """Store ``records`` (a list, or any iterable); ``defer``: without embedding them (write-behind:
+        `spark-pg worker` does); ``pack``: records of the pack's tenant are allowed (the pack loader)."""
+        flag("defer", defer)
         return ingest(
             self.conn,
             records,
@@ -113,12 +146,17 @@ class SparkClient:
 
     def add(self, tenant: str, text: str, *, defer: bool = False, **fields: Any) -> IngestResult:
         """Store one memory (fields as in an ingest file: key, kind, category, source, importance, ...)."""
+        flag("defer", defer)
         record = validate_row({"tenant": tenant, "text": text, **fields}, "arguments", 1)
         return self.ingest_records([record], defer=defer)
 
     def ingest_file(
         self, path: Path | str, tenant: str | None = None, *, progress: bool = False, defer: bool = False
     ) -> IngestResult:
+        if not isinstance(path, str | os.PathLike):
+            raise InputError(f"path must be a file path (a str or a pathlib.Path), got {type(path).__name__}")
+        flag("progress", progress)  # before the file is read
+        flag("defer", defer)
         path = Path(path)
         records = read_file(path, tenant)
         return self.ingest_records(records, progress=progress, label=path.name, defer=defer)
@@ -168,6 +206,7 @@ class SparkClient:
         merged: dict[str, Any] = {
             name: self.settings.raw(f"retrieval.{name}") for name in RETRIEVE_PARAM_KEYS
         }
+        params = wrapper_params(params)  # numpy's numbers as Python's, a naive as_of as UTC
         params_arg("params", params)  # named before anything is merged into it
         merged.update(params or {})
         return merged
@@ -198,19 +237,16 @@ class SparkClient:
         self, tenant: str, query: str, k: int | None = None, params: Mapping[str, Any] | None = None
     ) -> list[Retrieved]:
         """Hybrid retrieval (spark.retrieve) over the tenant's memories and the cold-start pack."""
-        return retrieve(
-            self.conn,
-            tenant,
-            query,
-            cache=self.settings.get_bool("retrieval.cache_queries"),
-            **self._call(query, k, params),
-        )
+        args = self._call(query, k, params)
+        cache = self.settings.get_bool("retrieval.cache_queries")
+        return self._read(lambda conn: retrieve(conn, tenant, query, cache=cache, **args))
 
     def explain(
         self, tenant: str, query: str, k: int | None = None, params: Mapping[str, Any] | None = None
     ) -> list[Candidate]:
         """Every candidate of the same call, with why each was surfaced or dropped."""
-        return explain(self.conn, tenant, query, **self._call(query, k, params))
+        args = self._call(query, k, params)
+        return self._read(lambda conn: explain(conn, tenant, query, **args))
 
     # traces, learnings and reflection (spark_pg/traces, docs/traces.md)
     def add_trace(
@@ -219,6 +255,7 @@ class SparkClient:
         """Record a task attempt (fields: files, issue, tags, source, importance, created_at); scrubbed,
         keyed by its descriptor's hash, embedded once (``defer``: by `spark-pg worker`)."""
         _known_fields(add_trace, fields)
+        flag("defer", defer)
         batch = self.settings.get_int("embedding.batch_size")
         embedder = None if defer else self.embedder
         return add_trace(self.conn, embedder, tenant, intent, outcome, batch_size=batch, **fields)
@@ -227,12 +264,17 @@ class SparkClient:
         """Record a learning's semantic handle (fields: from_trace, category, source, importance,
         created_at); ``defer``: embedded by `spark-pg worker`."""
         _known_fields(add_learning, fields)
+        flag("defer", defer)
         batch = self.settings.get_int("embedding.batch_size")
         embedder = None if defer else self.embedder
         return add_learning(self.conn, embedder, tenant, handle, batch_size=batch, **fields)
 
     def reflection_options(self, **overrides: Any) -> AdvisorOptions:
         """AdvisorOptions with the configured reflection.* keys (and ``overrides``)."""
+        names = [f.name for f in dataclasses.fields(AdvisorOptions)]
+        unknown = sorted(set(overrides) - set(names))
+        if unknown:  # was AdvisorOptions' TypeError
+            raise InputError(f"the advisor has no option {unknown[0]!r}; its options: {', '.join(names)}")
         fields: dict[str, Any] = {
             "warning_min_score": self.settings.get_float("reflection.warning_min_score"),
             "reflect_k": self.settings.get_int("reflection.top_k"),

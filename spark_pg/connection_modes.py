@@ -1,4 +1,5 @@
-"""Blocks that run a connection in another mode, then put the mode back: autocommit, no statement timeout."""
+"""Blocks that run a connection in another mode, then put the mode back: autocommit, no statement timeout;
+and the checks a caller's connection passes before a call uses it."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import psycopg
 from psycopg.pq import TransactionStatus
 
 from spark_pg import queries
+from spark_pg.errors import InputError
 
 
 @contextmanager
@@ -44,3 +46,26 @@ def statement_timeout_lifted(conn: psycopg.Connection[Any], *, local: bool) -> I
             TransactionStatus.INTRANS,
         ):
             conn.execute(queries.SET_STATEMENT_TIMEOUT, {"value": row[0], "local": local})
+
+
+def usable(conn: Any) -> psycopg.Connection[Any]:
+    """``conn`` if it is a psycopg connection whose transaction has not failed, else InputError saying so:
+    on a failed one every statement raised InFailedSqlTransaction, and psycopg logged a second error
+    rolling back the savepoint it could not make."""
+    if not isinstance(conn, psycopg.Connection):
+        raise InputError(f"conn must be a psycopg connection, got {type(conn).__name__}")
+    if conn.info.transaction_status == TransactionStatus.INERROR:
+        raise InputError(
+            "conn is in a failed transaction (an earlier statement raised an error): roll it back "
+            "(conn.rollback()) before this call"
+        )
+    return conn
+
+
+def vectors_adaptable(conn: psycopg.Connection[Any]) -> None:
+    """pgvector's adapters on ``conn`` before a vector is sent (a plain ``psycopg.connect`` has none): see
+    :func:`spark_pg.traces.reflect.ensure_vector_adapters`; a dictionary look-up once registered."""
+    if conn.adapters.types.get("vector") is None:
+        from spark_pg.traces.reflect import ensure_vector_adapters  # it imports spark_pg.retrieve
+
+        ensure_vector_adapters(conn)

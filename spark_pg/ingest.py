@@ -9,7 +9,8 @@ model error, database error) rolls the whole call back: nothing is half-written.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+import numbers
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -19,12 +20,13 @@ from psycopg.types.json import Jsonb
 from tqdm import tqdm
 
 from spark_pg import queries
-from spark_pg.connection_modes import statement_timeout_lifted
+from spark_pg.connection_modes import statement_timeout_lifted, usable, vectors_adaptable
 from spark_pg.embedding import Embedder, ModelSpec
 from spark_pg.errors import DatabaseError, IngestError, InputError, ModelMismatch
 from spark_pg.intent import ACTION_DOMAINS, actionability
-from spark_pg.records import SCRUBBED_KINDS, SYSTEM_TENANT, MemoryIn, validate_row
+from spark_pg.records import KEEPABLE, SCRUBBED_KINDS, SYSTEM_TENANT, MemoryIn, validate_row
 from spark_pg.refusals import one_line
+from spark_pg.retrieve import flag
 from spark_pg.tenant_indexes import build_concurrently
 
 log = logging.getLogger(__name__)
@@ -214,6 +216,12 @@ def _checked(record: MemoryIn, i: int) -> MemoryIn:
     problem, valid = _field_problem(record)
     if problem or valid is None:
         raise InputError(f"records[{i}].{problem}")
+    # stored as validate_row read them (it was the record as given): a None in a KEEPABLE field as a file's
+    # row that leaves it out (the default on insert, the stored value on update), a naive created_at as
+    # UTC, numpy's numbers as Python's (psycopg cannot send them), the metadata as JSON reads it back
+    validated = {name: getattr(valid, name) for name in (*KEEPABLE, "created_at")}
+    score = None if record.actionability is None else float(record.actionability)
+    record = replace(record, **validated, actionability=score, keep=record.keep | valid.keep)
     if record.kind not in SCRUBBED_KINDS:
         return record
     fields: tuple[str, ...] = ("text", "key", "category", "source", "context", "metadata")
@@ -228,20 +236,31 @@ def _field_problem(record: MemoryIn) -> tuple[str | None, MemoryIn | None]:
     if record.created_at is not None and not isinstance(record.created_at, datetime):
         # it was a TypeError after the commit (counting the dated-ahead)
         return f"created_at must be a datetime, got {type(record.created_at).__name__}", None
+    # validate_row reads a None in them as the default: the database refused it (NOT NULL), in a message
+    # holding the whole row
+    none = next(
+        (n for n in ("tenant", "key", "text", "kind", "category", "source") if getattr(record, n) is None),
+        None,
+    )
+    if none is not None:
+        return f"{none} must not be None", None
+    if not isinstance(record.keep, set | frozenset) or not record.keep <= set(KEEPABLE):
+        return f"keep must be a set of names from {', '.join(KEEPABLE)}, got {record.keep!r}", None
     if record.action_domain is not None and record.action_domain not in ACTION_DOMAINS:
         # any other name would hide the memory from every domain-filtered advice call
         return f"action_domain must be one of {', '.join(ACTION_DOMAINS)}, got {record.action_domain!r}", None
     score = record.actionability
     if score is not None and (
-        isinstance(score, bool) or not isinstance(score, int | float) or not 0 <= score <= 1
+        isinstance(score, bool) or not isinstance(score, numbers.Real) or not 0 <= score <= 1
     ):
         return f"actionability must be a number from 0 to 1, got {score!r}", None
     # the fields a file's row has, through the file's checks: a MemoryIn made in code with importance 2.0,
-    # a NUL in its text or inf in its metadata reached the database, whose errors did not name the record
+    # a NUL in its text, inf in its metadata or a created_at in 1 BC reached the database, whose errors did
+    # not name the record (or stored it, and no client could read it back)
     row = {
         name: getattr(record, name)
         for name in ("tenant", "key", "text", "kind", "category", "source", "context", "importance", "tier",
-                     "priority", "metadata")
+                     "priority", "metadata", "created_at")
     }  # fmt: skip
     try:
         return None, validate_row(row, "", 0, pack=record.tenant == SYSTEM_TENANT)
@@ -251,7 +270,7 @@ def _field_problem(record: MemoryIn) -> tuple[str | None, MemoryIn | None]:
 
 def ingest(
     conn: psycopg.Connection[Any],
-    records: Sequence[MemoryIn],
+    records: Iterable[MemoryIn],
     embedder: Embedder | None,
     *,
     batch_size: int = 16,
@@ -260,17 +279,23 @@ def ingest(
     label: str = "ingest",
     pack: bool = False,
 ) -> IngestResult:
-    """Embed and upsert ``records`` in one transaction. Returns how many rows were inserted, updated and
-    left unchanged (stored already exactly so).
+    """Embed and upsert ``records`` (a list, or any iterable: taken once) in one transaction. Returns how
+    many rows were inserted, updated and left unchanged (stored already exactly so).
     Records of the pack's tenant are refused unless ``pack`` (the pack loader): they reach every tenant.
+    ``conn`` must be writable, and not in a failed transaction (InputError); a plain ``psycopg.connect``
+    one gets pgvector's adapters when vectors are sent.
 
     ``embedder`` None defers embedding (write-behind): the rows are stored at once, keyword-findable, and
     queued in spark.embed_queue for ``spark-pg worker``. So are they when a model switch (``spark-pg
     reembed``) commits while the call embeds: its vectors are of the retired model, and are not stored (a
     warning is logged). A switch that comes later waits for this call's commit."""
     for name, value in (("chunk_rows", chunk_rows), ("batch_size", batch_size)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
             raise InputError(f"{name} must be a whole number from 1, got {value!r}")
+    progress, pack = flag("progress", progress), flag("pack", pack)
+    if isinstance(records, str | bytes | Mapping) or not isinstance(records, Iterable):
+        raise InputError(f"records must be a list of MemoryIn, got {type(records).__name__}")
+    records = list(records)  # once: a generator was used up by the checks, and nothing was written
     bad = next((i for i, r in enumerate(records) if not isinstance(r, MemoryIn)), None)
     if bad is not None:
         raise InputError(
@@ -279,6 +304,7 @@ def ingest(
         )
     if not pack and any(r.tenant == SYSTEM_TENANT for r in records):
         raise InputError(f"tenant {SYSTEM_TENANT} holds the cold-start pack: only `spark-pg seed` writes it")
+    conn = usable(conn)
     if not records:
         return IngestResult(0, 0)
     first: dict[tuple[str, str], int] = {}
@@ -288,6 +314,28 @@ def ingest(
     for i, r in enumerate(records):
         if (j := first.setdefault((r.tenant, r.key), i)) != i:
             raise InputError(f"records[{i}] has the tenant and key of records[{j}] ({r.tenant!r}, {r.key!r})")
+    if embedder is not None:
+        vectors_adaptable(conn)
+    try:
+        return _write(conn, records, embedder, int(batch_size), int(chunk_rows), progress, label)
+    except psycopg.errors.ReadOnlySqlTransaction as exc:
+        # its first write (the model's or the staging table's) was refused, in words about that step
+        raise InputError(
+            "ingest needs a writable connection: conn's transactions are read-only (conn.read_only, "
+            "default_transaction_read_only or a standby); nothing was written"
+        ) from exc
+
+
+def _write(
+    conn: psycopg.Connection[Any],
+    records: list[MemoryIn],
+    embedder: Embedder | None,
+    batch_size: int,
+    chunk_rows: int,
+    progress: bool,
+    label: str,
+) -> IngestResult:
+    """:func:`ingest`'s write, of records checked."""
     model_id = ensure_model(conn, embedder) if embedder is not None else None
     inserted = updated = 0
     with (

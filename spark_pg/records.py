@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import numbers
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from datetime import UTC, date, datetime
@@ -185,7 +186,8 @@ class MemoryIn:
     action_domain: str | None = None  # None: classified at ingestion (spark_pg.intent.classify_domain)
     actionability: float | None = None  # None: scored at ingestion (spark_pg.intent.actionability)
     # fields a file row left out (of KEEPABLE): an update keeps their stored values, so a nightly
-    # re-ingest does not undo a revaluation, a tier or a pin (a MemoryIn made in code sets every field)
+    # re-ingest does not undo a revaluation, a tier or a pin. A MemoryIn made in code names them here or
+    # gives them as None, which ingest reads as left out (the default on insert); no other name is taken
     keep: frozenset[str] = frozenset()
 
     @cached_property
@@ -323,6 +325,8 @@ def validate_row(
     importance = row.get("importance", 0.5)
     if importance is None:
         importance = 0.5
+    if isinstance(importance, numbers.Real) and not isinstance(importance, int | float):
+        importance = float(importance)  # numpy's (a MemoryIn made in code); its bool is no numbers.Real
     if isinstance(importance, bool) or not isinstance(importance, int | float) or not 0 <= importance <= 1:
         raise IngestError(source, line, "importance", f"must be a number from 0 to 1, got {importance!r}")
     if 0 < importance < 1e-37:  # the database's real has no room for it (22003)

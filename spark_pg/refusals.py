@@ -15,6 +15,10 @@ import psycopg
 
 from spark_pg.errors import ArgumentRefused
 
+# psycopg's words for a NUL in a text argument (psycopg.types.string): its one client-side DataError that is
+# about an argument
+NUL_REFUSAL = "cannot contain NUL"
+
 
 def one_line(exc: psycopg.Error) -> str:
     """The server's primary message, with its detail and hint, on one line: not the CONTEXT lines that
@@ -32,8 +36,12 @@ def one_line(exc: psycopg.Error) -> str:
 @contextmanager
 def refusals() -> Iterator[None]:
     """Raise a DataError of the block (SQLSTATE class 22, or psycopg's own refusal of a NUL character)
-    as ArgumentRefused, from the original."""
+    as ArgumentRefused, from the original. Any other client-side DataError (no SQLSTATE) is not about an
+    argument, and is raised as it is: psycopg failing to load a stored row ("timestamp too small")."""
     try:
         yield
     except psycopg.DataError as exc:
-        raise ArgumentRefused(getattr(exc, "sqlstate", None), one_line(exc)) from exc
+        state = getattr(exc, "sqlstate", None)
+        if state is None and NUL_REFUSAL not in str(exc):
+            raise
+        raise ArgumentRefused(state, one_line(exc)) from exc

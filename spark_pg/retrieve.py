@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import numbers
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 import numpy as np
@@ -14,7 +15,7 @@ from pgvector import Vector as PgVector
 from psycopg.rows import class_row
 
 from spark_pg import queries
-from spark_pg.connection_modes import autocommit
+from spark_pg.connection_modes import autocommit, usable, vectors_adaptable
 from spark_pg.embedding import Vector
 from spark_pg.errors import InputError
 from spark_pg.refusals import refusals
@@ -129,10 +130,51 @@ def embedding_arg(value: Any) -> Vector | None:
     return vector
 
 
+def flag(name: str, value: Any) -> bool:
+    """``value`` if it is True or False, else InputError naming ``name`` (read by its truth, "no" was yes)."""
+    if not isinstance(value, bool):
+        raise InputError(f"{name} must be True or False, got {value!r}")
+    return value
+
+
+def _plain(value: Any) -> Any:
+    """``value`` with every number that is not a Python int or float (numpy's) made one, at any depth:
+    json.dumps writes neither np.int64 nor np.float32. A bool (numpy's too) is no number here."""
+    if isinstance(value, bool | np.bool_ | int | float):
+        return value
+    if isinstance(value, numbers.Integral):
+        return int(value)
+    if isinstance(value, numbers.Real):
+        return float(value)
+    if isinstance(value, Mapping):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_plain(v) for v in value]
+    return value
+
+
+def wrapper_params(params: Any) -> Any:
+    """``params`` as the Python wrapper sends them: numbers as Python's (:func:`_plain`), and an ``as_of``
+    string of ISO 8601 without a zone as UTC, as a naive datetime is (sent as it is, the server read it in
+    the session's TimeZone). What is not a mapping, or not ISO 8601, is left for the checks to name."""
+    if not isinstance(params, Mapping):
+        return params
+    values = {k: _plain(v) for k, v in params.items()}
+    as_of = values.get("as_of")
+    if isinstance(as_of, str):
+        try:
+            parsed = datetime.fromisoformat(as_of.strip().replace("Z", "+00:00"))
+        except ValueError:
+            parsed = None  # `now`, `infinity`, ...: spark.retrieve reads or refuses them
+        if parsed is not None and parsed.tzinfo is None:
+            values["as_of"] = parsed.replace(tzinfo=UTC).isoformat()
+    return values
+
+
 def _params(
     tenant: str, query: str, embedding: Any, k: int, params: Mapping[str, Any], cache: bool
 ) -> dict[str, Any]:
-    if isinstance(k, bool) or not isinstance(k, int) or not -(2**31) <= k < 2**31:
+    if isinstance(k, bool | np.bool_) or not isinstance(k, numbers.Integral) or not -(2**31) <= k < 2**31:
         # else 42883 "function does not exist" (a float, a bool or a bigint picks no spark.retrieve)
         raise InputError(f"k must be an integer between 1 and 1000, got {k!r}")
     return {
@@ -141,10 +183,19 @@ def _params(
         "tenant": nullable_text_arg("tenant", tenant),
         "query": nullable_text_arg("query text", query),
         "embedding": embedding_arg(embedding),
-        "k": k,
-        "params": params_arg("params", params),
-        "cache": bool(cache),
+        "k": int(k),  # numpy's too
+        "params": params_arg("params", wrapper_params(params)),
+        "cache": flag("cache", cache),
     }
+
+
+def _ready(conn: Any, args: Mapping[str, Any]) -> psycopg.Connection[Any]:
+    """``conn`` checked (:func:`~spark_pg.connection_modes.usable`), with pgvector's adapters when a vector
+    is sent: registered before the call's own transaction starts."""
+    checked = usable(conn)
+    if args["embedding"] is not None:
+        vectors_adaptable(checked)
+    return checked
 
 
 def retrieve(
@@ -170,6 +221,7 @@ def retrieve(
     again without the write. Only a read-only transaction the caller opened in SQL refuses the write
     (psycopg's ReadOnlySqlTransaction: pass ``cache=False`` there)."""
     args = _params(tenant, query, embedding, k, params or {}, cache)
+    conn = _ready(conn, args)
     with one_statement(conn) as own, conn.cursor(row_factory=class_row(Retrieved)) as cur:
         if not (args["cache"] and args["embedding"] is not None) or conn.read_only:
             statement = queries.RETRIEVE_UNCACHED
@@ -196,6 +248,7 @@ def explain(
 ) -> list[Candidate]:
     """Every candidate ``spark.retrieve`` would consider, surfaced first, with the reason for the rest."""
     args = _params(tenant, query, embedding, k, params or {}, False)
+    conn = _ready(conn, args)
     with one_statement(conn), conn.cursor() as cur:
         cur.execute(queries.EXPLAIN, args)
         names = [d.name for d in cur.description or ()]

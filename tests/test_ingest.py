@@ -553,10 +553,10 @@ def test_a_reingest_keeps_what_the_lifecycle_changed_unless_the_file_gives_it(
     ]
     path = write_jsonl(tmp_path / "m.jsonl", rows)
     client.ingest_file(path, tenant)
-    with client.conn.transaction():
+    with client.conn.transaction():  # (a tier_reason written here would go: that key is assign_tiers' mark)
         client.conn.execute(
             """UPDATE spark.memories SET importance = 0.9, tier = 'pinned', priority = 'high',
-                      metadata = '{"tier_reason": "pinned by hand"}'
+                      metadata = '{"note": "pinned by hand"}'
                WHERE tenant = %s""",
             (tenant,),
         )
@@ -567,8 +567,8 @@ def test_a_reingest_keeps_what_the_lifecycle_changed_unless_the_file_gives_it(
         (tenant,),
     ).fetchall()
     assert [(k, round(i, 2), t, p, m) for k, i, t, p, m in kept] == [
-        ("a", 0.9, "pinned", "high", {"tier_reason": "pinned by hand"}),
-        ("b", 0.4, "pinned", "high", {"tier_reason": "pinned by hand"}),
+        ("a", 0.9, "pinned", "high", {"note": "pinned by hand"}),
+        ("b", 0.4, "pinned", "high", {"note": "pinned by hand"}),
     ]
     rows[0] |= {"tier": "active", "metadata": {}}  # given, even as the defaults: they win
     client.ingest_file(write_jsonl(tmp_path / "m2.jsonl", rows), tenant)
