@@ -48,6 +48,25 @@ def statement_timeout_lifted(conn: psycopg.Connection[Any], *, local: bool) -> I
             conn.execute(queries.SET_STATEMENT_TIMEOUT, {"value": row[0], "local": local})
 
 
+@contextmanager
+def lock_timeout(conn: psycopg.Connection[Any], ms: int, *, local: bool) -> Iterator[None]:
+    """lock_timeout ``ms`` for the block, then the one in force before; ``local`` as for
+    :func:`statement_timeout_lifted` (a SET LOCAL inside a savepoint would last to the end of the caller's
+    transaction, so it is put back too)."""
+    row = conn.execute(
+        queries.SET_LOCK_TIMEOUT_RETURNING_OLD, {"value": f"{ms}ms", "local": local}
+    ).fetchone()
+    assert row is not None
+    try:
+        yield
+    finally:
+        if not conn.closed and conn.info.transaction_status in (
+            TransactionStatus.IDLE,
+            TransactionStatus.INTRANS,
+        ):
+            conn.execute(queries.SET_LOCK_TIMEOUT, {"value": row[0], "local": local})
+
+
 def usable(conn: Any) -> psycopg.Connection[Any]:
     """``conn`` if it is a psycopg connection whose transaction has not failed, else InputError saying so:
     on a failed one every statement raised InFailedSqlTransaction, and psycopg logged a second error

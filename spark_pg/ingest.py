@@ -20,14 +20,14 @@ from psycopg.types.json import Jsonb
 from tqdm import tqdm
 
 from spark_pg import queries
-from spark_pg.connection_modes import statement_timeout_lifted, usable, vectors_adaptable
+from spark_pg.connection_modes import lock_timeout, statement_timeout_lifted, usable, vectors_adaptable
 from spark_pg.embedding import Embedder, ModelSpec
 from spark_pg.errors import DatabaseError, IngestError, InputError, ModelMismatch
 from spark_pg.intent import ACTION_DOMAINS, actionability
 from spark_pg.records import KEEPABLE, SCRUBBED_KINDS, SYSTEM_TENANT, MemoryIn, validate_row
 from spark_pg.refusals import one_line
 from spark_pg.retrieve import flag
-from spark_pg.tenant_indexes import build_concurrently
+from spark_pg.tenant_indexes import BUILD_LOCK_TIMEOUT_MS, build_concurrently
 
 log = logging.getLogger(__name__)
 
@@ -198,7 +198,13 @@ def refresh_after_write(conn: psycopg.Connection[Any], tenants: list[str]) -> No
     way: a refresh that fails (a lock timeout) is logged, not raised, and the next write tries again."""
     build_concurrently(conn, tenants)
     try:
-        with conn.transaction(), statement_timeout_lifted(conn, local=True):
+        # the rows are stored: a refresh that would wait behind another transaction's lock (a plain DROP INDEX
+        # of an invalid index behind a pg_dump) is left to the next write rather than holding this one
+        with (
+            conn.transaction(),
+            statement_timeout_lifted(conn, local=True),
+            lock_timeout(conn, BUILD_LOCK_TIMEOUT_MS, local=True),
+        ):
             conn.execute(queries.REFRESH_TENANT_STATS, {"tenants": tenants})
     except psycopg.errors.OperationalError as exc:  # lock or statement timeout, cancelled
         log.warning(

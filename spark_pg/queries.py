@@ -179,6 +179,10 @@ LIFT_STATEMENT_TIMEOUT = (
 SET_STATEMENT_TIMEOUT = "SELECT set_config('statement_timeout', %(value)s, %(local)s)"
 
 # a tenant's HNSW index steps, CONCURRENTLY (sql/035), under the tenant's builder lock (session-level)
+SET_LOCK_TIMEOUT_RETURNING_OLD = (
+    "SELECT current_setting('lock_timeout'), set_config('lock_timeout', %(value)s, %(local)s)"
+)
+SET_LOCK_TIMEOUT = "SELECT set_config('lock_timeout', %(value)s, %(local)s)"
 TENANT_INDEX_PLAN = "SELECT model_id, index_name, action, statement FROM spark.tenant_index_plan(%(tenant)s)"
 TRY_TENANT_INDEX_LOCK = (
     "SELECT pg_try_advisory_lock(hashtextextended('spark.tenant_index:' || %(tenant)s, 0))"

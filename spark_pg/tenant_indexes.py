@@ -18,15 +18,14 @@ all: its writes leave the build to the owner's worker or refresh.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from typing import Any
 
 import psycopg
 from psycopg.pq import TransactionStatus
 
 from spark_pg import queries
-from spark_pg.connection_modes import autocommit, statement_timeout_lifted
+from spark_pg.connection_modes import autocommit, lock_timeout, statement_timeout_lifted
 from spark_pg.refusals import one_line
 
 log = logging.getLogger(__name__)
@@ -46,7 +45,7 @@ def build_concurrently(conn: psycopg.Connection[Any], tenants: Sequence[str]) ->
     with (
         autocommit(conn),
         statement_timeout_lifted(conn, local=False),  # a build at 100,000 takes minutes
-        _lock_timeout(conn, BUILD_LOCK_TIMEOUT_MS),
+        lock_timeout(conn, BUILD_LOCK_TIMEOUT_MS, local=False),
     ):
         for tenant in tenants:
             held = conn.execute(queries.TRY_TENANT_INDEX_LOCK, {"tenant": tenant}).fetchone()
@@ -68,17 +67,3 @@ def build_concurrently(conn: psycopg.Connection[Any], tenants: Sequence[str]) ->
                 if not conn.closed and conn.info.transaction_status == TransactionStatus.IDLE:
                     conn.execute(queries.TENANT_INDEX_UNLOCK, {"tenant": tenant})
     return ran
-
-
-@contextmanager
-def _lock_timeout(conn: psycopg.Connection[Any], ms: int) -> Iterator[None]:
-    """lock_timeout ``ms`` for the session (autocommit: a SET LOCAL would end with its own statement) for the
-    block, then the one in force before."""
-    row = conn.execute("SELECT current_setting('lock_timeout'), set_config('lock_timeout', %s, false)",
-                       (f"{ms}ms",)).fetchone()  # fmt: skip
-    assert row is not None
-    try:
-        yield
-    finally:
-        if not conn.closed and conn.info.transaction_status == TransactionStatus.IDLE:
-            conn.execute("SELECT set_config('lock_timeout', %s, false)", (row[0],))

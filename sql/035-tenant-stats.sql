@@ -157,7 +157,10 @@ BEGIN
         -- then the registry follows the valid indexes there are. The valid index of a tenant that shrank
         -- is kept: a plain DROP INDEX would hold every tenant's reads of spark.embeddings until the commit
         -- (the builders drop it CONCURRENTLY); an invalid one (an interrupted build) cannot wait for them
-        IF pg_try_advisory_xact_lock(hashtextextended('spark.tenant_index:' || t, 0)) THEN
+        -- (only the owner of spark.embeddings may build or drop its indexes: a tenant role under row-level
+        -- security refreshes the statistics and leaves the indexes to the owner's worker or refresh)
+        IF pg_has_role((SELECT c.relowner FROM pg_class c WHERE c.oid = 'spark.embeddings'::regclass), 'USAGE')
+           AND pg_try_advisory_xact_lock(hashtextextended('spark.tenant_index:' || t, 0)) THEN
             FOR step IN
                 SELECT p.statement FROM spark.tenant_index_plan(t, index_min_vectors, false) p
                 WHERE p.action <> 'drop' OR NOT coalesce(spark._index_valid(p.index_name), false)

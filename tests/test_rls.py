@@ -420,3 +420,39 @@ def test_a_tenant_role_ingests_with_embedding_once_the_owner_registered_the_mode
                 "SELECT count(*) FROM spark.embed_queue WHERE tenant = %s", (roles.alice,)
             ).fetchone()
         assert (stored, queued) == ((1,), (0,))
+
+
+def test_a_tenant_roles_write_past_the_index_threshold_leaves_the_index_to_the_owner(server_url: str) -> None:
+    """Was (audit S): once the tenant held 1,500 vectors, every write of a tenant role failed with 42501
+    "must be owner of table embeddings", after its row was stored: the statistics refresh tried to build the
+    tenant's HNSW index, which only the table's owner may. Now the role's refresh updates the statistics and
+    leaves the index to the owner, whose next refresh builds it."""
+    with roles_db(server_url) as (url, roles):
+        with connect(url, autocommit=True) as admin:
+            admin.execute(renamed(doc_block("rls-grants"), roles))
+            admin.execute(renamed(doc_block("rls-tenant"), roles))
+            admin.execute(renamed(doc_block("rls-policies"), roles))
+            model_id = admin.execute("SELECT spark.register_model('rls-model', %s, 'mean', 256)", (DIM,))
+            admin.execute(
+                """WITH m AS (INSERT INTO spark.memories (tenant, key, text)
+                              SELECT %(t)s, 'n' || g, 'note number ' || g FROM generate_series(1, 1500) g
+                              RETURNING tenant, id, created_at)
+                   INSERT INTO spark.embeddings (tenant, memory_id, model_id, created_at, embedding)
+                   SELECT tenant, id, %(model)s, created_at,
+                          (SELECT array_agg(sin(id * 3.1 + d))::vector FROM generate_series(1, %(dim)s) d)
+                   FROM m""",
+                {"t": roles.alice, "model": model_id.fetchone()[0], "dim": DIM},  # type: ignore[index]
+            )
+        record = validate_row({"text": "Pin the base image digest."}, Path("-"), 1, roles.alice)
+        with connect(url) as conn, as_role(conn, roles.alice):
+            assert ingest(conn, [record], None).inserted == 1  # deferred: no model files needed
+            conn.commit()
+        with connect(url, autocommit=True) as admin:
+            stats = admin.execute("SELECT memories FROM spark.tenant_stats WHERE tenant = %s", (roles.alice,))
+            assert stats.fetchone() == (1501,)  # the statistics were refreshed
+            plan = admin.execute("SELECT action FROM spark.tenant_index_plan(%s)", (roles.alice,)).fetchall()
+            assert plan == [("build",)]  # the index was left to the owner
+            admin.execute("SELECT spark.refresh_tenant_stats(%s)", (roles.alice,))
+            assert admin.execute(
+                "SELECT tenant FROM spark.tenant_vector_indexes WHERE tenant = %s", (roles.alice,)
+            ).fetchall() == [(roles.alice,)]
