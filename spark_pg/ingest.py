@@ -388,6 +388,7 @@ def _write(
         cur.execute(queries.INGEST_WRITES, ("off",))
         embedded = 0
         if model_id is not None:
+            cur.execute(queries.LOCK_QUEUED_STAGED)  # a worker's batch holding some is waited for
             cur.execute(queries.STORE_VECTORS)
             embedded = max(cur.rowcount, 0)
         bar.set_postfix_str("")

@@ -160,8 +160,27 @@ FROM unnest(%(tenants)s::text[], %(keys)s::text[], %(vectors)s::vector[]) AS v(t
 WHERE s.tenant = v.tenant AND s.key = v.key
 """
 
+# Before a writer that claimed nothing stores vectors, the queue rows of their memories, locked in key order:
+# a worker's claimed batch is waited for. Stored first, the vector's dequeue trigger waited for the queue row
+# the worker held, while the worker's store of the same vector waited for this one: a deadlock (40P01) that
+# ended a serving worker and rolled back its batch. (The worker claims with SKIP LOCKED: it never waits here.)
+LOCK_QUEUED_STAGED = """
+SELECT 1 FROM spark.embed_queue q
+WHERE (q.tenant, q.memory_id) IN (SELECT m.tenant, m.id FROM _spark_ingest s
+                                  JOIN spark.memories m ON m.tenant = s.tenant AND m.key = s.key
+                                  WHERE s.embedding IS NOT NULL)
+ORDER BY q.tenant, q.memory_id
+FOR UPDATE OF q
+"""
+LOCK_QUEUED_IDS = """
+SELECT 1 FROM spark.embed_queue q
+WHERE (q.tenant, q.memory_id) IN (SELECT * FROM unnest(%(tenants)s::text[], %(ids)s::bigint[]))
+ORDER BY q.tenant, q.memory_id
+FOR UPDATE OF q
+"""
+
 # the staged vectors (a row staged without one kept its content, and so its stored vector); ingest runs it
-# only while their model is the active one, under HOLD_MODEL_SWITCH
+# only while their model is the active one, under HOLD_MODEL_SWITCH, after LOCK_QUEUED_STAGED
 STORE_VECTORS = """
 INSERT INTO spark.embeddings AS e (tenant, memory_id, model_id, created_at, embedding, embedded_at)
 SELECT m.tenant, m.id, s.embedding_model_id, m.created_at, s.embedding, clock_timestamp()

@@ -118,6 +118,8 @@ def store_vectors(
         "hashes": [r[3] for r in rows],
         "vectors": list(vectors),
     }
+    if not claimed:  # a worker's batch holding some of their queue rows is waited for (no deadlock)
+        conn.execute(queries.LOCK_QUEUED_IDS, args)
     return conn.execute(queries.STORE_CLAIMED if claimed else queries.STORE_UNCLAIMED, args).rowcount
 
 

@@ -26,7 +26,7 @@ from spark_pg.embedding import Embedder, Vector, model_dir_for
 from spark_pg.errors import InputError, ModelMismatch
 from spark_pg.ingest import ensure_model, ingest
 from spark_pg.records import MemoryIn
-from spark_pg.worker import WorkerStats, backlog, embed_batch, run_reconnecting, run_worker
+from spark_pg.worker import WorkerStats, backlog, embed_batch, run_reconnecting, run_worker, store_vectors
 from tests.conftest import Blocked, temp_database
 
 Conn = psycopg.Connection[Any]
@@ -296,6 +296,58 @@ def test_a_memory_deleted_while_the_worker_holds_it_waits_for_the_worker(
             "SELECT m.key FROM spark.embeddings e JOIN spark.memories m ON m.id = e.memory_id ORDER BY 1"
         ).fetchall()
     assert keys == [("m0",), ("m2",)] and counts(wdb) == (0, 2)
+
+
+def test_a_synchronous_ingest_of_a_claimed_memory_waits_for_the_worker(wdb: str, embedder: Embedder) -> None:
+    """Was a deadlock (40P01, audit T) that ended a serving worker and rolled back its whole batch: the
+    ingest stored the memory's vector, and its dequeue trigger waited for the queue row the worker held, while
+    the worker's store of the same vector waited for the ingest's. Now the ingest locks the queue rows of
+    the vectors it stores first (in key order), so it waits for the batch, then stores its own."""
+    with connect(wdb) as c:
+        ingest(c, records("t", 3), None)  # queued
+    writes: list[Blocked] = []
+
+    class Writing(Embedder):  # the same memory ingested with its vector while the batch is being embedded
+        def embed_documents(self, texts: Sequence[str], batch_size: int = 16) -> list[Vector]:
+            if not writes:
+                again = records("t", 3)[1:2]
+                writes.append(Blocked(wdb, lambda conn: ingest(conn, again, embedder)).start())
+            return embedder.embed_documents(texts, batch_size)
+
+    stats = work(wdb, Writing(embedder.spec, embedder._model), batch=5)
+    assert writes and writes[0].join() is None  # it waited, then stored
+    assert writes[0].result.unchanged == 1 and writes[0].result.embedded == 1
+    assert stats.embedded == 3 and stats.failed == 0
+    assert counts(wdb) == (0, 3)
+
+
+def test_an_unclaimed_store_of_a_claimed_memory_waits_for_the_worker(wdb: str, embedder: Embedder) -> None:
+    """The same deadlock through reembed's store (`spark-pg reembed` finishing a switch to the active model
+    while the worker runs): it now locks the queue rows first too."""
+    with connect(wdb) as c:
+        ingest(c, records("t", 3), None)
+        row = c.execute(
+            "SELECT tenant, id, descriptor, content_hash FROM spark.memories WHERE key = 'm1'"
+        ).fetchone()
+        model_id = ensure_model(c, embedder)
+        c.commit()
+    assert row is not None
+    vector = embedder.embed_documents([row[2]])[0]
+    writes: list[Blocked] = []
+
+    def store(conn: psycopg.Connection[Any]) -> int:
+        with conn.transaction():
+            return store_vectors(conn, model_id, [row], [vector], claimed=False)
+
+    class Writing(Embedder):
+        def embed_documents(self, texts: Sequence[str], batch_size: int = 16) -> list[Vector]:
+            if not writes:
+                writes.append(Blocked(wdb, store).start())
+            return embedder.embed_documents(texts, batch_size)
+
+    stats = work(wdb, Writing(embedder.spec, embedder._model), batch=5)
+    assert writes and writes[0].join() is None and writes[0].result == 1
+    assert stats.embedded == 3 and counts(wdb) == (0, 3)
 
 
 def test_two_workers_share_the_queue_without_embedding_anything_twice(wdb: str, embedder: Embedder) -> None:
