@@ -133,3 +133,29 @@ def test_the_migration_keeps_old_blank_texts_and_checks_every_new_row(fresh_db: 
         c.execute("ALTER TABLE spark.memories VALIDATE CONSTRAINT memories_text_visible")
         c.commit()
     assert convalidated(fresh_db) is True
+
+
+@pytest.mark.parametrize("descriptor", ["   ", "\u200b", "\t\n"])
+def test_a_descriptor_that_shows_nothing_is_refused_in_sql(installed_db: str, descriptor: str) -> None:
+    """Was (audit T): accepted; the worker then failed on it ("document texts must not be empty") until it
+    gave up, and the row stayed in the backlog for good."""
+    refused = pytest.raises(errors.CheckViolation, match="memories_descriptor_visible")
+    with psycopg.connect(installed_db) as c, refused:
+        c.execute(
+            "INSERT INTO spark.memories (tenant, key, text, descriptor) VALUES ('vis', 'k', 'shows', %s)",
+            (descriptor,),
+        )
+
+
+def test_the_descriptor_migration_warns_and_keeps_old_rows(fresh_db: str) -> None:
+    schema.upgrade(fresh_db, "0018_tier_marks_follow")
+    with psycopg.connect(fresh_db) as c:
+        c.execute(
+            "INSERT INTO spark.memories (tenant, key, text, descriptor) VALUES ('vis', 'k', 'shows', ' ')"
+        )
+    with pytest.warns(MigrationWarning, match="^1 memories hold a descriptor of white space"):
+        schema.upgrade(fresh_db, "0019_visible_descriptor")
+    with psycopg.connect(fresh_db) as c:
+        c.execute("UPDATE spark.memories SET descriptor = text WHERE key = 'k'")
+        c.execute("ALTER TABLE spark.memories VALIDATE CONSTRAINT memories_descriptor_visible")
+    schema.downgrade(fresh_db, "0018_tier_marks_follow")
