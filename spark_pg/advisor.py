@@ -43,6 +43,9 @@ REFLECT_K = 5
 
 # what trigger rules see of a call besides its command (intent.command_text): fields also found nested
 TRIGGER_FIELDS = ("sql", "statement", "query", "file_path", "path", "pattern", "url", "description", "prompt")
+# the agent's own words about a call, which it rewords at will: not what makes a call the same call again
+_DESCRIBING = frozenset({"description", "prompt"})
+_CALL_FIELDS = tuple(f for f in TRIGGER_FIELDS if f not in _DESCRIBING)
 MAX_TRIGGER_TEXT = 1000
 MAX_TOOL_NAME = 256  # what spark.advise records (spark.retrievals.tool_name)
 INTERRUPT_AGAIN_AFTER_S = 3600  # the same call of a session within this after a deny passes, as advice
@@ -58,6 +61,24 @@ SELECT DISTINCT r.name FROM (
       AND r.interrupt AND NOT r.shadow AND round(r.confidence::numeric, 3) >= %(min_confidence)s
     OFFSET 0) r
 WHERE %(action)s ~* r.pattern
+"""
+# the memories an earlier call of the session surfaced lately, when it was the same call: the same logged
+# tool, trigger text and query, or the same trigger text but for the call's description (its trigger text
+# is the call's text without one, or that text, a space and more; and the same task context), which the
+# agent rewords on its retry, and which the query holds too
+_SURFACED_BEFORE = """
+SELECT DISTINCT i.memory_id
+FROM spark.retrievals now_r
+JOIN spark.retrievals r ON r.tenant = now_r.tenant AND r.session_id = now_r.session_id
+                       AND r.tool_name IS NOT DISTINCT FROM now_r.tool_name AND r.id < now_r.id
+                       AND r.created_at > now_r.created_at - %(within)s::interval
+                       AND ((r.query_text = now_r.query_text AND r.trigger_text = now_r.trigger_text)
+                            OR (right(r.trigger_text, length(%(tail)s)) = %(tail)s
+                                AND (r.trigger_text = %(call)s || %(tail)s
+                                     OR starts_with(r.trigger_text, %(call)s || ' '))))
+JOIN spark.retrieval_items i ON i.tenant = r.tenant AND i.retrieval_id = r.id
+WHERE now_r.tenant = %(tenant)s AND now_r.id = %(retrieval_id)s AND now_r.session_id = %(session)s
+  AND i.memory_id = ANY(%(memory_ids)s::bigint[])
 """
 
 
@@ -132,13 +153,21 @@ def trigger_text(
     password]``, so a rule on "password" still matches), NUL and lone surrogates cleaned
     (:func:`~spark_pg.intent.inputs.clean_input`); the call's own text gets what the context (up to 300
     characters) leaves of :data:`MAX_TRIGGER_TEXT`."""
-    clean = clean_input(tool_input)
+    call, context = _trigger_parts(tool_name, clean_input(tool_input), task_context, TRIGGER_FIELDS)
+    return f"{call} {context}" if context else call
+
+
+def _trigger_parts(
+    tool_name: str, clean: CleanInput, task_context: str, fields: tuple[str, ...]
+) -> tuple[str, str]:
+    """The trigger text's two parts: the call's text (the tool and ``fields``), cut to what the context
+    leaves, and the context's."""
     parts = [tool_name]
-    if clean.text is not None:  # given as one string: that string
+    if clean.text is not None:  # given as one string that is no JSON object: that string
         parts.append(clean.text[:SCAN_LIMIT])
     else:
         data = clean.data
-        found = [command_text(data), *(_find_field(data, (f,)) for f in TRIGGER_FIELDS)]
+        found = [command_text(data), *(_find_field(data, (f,)) for f in fields)]
         parts.extend(dict.fromkeys(f for f in found if f.strip()))  # a value given twice counts once
     # each string was scrubbed whole before it was cut (a secret cut in two would no longer look like
     # one); the call's text is scrubbed again as a whole, where the tool's name may be what shows a key
@@ -147,8 +176,8 @@ def trigger_text(
     # the context's first 300 characters, scrubbed with a margin: a secret across the cut is seen whole
     context = scrub(" ".join(task_context[:SCAN_LIMIT].split())[: 300 + 512])[:300]
     if not context:
-        return call[:MAX_TRIGGER_TEXT]
-    return f"{call[: MAX_TRIGGER_TEXT - len(context) - 1]} {context}"
+        return call[:MAX_TRIGGER_TEXT], ""
+    return call[: MAX_TRIGGER_TEXT - len(context) - 1], context
 
 
 class Advisor:
@@ -168,7 +197,9 @@ class Advisor:
         self._conn = conn
         self.embedder = embedder
         self.tenant = tenant
-        self.session_id = session_id
+        # checked here and at each call (it may be set later): an int was an UndefinedFunction from psycopg,
+        # a lone surrogate a UnicodeEncodeError
+        self.session_id = nullable_text_arg("session_id", session_id)
         self.options = options or AdvisorOptions()
         self.last_intent: Intent | None = None
 
@@ -211,6 +242,7 @@ class Advisor:
         has extracted it already from the same input (the hook service does, to skip a trivial call before
         it takes a connection); pass that input as clean_input returned it, and it is not cleaned again."""
         text_arg("tenant", self.tenant)
+        nullable_text_arg("session_id", self.session_id)
         for name, value in (("tool_name", tool_name), ("task_context", task_context)):
             text_arg(name, value)
         if len(tool_name) > MAX_TOOL_NAME:
@@ -250,7 +282,7 @@ class Advisor:
         if any(a.blocking for a in advice):
             advice = self._runs_what_it_blocks(advice, tool_name, clean)
         if self.session_id is not None and any(a.blocking for a in advice):
-            advice = self._denied_once(advice)
+            advice = self._denied_once(advice, tool_name, clean, task_context)
         # warnings first; a warned trace is not repeated as advice (traces score 0 on actionability anyway)
         warnings = [a for a in advice if a.warning]
         warned = {a.memory_id for a in warnings}
@@ -282,23 +314,29 @@ class Advisor:
             for a in advice
         ]
 
-    def _denied_once(self, advice: list[Advice]) -> list[Advice]:
+    def _denied_once(
+        self, advice: list[Advice], tool_name: str, clean: CleanInput, task_context: str
+    ) -> list[Advice]:
         """An interrupt stops a call once per session: a blocking item this session already surfaced for the
-        same call (the same logged tool, trigger text and query, within INTERRUPT_AGAIN_AFTER) comes as advice
-        instead. The deny
-        tells the agent to take the backup and try again; denied every time, the retry never ran."""
+        same call (the same logged tool and trigger text but for the call's description, within
+        INTERRUPT_AGAIN_AFTER: :data:`_SURFACED_BEFORE`) comes as advice instead. The deny tells the agent to
+        take the backup and try again; denied every time, the retry never ran, nor did one whose description
+        the agent reworded."""
         blocking = [a for a in advice if a.blocking]
+        call, context = _trigger_parts(tool_name, clean, task_context, _CALL_FIELDS)
         with one_statement(self.conn), self.conn.cursor() as cur:
             seen = {
                 int(r[0])
                 for r in cur.execute(
-                    queries.SURFACED_BEFORE_IN_SESSION,
+                    _SURFACED_BEFORE,
                     {
                         "tenant": self.tenant,
                         "session": self.session_id,
                         "retrieval_id": blocking[0].retrieval_id,
                         "memory_ids": [a.memory_id for a in blocking],
                         "within": f"{INTERRUPT_AGAIN_AFTER_S} seconds",
+                        "call": call,
+                        "tail": f" {context}" if context else "",
                     },
                 ).fetchall()
             }
@@ -392,7 +430,7 @@ class Advisor:
                     "retrieval_id": None
                     if retrieval_id is None
                     else int_arg("retrieval_id", retrieval_id, INT8),
-                    "session": self.session_id,
+                    "session": nullable_text_arg("session_id", self.session_id),
                     "source": nullable_text_arg("source", source),
                 },
             ).fetchone()

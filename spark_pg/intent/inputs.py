@@ -86,7 +86,8 @@ class CleanInput:
     # name: what the intent is parsed from (a placeholder is no word of what the call does; the name before
     # it is)
     words: Mapping[str, Any]
-    text: str | None = None  # a tool input given as one string, as ``data`` holds it (the trigger text's)
+    # a tool input given as one string that is not a JSON object, as ``data`` holds it (the trigger text's)
+    text: str | None = None
 
 
 def clean_input(tool_input: object) -> CleanInput:
@@ -102,10 +103,12 @@ def clean_input(tool_input: object) -> CleanInput:
             tool_input = tool_input[: SCAN_LIMIT * 16].decode("utf-8", "replace")
         if isinstance(tool_input, str):
             parsed = _json_mapping(tool_input)
-            text, words = _clean_string(tool_input.strip(), budget)
             if parsed is None:
+                text, words = _clean_string(tool_input.strip(), budget)
                 return CleanInput({"input": text}, {"input": words}, text)
-            return CleanInput(*_clean_tree(parsed, budget), text)
+            # a JSON object (OpenAI-style arguments) is read as the mapping it is, also for what the call runs
+            # and the trigger text: as one string, '{"command": "rm -rf /"}' ran '{command:' and held bodies
+            return CleanInput(*_clean_tree(parsed, budget))
         return CleanInput(*_clean_tree(_as_mapping(tool_input), budget))
     except Exception:  # an odd mapping that fails when read: nothing of it, rather than anything unscrubbed
         return CleanInput({}, {})

@@ -27,6 +27,10 @@ _PREFIX_ARGS = MappingProxyType(
         "xargs": frozenset({"-I", "-n", "-P", "-L", "-d", "-s", "-E", "-a"}),
     }
 )
+# shell keywords a command follows ("if true", "then rm -rf x", "{ ls; }"), and words that start or end a
+# compound command, which run nothing themselves ("for f in a b", "case $x in", "fi", "done", "}")
+_KEYWORDS = frozenset({"if", "then", "else", "elif", "do", "while", "until", "{", "!"})
+_NO_COMMAND = frozenset({"for", "select", "case", "fi", "done", "esac", "}"})
 _CMD_SETUP = frozenset({"cd", "pushd", "popd", "source", ".", "export", "set", "unset", "echo", "true"})
 _RUNNERS = MappingProxyType(
     {
@@ -46,6 +50,7 @@ _MAX_SETUP_LINES = 10  # setup-only lines read besides them
 _MAX_TOKENS = 200  # shell words read; a command with more is not read whole
 # where the scan of a command line must look closer: quotes, escapes, comments, heredocs, arithmetic
 _SPECIAL = re.compile(r"""['"\\#\n<$()]""")
+_ANSI_C = re.compile(r"'((?:[^'\\]|\\.)*)'?", re.S)  # a $'...' string after its $
 _HEREDOC = re.compile(r"""<<(-?)[ \t]*((?:[^\s;&|<>()'"\\]|\\.|'[^'\n]*'|"[^"\n]*")+)""")
 
 
@@ -53,9 +58,11 @@ _HEREDOC = re.compile(r"""<<(-?)[ \t]*((?:[^\s;&|<>()'"\\]|\\.|'[^'\n]*'|"[^"\n]
 def _command_lines(command: str) -> tuple[str, ...]:
     """The meaningful lines of a command (its first :data:`SCAN_LIMIT` characters): heredoc bodies, comments
     and blank lines dropped, backslash-continued lines joined. A ``<<`` counts as a heredoc only outside
-    quotes and ``$((...))`` (``echo $((1<<3))`` shifts, ``git commit -m 'a << b'`` quotes); the operator and
-    its delimiter leave the line, its body (up to the delimiter line) leaves the command, and reading
-    resumes after it."""
+    quotes and ``$((...))`` (``echo $((1<<3))`` shifts, ``git commit -m 'a << b'`` quotes); a ``$(...)``
+    has its own quoting, also inside double quotes (``git commit -m "$(cat <<'EOF' ...)"``: a heredoc). The
+    operator and its delimiter leave the line, its body (up to the delimiter line) leaves the command, and
+    reading resumes after it. A ``$'...'`` string (whose ``\\'`` does not end it) becomes a plain quoted one.
+    """
     text = command[:SCAN_LIMIT]
     if not _SPECIAL.search(text):
         return tuple(ln for ln in text.splitlines() if ln.strip())
@@ -63,6 +70,8 @@ def _command_lines(command: str) -> tuple[str, ...]:
     pending: list[tuple[str, bool]] = []  # heredocs opened on the current line: (delimiter, strip tabs)
     quote = ""
     arithmetic: list[list[int]] = []  # open $(( )): where each starts in out, parentheses open inside it
+    substitutions: list[str] = []  # open $( ): the quote around each (its own quoting starts afresh)
+    inner: list[int] = []  # and the parentheses open inside each
     i, n = 0, len(text)
     while i < n:
         if quote == "'":
@@ -85,10 +94,18 @@ def _command_lines(command: str) -> tuple[str, ...]:
             else:
                 out.append(text[j : i + 1])
                 i += 1
+        elif char == "$" and text.startswith("(", i) and not text.startswith("((", i):
+            substitutions.append(quote)
+            inner.append(0)
+            out.append("$(")
+            quote, i = "", i + 1
         elif quote == '"':
             out.append(char)
             if char == '"':
                 quote = ""
+        elif char == "$" and text.startswith("'", i):
+            ansi_c, i = _ansi_c_string(text, i)
+            out.append(ansi_c)
         elif char in "'\"":
             out.append(char)
             quote = char
@@ -110,6 +127,15 @@ def _command_lines(command: str) -> tuple[str, ...]:
                 i += 1
                 continue
             out.append(char)
+        elif char in "()" and substitutions:
+            out.append(char)
+            if char == "(":
+                inner[-1] += 1
+            elif inner[-1]:
+                inner[-1] -= 1
+            else:  # the substitution ends: back to the quote it opened in
+                quote = substitutions.pop()
+                inner.pop()
         elif char == "<" and not arithmetic and text.startswith("<", i) and not text.startswith("<<", i):
             heredoc = _HEREDOC.match(text, j)
             if heredoc is None:
@@ -137,6 +163,16 @@ def _command_lines(command: str) -> tuple[str, ...]:
                 out.append("<<")
                 i += 2
     return tuple(ln for ln in "".join(out).splitlines() if ln.strip())
+
+
+def _ansi_c_string(text: str, start: int) -> tuple[str, int]:
+    """The ``$'...'`` string whose quote is at ``start``, as a single-quoted word shlex reads (escapes
+    dropped: ``$'it\\'s'`` -> ``'it'\\''s'``), and where it ends; shlex alone read its ``\\'`` as the
+    end and the rest of the line as quoted."""
+    match = _ANSI_C.match(text, start)
+    assert match is not None  # text[start] is a quote
+    body = re.sub(r"\\(.)", r"\1", match.group(1), flags=re.S)
+    return "'" + body.replace("'", "'\\''") + "'", match.end()
 
 
 def _tokenize(text: str) -> list[str]:
@@ -223,8 +259,9 @@ def _strip_prefixes(words: list[str]) -> list[str]:
 
 
 def _split_prefixes(words: list[str]) -> tuple[list[str], list[str]]:
-    """(env assignments, the command without assignments, sudo and runner prefixes). A bare prefix is its
-    own command: ``env`` or ``sudo env`` prints the environment."""
+    """(env assignments, the command without assignments, sudo and runner prefixes, and shell keywords:
+    ``then rm -rf x`` is rm; ``for f in a b`` and ``fi`` are none). A bare prefix is its own command:
+    ``env`` or ``sudo env`` prints the environment."""
     assignments: list[str] = []
     last_prefix = ""
     i = 0
@@ -242,6 +279,10 @@ def _split_prefixes(words: list[str]) -> tuple[list[str], list[str]]:
                 i += 2 if words[i] in takes else 1  # "sudo -u postgres psql": the program is psql
         elif base in _RUNNERS and i + 1 < len(words) and words[i + 1] == _RUNNERS[base]:
             i += 2
+        elif word in _KEYWORDS:
+            i += 1
+        elif word in _NO_COMMAND and not last_prefix:
+            return assignments, []
         elif base in {"npx", "bunx", "pnpx"}:
             i += 1
         elif re.fullmatch(r"python[\d.]*|py", base) and i + 2 < len(words) and words[i + 1] == "-m":
@@ -275,6 +316,15 @@ def _subcommand(segment: list[str]) -> str:
     return ""
 
 
+# programs whose words are files, names or text, never a subcommand, a script or a target: "rm -rf build"
+# builds nothing, "rm -rf release" and "mkdir -p deploy/k8s" deploy nothing
+_OPERAND_PROGRAMS = frozenset(
+    {"rm", "rmdir", "mkdir", "touch", "mv", "cp", "ln", "chmod", "chown", "chgrp", "ls", "cat", "less",
+     "more", "head", "tail", "bat", "grep", "rg", "ag", "fd", "find", "tree", "stat", "file", "du", "wc",
+     "echo", "printf", "vim", "vi", "nvim", "nano", "emacs", "code", "sed", "awk", "sort", "diff", "tee",
+     "tar", "zip", "unzip", "flock", "truncate", "shred", "readlink", "realpath", "basename", "dirname",
+     "open", "xdg-open", "cd", "pushd", "which", "whereis", "test", "["}
+)  # fmt: skip
 _TEST_PROGRAMS = frozenset(
     {"pytest", "py.test", "jest", "vitest", "mocha", "rspec", "tox", "nox", "phpunit", "unittest", "ava",
      "karma", "cypress", "behave", "ctest"}
@@ -356,8 +406,10 @@ def _is_deploy_command(program: str, sub: str, segment: list[str]) -> bool:
         return True
     # a script, target or workflow named for a deploy: "make deploy", "gh workflow run deploy.yml"
     names = [w.lower() for w in segment[1:6] if " " not in w and not w.startswith("-")]
-    return program not in {"git", "vim", "nano", "code", "cat", "less", "echo"} and any(
-        re.search(r"(?<![a-z])(?:deploy|release)(?![a-z])", w) for w in names
+    return (
+        program != "git"
+        and program not in _OPERAND_PROGRAMS
+        and any(re.search(r"(?<![a-z])(?:deploy|release)(?![a-z])", w) for w in names)
     )
 
 
@@ -391,7 +443,8 @@ def _command_action(segment: list[str]) -> str:
         return rest[0] if rest and rest[0] in _VERBS else "run"
     if program in _PKG_MANAGERS and sub in _INSTALL_SUBS:
         return "install"
-    if sub == "build" or program in {"make", "tsc", "webpack", "vite", "cmake", "ninja", "bazel"}:
+    builds = sub == "build" and program not in _OPERAND_PROGRAMS  # "docker build", not "rm -rf build"
+    if builds or program in {"make", "tsc", "webpack", "vite", "cmake", "ninja", "bazel"}:
         return "build"
     if program in {"ruff", "eslint", "flake8", "pylint", "mypy", "black", "prettier", "isort"}:
         return "lint"
@@ -482,17 +535,20 @@ _RUNS_OR_WRITES = MappingProxyType(
         "file": ("--compile",),
     }
 )
-# short options that write a file, alone or in a cluster: "tree -o out.txt", "tree -ao out.txt",
-# "file -C" (compiles magic.mgc), "less -o log" (copies what it shows)
-_WRITING_LETTERS = MappingProxyType({"tree": "o", "file": "C", "less": "oO"})
+# short options that write or run, alone or in a cluster: "tree -o out.txt", "tree -ao out.txt",
+# "file -C" (compiles magic.mgc), "less -o log" (copies what it shows), "fd -Hx rm" (runs rm), "date -us"
+_WRITING_LETTERS = MappingProxyType({"tree": "o", "file": "C", "less": "oO", "fd": "xX", "date": "s"})
+# short options that take the rest of their cluster as their value: "date -Iseconds", "fd -tx" (-t x)
+_VALUE_LETTERS = MappingProxyType({"date": "dfrI", "fd": "dteEjSco"})
 _GIT_RUNS = ("-c", "--config-env", "--exec-path", "--output", "--ext-diff", "--textconv")
 _GIT_REFLOG_WRITES = frozenset({"expire", "delete", "drop"})
 # shell syntax whose effect the words do not show: a heredoc fed to a program, command and process
-# substitution, a redirect of both streams
-_HIDDEN = re.compile(r"<<|`|\$\(|<\(|>\(|&>")
+# substitution, a redirect of both streams, a $'...' string (its \' is no end of it, as shlex reads it)
+_HIDDEN = re.compile(r"<<|`|\$\(|<\(|>\(|&>|\$'")
 # redirects that write nothing: a stream joined to another or closed (2>&1, >&-), output thrown away
-# (>/dev/null, 2>>/dev/null); any other ">" writes a file
-_HARMLESS_REDIRECT = re.compile(r"\d*>&(?:\d+|-)(?![\w/.~-])|\d*>>?[ \t]*/dev/null(?![\w/.~-])")
+# (>/dev/null, 2>>/dev/null), each up to a space or an operator; any other ">" writes a file (>&2"x" and
+# >/dev/null'x' write to 2x and /dev/nullx)
+_HARMLESS_REDIRECT = re.compile(r"\d*>&(?:\d+|-)(?![^\s|&;()<>])|\d*>>?[ \t]*/dev/null(?![^\s|&;()<>])")
 # files that hold secrets: printing one is worth advice
 _SECRET_WORDS = re.compile(
     r"\.env(?:rc)?\b|secret|passw|credential|token|\.pem\b|\.key\b|\bid_\w+|\.ssh\b|\.gnupg\b|"
@@ -518,6 +574,15 @@ def _inert_assignment(word: str) -> bool:
     return name.endswith("PAGER") and value.strip() in {"", "cat", "/bin/cat", "/usr/bin/cat"}
 
 
+def _option_letters(word: str, takes: str) -> str:
+    """The options of a short-option cluster (``-Hx``: H, x), up to the first of ``takes``, whose value is
+    the rest (``-Iseconds``: I)."""
+    for i, letter in enumerate(word[1:], start=1):
+        if letter in takes:
+            return word[1 : i + 1]
+    return word[1:]
+
+
 def _segment_read_only(segment: list[str]) -> bool:
     """True for one simple command that only lists or prints (git status, ls, grep without --pre, ...)."""
     program = segment[0].lower()
@@ -534,9 +599,10 @@ def _segment_read_only(segment: list[str]) -> bool:
         return sub != "remote" or not words or rest[0] in {"show"}
     if program not in _READ_ONLY_PROGRAMS:
         return False
-    letters = _WRITING_LETTERS.get(program, "")
+    letters, takes = _WRITING_LETTERS.get(program, ""), _VALUE_LETTERS.get(program, "")
     if letters and any(
-        w.startswith("-") and not w.startswith("--") and set(w[1:]) & set(letters) for w in segment[1:]
+        w.startswith("-") and not w.startswith("--") and set(_option_letters(w, takes)) & set(letters)
+        for w in segment[1:]
     ):
         return False
     risky = _RUNS_OR_WRITES.get(program, ())
