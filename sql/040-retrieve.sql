@@ -39,7 +39,7 @@ AS $fn$
 -- plpgsql, not sql: a SQL function called per output row sets up an executor each time (~50-150 us)
 BEGIN
     RETURN jsonb_strip_nulls(jsonb_build_object(
-        'trigger', CASE WHEN trig > 0 THEN jsonb_build_object(
+        'trigger', CASE WHEN rules IS NOT NULL THEN jsonb_build_object(
             -- a tenant's rule and the pack's may share a name: each name once, in first-seen order
             'rules', (SELECT jsonb_agg(d.n ORDER BY d.o) FROM (
                           SELECT u.n, min(u.o) AS o FROM unnest(string_to_array(rules, ',')) WITH ORDINALITY u(n, o)
@@ -477,8 +477,11 @@ BEGIN
                    -- the cold-start pack yields as the tenant's own memories grow
                    * CASE WHEN ranked.system_default THEN w.pack ELSE 1 END
                    AS score,
-                   CASE WHEN ranked.trig > 0 THEN 'trigger'
-                        WHEN 'pinned' = ANY(ranked.pools) THEN 'pinned'
+                   -- any matching rule, a rule of confidence 0 too (it still raises the priority)
+                   CASE WHEN ranked.trig_rules IS NOT NULL THEN 'trigger'
+                        -- a pin is evidence on the weighted scale only, where min_fusion_score still judges
+                        -- it; RRF scores ranks, so a pin and any semantic rank passed every query, nonsense too
+                        WHEN 'pinned' = ANY(ranked.pools) AND w.fusion <> 'rrf' THEN 'pinned'
                         WHEN ranked.kw > 0 THEN 'keyword match'
                         WHEN ranked.sim >= $9 THEN 'similarity' END AS passed_by
             FROM sig AS ranked, w),
@@ -498,7 +501,7 @@ BEGIN
         -- the action-domain filter, relaxed when it would leave fewer than domain_min
         -- (carries what live needs: a join of gated and dom there ran as a nested loop, ~2 ms at 70 candidates)
         dom AS (
-            SELECT gated.id, gated.score, gated.tier, gated.trig, gated.gate_status,
+            SELECT gated.id, gated.score, gated.tier, gated.trig_rules IS NOT NULL AS matched, gated.gate_status,
                    CASE WHEN gated.gate_status IS NULL AND NOT gated.domain_ok
                              AND count(*) FILTER (WHERE gated.gate_status IS NULL AND gated.domain_ok)
                                      OVER () >= (SELECT w.domain_min FROM w) THEN
@@ -506,7 +509,7 @@ BEGIN
                    END AS dom_status
             FROM gated),
         live AS (
-            SELECT dom.id, dom.score, dom.tier, dom.trig
+            SELECT dom.id, dom.score, dom.tier, dom.matched
             FROM dom
             WHERE dom.gate_status IS NULL AND dom.dom_status IS NULL),
         -- the archive tier is searched only when the other tiers yield fewer than k items that pass the
@@ -514,7 +517,7 @@ BEGIN
         arch AS (
             SELECT live.id
             FROM live
-            WHERE live.tier = 'archive' AND live.trig = 0
+            WHERE live.tier = 'archive' AND NOT live.matched
               AND (SELECT count(*) FROM live a
                    WHERE a.tier <> 'archive'
                      AND a.score >= $11 * (SELECT max(b.score) FROM live b WHERE b.tier <> 'archive'))
@@ -537,7 +540,7 @@ BEGIN
                     -- for being weaker than the best: the rule exists to say it whatever the similarity
                     -- (the pack's memories still yield, by design, to a tenant's own)
                     WHEN gated.score < $11 * best.score
-                         AND NOT (gated.trig > 0
+                         AND NOT (gated.trig_rules IS NOT NULL
                                   AND ((NOT gated.system_default AND gated.prio >= 0.3)
                                        OR (gated.trig_interrupt IS NOT NULL
                                            AND (NOT gated.system_default OR ($5 ->> 'keep_interrupts')::boolean)))) THEN

@@ -138,6 +138,39 @@ def test_nonsense_query_returns_nothing(conn: Conn, embedder: Embedder) -> None:
     assert retrieve(conn, embedder, "purple giraffe orbit sandwich") == []
 
 
+def test_a_nonsense_query_returns_no_pinned_memory_under_either_fusion(
+    conn: Conn, embedder: Embedder
+) -> None:
+    """Was (audit U): with fusion rrf every pinned memory was returned for any query: a pin passed the
+    evidence gate, and the pinned pool's rank plus any semantic rank scored about 0.5, over
+    min_fusion_score."""
+    conn.execute("UPDATE spark.memories SET tier = 'pinned' WHERE tenant = %s", (T,))
+    for fusion in ("weighted", "rrf"):
+        assert retrieve(conn, embedder, "purple giraffe orbit sandwich", fusion=fusion) == [], fusion
+    found = retrieve(conn, embedder, "STRIPE_API_URL production release", fusion="rrf")
+    assert found and found[0]["key"] == "stripe"  # a pin with evidence still counts
+
+
+def test_a_rule_of_confidence_0_is_a_match_all_the_same(conn: Conn, embedder: Embedder) -> None:
+    """Was (audit U): a matching rule of confidence 0 raised the memory's priority, but the memory then failed
+    the similarity gate as if no rule had matched, and its why said nothing of the rule."""
+    conn.execute(
+        "SELECT spark.put_trigger_rule(%s, 'zero', 'tokens', ARRAY['pytest'], priority => 'critical', "
+        "confidence => 0)",
+        (T,),
+    )
+    row = conn.execute(
+        "SELECT status, why FROM spark.explain(%s, 'rotate the tokens', NULL, 8, %s) WHERE key = 'pytest'",
+        (T, Jsonb({"as_of": NOW.isoformat()})),
+    ).fetchone()
+    assert row is not None
+    status, why = row
+    # past the similarity gate (it has no similarity, no keyword match): a confidence of 0 adds nothing to
+    # the score, which the fusion gate then judges
+    assert status.startswith("dropped: gate min_fusion_score"), status
+    assert why["trigger"]["rules"] == ["zero"] and why["trigger"]["confidence"] == 0
+
+
 def test_lexical_mode_without_an_embedding(conn: Conn) -> None:
     rows = retrieve(conn, None, "STRIPE_API_URL production release")
     assert rows and rows[0]["key"] == "stripe"
