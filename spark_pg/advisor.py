@@ -46,7 +46,9 @@ TRIGGER_FIELDS = ("sql", "statement", "query", "file_path", "path", "pattern", "
 # the agent's own words about a call, which it rewords at will: not what makes a call the same call again
 _DESCRIBING = frozenset({"description", "prompt"})
 _CALL_FIELDS = tuple(f for f in TRIGGER_FIELDS if f not in _DESCRIBING)
-MAX_TRIGGER_TEXT = 1000
+# a command as far as the heuristics read it (SCAN_LIMIT), a space and the context's 300: at 1,000 a command
+# whose destructive part came after a long heredoc never reached the rules, and its interrupt was skipped
+MAX_TRIGGER_TEXT = SCAN_LIMIT + 400
 MAX_TOOL_NAME = 256  # what spark.advise records (spark.retrievals.tool_name)
 INTERRUPT_AGAIN_AFTER_S = 3600  # the same call of a session within this after a deny passes, as advice
 

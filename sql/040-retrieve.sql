@@ -21,11 +21,12 @@ RETURNS text
 LANGUAGE sql IMMUTABLE PARALLEL SAFE
 SET search_path = pg_catalog, @vector_schema@, pg_temp
 AS $fn$
-    -- capped: trigger patterns run over it in every retrieval
-    SELECT left(coalesce(params ->> 'trigger_text', query_text), 1000)
+    -- capped as a query text is (10,000): trigger patterns run over it in every retrieval, and the pattern
+    -- checks bound what one costs; at 1,000 a long command's destructive tail never reached the rules
+    SELECT left(coalesce(params ->> 'trigger_text', query_text), 10000)
 $fn$;
 COMMENT ON FUNCTION spark._trigger_text(jsonb, text) IS
-    'Internal: the text trigger rules match: params.trigger_text, else query_text; at most 1,000 characters.';
+    'Internal: the text trigger rules match: params.trigger_text, else query_text; at most 10,000 characters.';
 
 -- the interrupt flag became the confidence of the surest interrupting rule
 DROP FUNCTION IF EXISTS spark._why_advice(double precision, text, text, boolean, text, real);

@@ -15,7 +15,7 @@ from spark_pg.advisor import Advisor, AdvisorOptions, action_text, blocking, tri
 from spark_pg.config import Settings
 from spark_pg.embedding import Embedder
 from spark_pg.errors import ArgumentRefused, InputError
-from spark_pg.intent import extract_intent
+from spark_pg.intent import SCAN_LIMIT, extract_intent
 from tests.conftest import rolled_back, seeded_database
 
 Conn = psycopg.Connection[Any]
@@ -100,6 +100,17 @@ def test_a_destructive_command_interrupts_only_when_enabled(conn: Conn, embedder
     loud = Advisor(conn, embedder, T, options=AdvisorOptions(interrupts=True)).advise(*call)
     stop = blocking(loud)
     assert stop is not None and stop.priority == "critical" and stop.trigger and stop.trigger["interrupt"]
+
+
+def test_a_destructive_step_after_a_long_heredoc_still_interrupts(conn: Conn, embedder: Embedder) -> None:
+    """Was (audit U): the trigger text stopped at 1,000 characters, so `rm -rf build` after a heredoc of notes
+    never reached the rules and the call was not stopped; at the start of the same command it was."""
+    notes = "cat > notes.txt <<'EOF'\n" + "line of notes\n" * 80 + "EOF\n"
+    for command in (notes + "rm -rf build", "rm -rf build\n" + notes):
+        advice = Advisor(conn, embedder, T, options=AdvisorOptions(interrupts=True)).advise(
+            "Bash", {"command": command}
+        )
+        assert blocking(advice) is not None, command[-20:]
 
 
 def test_every_matching_rule_counts_for_priority_and_interrupt(conn: Conn, embedder: Embedder) -> None:
@@ -189,7 +200,7 @@ def test_trigger_text_keeps_commands_verbatim_and_drops_bodies() -> None:
     )
     assert text == "Edit /a/b/c.py refactor"
     assert trigger_text("Bash", {"command": "rm  -rf   /tmp/x"}) == "Bash rm -rf /tmp/x"
-    assert len(trigger_text("Bash", "x" * 5000)) == 1000
+    assert len(trigger_text("Bash", "x" * 9000)) == len("Bash ") + SCAN_LIMIT  # as far as the heuristics read
 
 
 @pytest.mark.parametrize(
