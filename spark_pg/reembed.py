@@ -7,8 +7,10 @@
 2. **Build** the new model's vectors beside the old ones, in batches of one transaction each (keyset order,
    so a stopped run resumes where it was), then catch up with memories written meanwhile.
 3. **Canaries**: for a deterministic sample of memories, compare each one's nearest neighbours (within its
-   tenant, itself left out) under the old and the new model; the mean top-k overlap must reach
-   ``min_overlap`` (a broken model, wrong pooling or wrong dimensions scores near 0).
+   tenant, itself left out) under the old and the new model; the mean top-k overlap beyond chance must
+   reach ``min_overlap`` (a broken model, wrong pooling or wrong dimensions scores near 0). Only tenants
+   holding more than ``CANARY_SPREAD * k`` vectors give canaries; with none, the check cannot be made and
+   nothing is switched (``canaries=0`` skips the check).
 4. **Switch** in one transaction (``spark.activate_model``): the new model becomes the one retrieval
    compares against and the queue is rebuilt for it (workers must now run the new model; a worker still on
    the old one refuses to start). A client still embedding queries with the old model is told so: its
@@ -37,6 +39,44 @@ from spark_pg.errors import InputError
 from spark_pg.ingest import register_model
 from spark_pg.worker import embed_and_store
 
+# A canary counts only from a tenant holding more than CANARY_SPREAD * k vectors of the old model: two top-k
+# lists drawn from n - 1 neighbours share k / (n - 1) of them by chance, all of them at n <= k + 1 (a model
+# returning random vectors scored 1.0 on tenants of 5 memories). Above 3k, chance is under 1/3, and what is
+# left of it is taken out of the score.
+CANARY_SPREAD = 3
+
+# for a fixed pseudo-random sample of memories with vectors of both models, in tenants large enough: how many
+# of its k nearest neighbours (in its tenant, itself left out) both models agree on, and the tenant's size
+CANARY_OVERLAP = """
+WITH sizes AS (
+    SELECT tenant, count(*) AS vectors FROM spark.embeddings WHERE model_id = %(old)s
+    GROUP BY tenant HAVING count(*) > %(min_vectors)s),
+sample AS (
+    SELECT o.tenant, o.memory_id, o.embedding AS old_vec, n.embedding AS new_vec, z.vectors
+    FROM spark.embeddings o
+    JOIN sizes z ON z.tenant = o.tenant
+    JOIN spark.embeddings n ON n.tenant = o.tenant AND n.memory_id = o.memory_id AND n.model_id = %(new)s
+    WHERE o.model_id = %(old)s
+    ORDER BY hashint8(o.memory_id), o.tenant
+    LIMIT %(n)s)
+SELECT (SELECT count(*) FROM
+            (SELECT e.memory_id FROM spark.embeddings e
+             WHERE e.tenant = s.tenant AND e.model_id = %(old)s AND e.memory_id <> s.memory_id
+             ORDER BY e.embedding <=> s.old_vec LIMIT %(k)s) a
+        JOIN
+            (SELECT e.memory_id FROM spark.embeddings e
+             WHERE e.tenant = s.tenant AND e.model_id = %(new)s AND e.memory_id <> s.memory_id
+             ORDER BY e.embedding <=> s.new_vec LIMIT %(k)s) b USING (memory_id)) AS shared,
+       s.vectors
+FROM sample s
+"""
+
+# the most vectors of the model any tenant holds (NULL without any)
+LARGEST_TENANT = """
+SELECT max(vectors) FROM (SELECT count(*) AS vectors FROM spark.embeddings WHERE model_id = %(old)s
+                          GROUP BY tenant) t
+"""
+
 
 @dataclass
 class ReembedReport:
@@ -45,7 +85,7 @@ class ReembedReport:
     embedded: int = 0
     build_seconds: float = 0.0
     canaries: int = 0
-    overlap: float | None = None  # mean top-k neighbour overlap, old vs new model
+    overlap: float | None = None  # mean top-k neighbour overlap beyond chance, old vs new model (0 to 1)
     switched: bool = False
     queued_after_switch: int = 0
     dropped_indexes: list[str] = field(default_factory=list)
@@ -136,14 +176,21 @@ def build(
 def canary_overlap(
     conn: psycopg.Connection[Any], old_id: int, new_id: int, *, canaries: int, k: int
 ) -> tuple[int, float | None]:
-    """(canaries compared, mean overlap of the k nearest neighbours under both models)."""
+    """(canaries compared, mean overlap of the k nearest neighbours under both models beyond chance): each
+    canary's shared share s of its tenant of n vectors scores (s - c) / (1 - c), c = k / (n - 1), so a model
+    no better than random scores about 0 (the mean is floored there) and the same neighbours 1. Only tenants
+    of more than CANARY_SPREAD * k vectors give canaries: (0, None) when none does."""
     rows = conn.execute(
-        queries.CANARY_OVERLAP, {"old": old_id, "new": new_id, "n": canaries, "k": k}
+        CANARY_OVERLAP,
+        {"old": old_id, "new": new_id, "n": canaries, "k": k, "min_vectors": CANARY_SPREAD * k},
     ).fetchall()
-    values = [float(r[0]) for r in rows if r[0] is not None]  # a memory alone in its tenant has no neighbours
-    if not values:
+    scores = []
+    for shared, vectors in rows:
+        chance = k / (int(vectors) - 1)
+        scores.append((int(shared) / k - chance) / (1 - chance))
+    if not scores:
         return 0, None
-    return len(values), sum(values) / len(values)
+    return len(scores), max(0.0, sum(scores) / len(scores))
 
 
 def reembed(
@@ -228,6 +275,9 @@ def reembed(
     assert old_row is not None
     old_id = int(old_row[0])
     report.canaries, report.overlap = canary_overlap(conn, old_id, model_id, canaries=canaries, k=k)
+    if canaries and report.overlap is None:  # asked for, and not made: never a silent switch
+        report.decision = _no_canaries(conn, old_id, k)
+        return report
     if report.overlap is not None and report.overlap < min_overlap:
         report.decision = (
             f"not switched: canary overlap {report.overlap:.2f} is under {min_overlap} "
@@ -244,6 +294,20 @@ def reembed(
     _refresh_tenants(conn, progress=progress)
     report.decision = f"switched from {previous} to {embedder.spec.name}"
     return report
+
+
+def _no_canaries(conn: psycopg.Connection[Any], old_id: int, k: int) -> str:
+    """The decision when no tenant is large enough for a canary: what would make the check possible."""
+    row = conn.execute(LARGEST_TENANT, {"old": old_id}).fetchone()
+    largest = int(row[0]) if row and row[0] is not None else 0
+    fits = (largest - 1) // CANARY_SPREAD  # the largest k the largest tenant allows
+    way = f"run again with --k {fits} or less, " if fits >= 1 else "add memories, "
+    return (
+        f"not switched: the canary check could not be made: no tenant holds more than {CANARY_SPREAD * k} "
+        f"memories embedded by both models (the largest: {largest}), and in a smaller one the top-{k} "
+        f"neighbours of any two models largely agree by chance; {way}or run with --canaries 0 to switch "
+        "without the check"
+    )
 
 
 def _finish_switch(

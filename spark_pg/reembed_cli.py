@@ -52,7 +52,7 @@ def cmd_reembed(args: argparse.Namespace) -> int:
         print(json.dumps(out))
     else:
         compared = (
-            f"canaries: {out['canaries']}, top-{args.k} overlap {out['overlap']}"
+            f"canaries: {out['canaries']}, top-{args.k} overlap beyond chance {out['overlap']}"
             if out["overlap"] is not None
             else "canaries: none compared"
         )
@@ -84,9 +84,21 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     )
     p.add_argument("--model", required=True, help="the new model (see `spark-pg model info`)")
     p.add_argument("--batch", type=int, default=64, help="memories per transaction (default 64)")
-    p.add_argument("--canaries", type=int, default=20, help="memories whose neighbours are compared")
-    p.add_argument("--k", type=int, default=10, help="neighbours compared per canary")
-    p.add_argument("--min-overlap", type=float, default=0.3, help="mean overlap needed to switch (0-1)")
+    p.add_argument(
+        "--canaries",
+        type=int,
+        default=20,
+        help="memories whose neighbours are compared (default 20; 0: switch without the check)",
+    )
+    p.add_argument(
+        "--k",
+        type=int,
+        default=10,
+        help="neighbours compared per canary (default 10; canaries come from tenants of over 3k memories)",
+    )
+    p.add_argument(
+        "--min-overlap", type=float, default=0.3, help="mean overlap beyond chance needed to switch (0-1)"
+    )
     p.add_argument("--no-switch", action="store_true", help="build and check only")
     p.add_argument(
         "--max-failed-share",
