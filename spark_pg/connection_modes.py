@@ -4,7 +4,7 @@ and the checks a caller's connection passes before a call uses it."""
 from __future__ import annotations
 
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from typing import Any
 
 import psycopg
@@ -31,12 +31,14 @@ def autocommit(conn: psycopg.Connection[Any]) -> Iterator[None]:
 
 
 @contextmanager
-def statement_timeout_lifted(conn: psycopg.Connection[Any], *, local: bool) -> Iterator[None]:
-    """No statement timeout for the block, then the one in force before. ``local``: for the caller's
-    transaction (SET LOCAL: a block that fails is rolled back with its setting); else for the session (an
-    autocommit connection, where a SET LOCAL would end with its own statement)."""
-    row = conn.execute(queries.LIFT_STATEMENT_TIMEOUT, {"local": local}).fetchone()
-    assert row is not None
+def _setting(conn: psycopg.Connection[Any], name: str, value: str, *, local: bool) -> Iterator[None]:
+    """The server setting ``name`` at ``value`` for the block, then the value in force before. ``local``:
+    for the caller's transaction (SET LOCAL: a block that fails is rolled back with its setting; one set
+    inside a savepoint would last to the end of the caller's transaction, so it is put back too); else for
+    the session (an autocommit connection, where a SET LOCAL would end with its own statement)."""
+    row = conn.execute(queries.SET_SETTING_RETURNING_OLD, {"name": name, "value": value, "local": local})
+    old = row.fetchone()
+    assert old is not None
     try:
         yield
     finally:
@@ -45,26 +47,17 @@ def statement_timeout_lifted(conn: psycopg.Connection[Any], *, local: bool) -> I
             TransactionStatus.IDLE,
             TransactionStatus.INTRANS,
         ):
-            conn.execute(queries.SET_STATEMENT_TIMEOUT, {"value": row[0], "local": local})
+            conn.execute(queries.SET_SETTING, {"name": name, "value": old[0], "local": local})
 
 
-@contextmanager
-def lock_timeout(conn: psycopg.Connection[Any], ms: int, *, local: bool) -> Iterator[None]:
-    """lock_timeout ``ms`` for the block, then the one in force before; ``local`` as for
-    :func:`statement_timeout_lifted` (a SET LOCAL inside a savepoint would last to the end of the caller's
-    transaction, so it is put back too)."""
-    row = conn.execute(
-        queries.SET_LOCK_TIMEOUT_RETURNING_OLD, {"value": f"{ms}ms", "local": local}
-    ).fetchone()
-    assert row is not None
-    try:
-        yield
-    finally:
-        if not conn.closed and conn.info.transaction_status in (
-            TransactionStatus.IDLE,
-            TransactionStatus.INTRANS,
-        ):
-            conn.execute(queries.SET_LOCK_TIMEOUT, {"value": row[0], "local": local})
+def statement_timeout_lifted(conn: psycopg.Connection[Any], *, local: bool) -> AbstractContextManager[None]:
+    """No statement timeout for the block, then the one in force before (``local``: see :func:`_setting`)."""
+    return _setting(conn, "statement_timeout", "0", local=local)
+
+
+def lock_timeout(conn: psycopg.Connection[Any], ms: int, *, local: bool) -> AbstractContextManager[None]:
+    """lock_timeout ``ms`` for the block, then the one in force before (``local``: see :func:`_setting`)."""
+    return _setting(conn, "lock_timeout", f"{ms}ms", local=local)
 
 
 def usable(conn: Any) -> psycopg.Connection[Any]:

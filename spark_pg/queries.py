@@ -191,17 +191,11 @@ ON CONFLICT (tenant, memory_id, model_id) DO UPDATE SET
     embedding = EXCLUDED.embedding, created_at = EXCLUDED.created_at, embedded_at = EXCLUDED.embedded_at
 """
 
-# the statement timeout in force, and none from now on: for the transaction (local) or the session
-LIFT_STATEMENT_TIMEOUT = (
-    "SELECT current_setting('statement_timeout'), set_config('statement_timeout', '0', %(local)s)"
-)
-SET_STATEMENT_TIMEOUT = "SELECT set_config('statement_timeout', %(value)s, %(local)s)"
+# a setting in force, and another from now on: for the transaction (local) or the session (connection_modes)
+SET_SETTING_RETURNING_OLD = "SELECT current_setting(%(name)s), set_config(%(name)s, %(value)s, %(local)s)"
+SET_SETTING = "SELECT set_config(%(name)s, %(value)s, %(local)s)"
 
 # a tenant's HNSW index steps, CONCURRENTLY (sql/035), under the tenant's builder lock (session-level)
-SET_LOCK_TIMEOUT_RETURNING_OLD = (
-    "SELECT current_setting('lock_timeout'), set_config('lock_timeout', %(value)s, %(local)s)"
-)
-SET_LOCK_TIMEOUT = "SELECT set_config('lock_timeout', %(value)s, %(local)s)"
 TENANT_INDEX_PLAN = "SELECT model_id, index_name, action, statement FROM spark.tenant_index_plan(%(tenant)s)"
 TRY_TENANT_INDEX_LOCK = (
     "SELECT pg_try_advisory_lock(hashtextextended('spark.tenant_index:' || %(tenant)s, 0))"

@@ -13,17 +13,13 @@ from psycopg import errors
 from spark_pg import schema
 from spark_pg.records import EARLIEST, LATEST
 from spark_pg.schema import MigrationWarning
+from tests.test_visible_text import convalidated as validated
 
 INSERT = "INSERT INTO spark.memories (tenant, key, text, created_at) VALUES ('ca', %s, 'a dated memory', %s)"
 
 
 def convalidated(url: str) -> bool | None:
-    with psycopg.connect(url) as c:
-        row = c.execute(
-            "SELECT convalidated FROM pg_constraint WHERE conname = 'memories_created_at_range' "
-            "AND conrelid = 'spark.memories'::regclass"
-        ).fetchone()
-    return None if row is None else bool(row[0])
+    return validated(url, "memories_created_at_range")
 
 
 @pytest.mark.parametrize(

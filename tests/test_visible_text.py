@@ -96,11 +96,13 @@ def test_sql_takes_a_text_with_one_character_that_shows(conn: psycopg.Connection
     assert conn.execute("SELECT text FROM spark.memories WHERE tenant = 'vis'").fetchone() == (text,)
 
 
-def convalidated(url: str) -> bool | None:
+def convalidated(url: str, constraint: str = "memories_text_visible") -> bool | None:
+    """Whether spark.memories' CHECK ``constraint`` is validated; None when there is none."""
     with psycopg.connect(url) as c:
         row = c.execute(
-            "SELECT convalidated FROM pg_constraint WHERE conname = 'memories_text_visible' "
-            "AND conrelid = 'spark.memories'::regclass"
+            "SELECT convalidated FROM pg_constraint "
+            "WHERE conname = %s AND conrelid = 'spark.memories'::regclass",
+            (constraint,),
         ).fetchone()
     return None if row is None else bool(row[0])
 
