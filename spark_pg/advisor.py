@@ -32,7 +32,7 @@ from spark_pg.intent.inputs import _find_field, command_text
 from spark_pg.records import PRIORITIES
 from spark_pg.refusals import refusals
 from spark_pg.retrieve import one_statement
-from spark_pg.sql_args import INT8, int_arg, nullable_text_arg, params_arg, text_arg
+from spark_pg.sql_args import INT8, flag_arg, int_arg, nullable_text_arg, params_arg, text_arg
 from spark_pg.traces.reflect import Reflection, query_text, reflect
 from spark_pg.traces.scrub import scrub
 
@@ -140,8 +140,7 @@ class AdvisorOptions:
             if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
                 raise InputError(f"AdvisorOptions.{name} must be a finite number, got {value!r}")
         for name in ("domain_filter", "interrupts", "warnings"):
-            if not isinstance(getattr(self, name), bool):
-                raise InputError(f"AdvisorOptions.{name} must be True or False, got {getattr(self, name)!r}")
+            flag_arg(f"AdvisorOptions.{name}", getattr(self, name))
         params_arg("AdvisorOptions.params", self.params)
         params_arg("AdvisorOptions.reflect_params", self.reflect_params)
 

@@ -33,8 +33,8 @@ from spark_pg.errors import InputError
 from spark_pg.ingest import IngestResult, ingest
 from spark_pg.query_model import QueryModel
 from spark_pg.records import SYSTEM_TENANT, MemoryIn, read_file, validate_row
-from spark_pg.retrieve import Candidate, Retrieved, explain, flag, retrieve, wrapper_params
-from spark_pg.sql_args import params_arg
+from spark_pg.retrieve import Candidate, Retrieved, explain, retrieve, wrapper_params
+from spark_pg.sql_args import flag_arg, params_arg
 from spark_pg.traces.reflect import Reflection
 from spark_pg.traces.store import Stored, add_learning, add_trace
 from spark_pg.triggers import load_rules, sync_rules
@@ -132,7 +132,7 @@ class SparkClient:
     ) -> IngestResult:
         """Store ``records`` (a list, or any iterable); ``defer``: without embedding them (write-behind:
         `spark-pg worker` does); ``pack``: records of the pack's tenant are allowed (the pack loader)."""
-        flag("defer", defer)
+        flag_arg("defer", defer)
         return ingest(
             self.conn,
             records,
@@ -146,7 +146,7 @@ class SparkClient:
 
     def add(self, tenant: str, text: str, *, defer: bool = False, **fields: Any) -> IngestResult:
         """Store one memory (fields as in an ingest file: key, kind, category, source, importance, ...)."""
-        flag("defer", defer)
+        flag_arg("defer", defer)
         record = validate_row({"tenant": tenant, "text": text, **fields}, "arguments", 1)
         return self.ingest_records([record], defer=defer)
 
@@ -155,8 +155,8 @@ class SparkClient:
     ) -> IngestResult:
         if not isinstance(path, str | os.PathLike):
             raise InputError(f"path must be a file path (a str or a pathlib.Path), got {type(path).__name__}")
-        flag("progress", progress)  # before the file is read
-        flag("defer", defer)
+        flag_arg("progress", progress)  # before the file is read
+        flag_arg("defer", defer)
         path = Path(path)
         records = read_file(path, tenant)
         return self.ingest_records(records, progress=progress, label=path.name, defer=defer)
@@ -255,7 +255,7 @@ class SparkClient:
         """Record a task attempt (fields: files, issue, tags, source, importance, created_at); scrubbed,
         keyed by its descriptor's hash, embedded once (``defer``: by `spark-pg worker`)."""
         _known_fields(add_trace, fields)
-        flag("defer", defer)
+        flag_arg("defer", defer)
         batch = self.settings.get_int("embedding.batch_size")
         embedder = None if defer else self.embedder
         return add_trace(self.conn, embedder, tenant, intent, outcome, batch_size=batch, **fields)
@@ -264,7 +264,7 @@ class SparkClient:
         """Record a learning's semantic handle (fields: from_trace, category, source, importance,
         created_at); ``defer``: embedded by `spark-pg worker`."""
         _known_fields(add_learning, fields)
-        flag("defer", defer)
+        flag_arg("defer", defer)
         batch = self.settings.get_int("embedding.batch_size")
         embedder = None if defer else self.embedder
         return add_learning(self.conn, embedder, tenant, handle, batch_size=batch, **fields)

@@ -26,7 +26,7 @@ from spark_pg.errors import DatabaseError, IngestError, InputError, ModelMismatc
 from spark_pg.intent import ACTION_DOMAINS, actionability
 from spark_pg.records import KEEPABLE, SCRUBBED_KINDS, SYSTEM_TENANT, MemoryIn, validate_row
 from spark_pg.refusals import one_line
-from spark_pg.retrieve import flag
+from spark_pg.sql_args import flag_arg
 from spark_pg.tenant_indexes import BUILD_LOCK_TIMEOUT_MS, build_concurrently
 
 log = logging.getLogger(__name__)
@@ -298,7 +298,7 @@ def ingest(
     for name, value in (("chunk_rows", chunk_rows), ("batch_size", batch_size)):
         if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
             raise InputError(f"{name} must be a whole number from 1, got {value!r}")
-    progress, pack = flag("progress", progress), flag("pack", pack)
+    progress, pack = flag_arg("progress", progress), flag_arg("pack", pack)
     if isinstance(records, str | bytes | Mapping) or not isinstance(records, Iterable):
         raise InputError(f"records must be a list of MemoryIn, got {type(records).__name__}")
     records = list(records)  # once: a generator was used up by the checks, and nothing was written

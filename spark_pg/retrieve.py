@@ -19,7 +19,7 @@ from spark_pg.connection_modes import autocommit, usable, vectors_adaptable
 from spark_pg.embedding import Vector
 from spark_pg.errors import InputError
 from spark_pg.refusals import refusals
-from spark_pg.sql_args import nullable_text_arg, params_arg
+from spark_pg.sql_args import flag_arg, nullable_text_arg, params_arg
 
 MAX_DIMENSIONS = 16_000  # pgvector's limit for a vector
 
@@ -130,13 +130,6 @@ def embedding_arg(value: Any) -> Vector | None:
     return vector
 
 
-def flag(name: str, value: Any) -> bool:
-    """``value`` if it is True or False, else InputError naming ``name`` (read by its truth, "no" was yes)."""
-    if not isinstance(value, bool):
-        raise InputError(f"{name} must be True or False, got {value!r}")
-    return value
-
-
 def _plain(value: Any) -> Any:
     """``value`` with every number that is not a Python int or float (numpy's) made one, at any depth:
     json.dumps writes neither np.int64 nor np.float32. A bool (numpy's too) is no number here."""
@@ -185,7 +178,7 @@ def _params(
         "embedding": embedding_arg(embedding),
         "k": int(k),  # numpy's too
         "params": params_arg("params", wrapper_params(params)),
-        "cache": flag("cache", cache),
+        "cache": flag_arg("cache", cache),
     }
 
 

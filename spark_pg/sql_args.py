@@ -30,6 +30,13 @@ def int_arg(name: str, value: Any, bounds: tuple[int, int] = INT4) -> int:
     return value
 
 
+def flag_arg(name: str, value: Any) -> bool:
+    """``value`` when it is True or False: read by its truth, a string such as "no" would count as true."""
+    if not isinstance(value, bool):
+        raise InputError(f"{name} must be True or False, got {value!r:.80}")
+    return value
+
+
 def text_arg(name: str, value: Any) -> str:
     """``value`` if it is a str PostgreSQL can store (:func:`~spark_pg.rowfiles.checked_text`)."""
     if not isinstance(value, str):

@@ -18,7 +18,7 @@ from typing import Any
 
 from spark_pg.errors import InputError
 from spark_pg.revalue.records import Decision
-from spark_pg.sql_args import INT8, text_arg
+from spark_pg.sql_args import INT8, flag_arg, text_arg
 
 
 def shown(value: Any) -> str:
@@ -47,13 +47,6 @@ def fraction_arg(name: str, value: Any) -> float:
     if not finite_number(value) or not 0 <= value <= 1:
         raise InputError(f"{name} must be a number from 0 to 1, got {shown(value)}")
     return round(float(value), 40)
-
-
-def flag_arg(name: str, value: Any) -> bool:
-    """``value`` when it is True or False (a string such as "no" would count as true)."""
-    if not isinstance(value, bool):
-        raise InputError(f"{name} must be True or False, got {value!r:.80}")
-    return value
 
 
 def decisions_arg(decisions: Any) -> list[Decision]:

@@ -271,19 +271,23 @@ def _apply_reconnecting(
         raise _ConnectionLost(exc) from exc
 
 
-def _saved(tenant: str, decisions: list[Decision], error: Exception) -> str:
-    """The error line of a lost connection, saying where the decisions were saved for ``--from-file``."""
-    reason = one_line(error) if isinstance(error, psycopg.Error) else str(error)
+def _for_later(tenant: str, decisions: list[Decision]) -> tuple[bool, str]:
+    """``decisions`` saved for ``--from-file`` (:func:`save_decisions`): (True, "saved in P: apply them with
+    ..."), or (False, why they could not be)."""
     try:
         path = save_decisions(tenant, decisions)
     except OSError as exc:
-        return (
-            f"{reason}; the connection was lost while applying {len(decisions)} decisions (not saved: {exc})"
-        )
-    return (  # the connection may have gone after a commit: applied again, such decisions are skipped
-        f"{reason}; the connection was lost while applying {len(decisions)} decisions, saved in {path}: "
-        f"apply them with `spark-pg revalue --tenant {tenant} --from-file {path}`"
-    )
+        return False, str(exc)
+    return True, f"saved in {path}: apply them with `spark-pg revalue --tenant {tenant} --from-file {path}`"
+
+
+def _saved(tenant: str, decisions: list[Decision], error: Exception) -> str:
+    """The error line of a lost connection, saying where the decisions were saved for ``--from-file``."""
+    reason = one_line(error) if isinstance(error, psycopg.Error) else str(error)
+    lost = f"{reason}; the connection was lost while applying {len(decisions)} decisions"
+    saved, where = _for_later(tenant, decisions)
+    # the connection may have gone after a commit: applied again, such decisions are skipped
+    return f"{lost}, {where}" if saved else f"{lost} (not saved: {where})"
 
 
 def _kept(tenant: str, decisions: list[Decision]) -> str:
@@ -291,14 +295,10 @@ def _kept(tenant: str, decisions: list[Decision]) -> str:
     ``--from-file`` (an answer is work: Ctrl-C used to lose them all)."""
     if not decisions:
         return "nothing applied"
-    try:
-        path = save_decisions(tenant, decisions)
-    except OSError as exc:
-        return f"nothing applied; the {len(decisions)} decisions made could not be saved ({exc})"
-    return (
-        f"nothing applied; the {len(decisions)} decisions made are saved in {path}: apply them with "
-        f"`spark-pg revalue --tenant {tenant} --from-file {path}`"
-    )
+    saved, where = _for_later(tenant, decisions)
+    if not saved:
+        return f"nothing applied; the {len(decisions)} decisions made could not be saved ({where})"
+    return f"nothing applied; the {len(decisions)} decisions made are {where}"
 
 
 def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

@@ -14,7 +14,7 @@ from spark_pg import queries
 from spark_pg.errors import InputError
 from spark_pg.refusals import refusals
 from spark_pg.retrieve import one_statement
-from spark_pg.revalue.checks import decisions_arg, flag_arg, fraction_arg
+from spark_pg.revalue.checks import decisions_arg, fraction_arg
 from spark_pg.revalue.records import (
     DEFAULT_COOLDOWN_DAYS,
     DEFAULT_MAX_IMPORTANCE,
@@ -25,7 +25,7 @@ from spark_pg.revalue.records import (
     Decision,
     Sampled,
 )
-from spark_pg.sql_args import INT8, int_arg, nullable_text_arg
+from spark_pg.sql_args import INT8, flag_arg, int_arg, nullable_text_arg
 
 
 def sample(
