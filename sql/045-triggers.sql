@@ -329,6 +329,68 @@ COMMENT ON FUNCTION spark._trigger_pattern_problem(text) IS
     'lookaround, nested quantifiers, a repetition of what can be empty, over 1000 atoms with its bounded '
     'repetitions written out, an estimate of over 40000 compile steps, invalid), or NULL when it can.';
 
+CREATE OR REPLACE FUNCTION spark._trigger_rule_problem(pattern text, context_pattern text)
+RETURNS text
+LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
+SET search_path = pg_catalog, @vector_schema@, pg_temp
+AS $fn$
+#variable_conflict use_variable
+DECLARE
+    problem text;
+BEGIN
+    IF pattern IS NULL THEN
+        RETURN 'pattern is NULL';
+    END IF;
+    problem := spark._trigger_pattern_problem(pattern);
+    IF problem IS NOT NULL THEN
+        RETURN 'pattern ' || problem;
+    END IF;
+    -- '.*', 'a|', 'x?': a pattern that matches an empty text matches every call, and its memories would
+    -- surface on all of them
+    IF '' ~* pattern THEN
+        RETURN format('pattern %s matches an empty text, so every call: say what it looks for',
+                      quote_literal(pattern));
+    END IF;
+    IF context_pattern IS NOT NULL THEN
+        problem := spark._trigger_pattern_problem(context_pattern);
+        IF problem IS NOT NULL THEN
+            RETURN 'context_pattern ' || problem;
+        END IF;
+    END IF;
+    RETURN NULL;
+END
+$fn$;
+COMMENT ON FUNCTION spark._trigger_rule_problem(text, text) IS
+    'Internal: why a trigger rule cannot have this pattern and context_pattern (NULL: none), or NULL when it '
+    'can: pattern NULL, either one invalid or unsafe (spark._trigger_pattern_problem), or pattern matching an '
+    'empty text (every call). To list stored rules that break the checks: SELECT tenant, name, '
+    'spark._trigger_rule_problem(pattern, context_pattern) FROM spark.trigger_rules WHERE '
+    'spark._trigger_rule_problem(pattern, context_pattern) IS NOT NULL.';
+
+CREATE OR REPLACE FUNCTION spark._check_trigger_patterns(name text, pattern text, context_pattern text)
+RETURNS void
+LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
+SET search_path = pg_catalog, @vector_schema@, pg_temp
+AS $fn$
+#variable_conflict use_variable
+DECLARE
+    problem text := spark._trigger_rule_problem(pattern, context_pattern);
+BEGIN
+    IF problem IS NOT NULL THEN
+        RAISE EXCEPTION 'rule %: %', name, problem
+            USING ERRCODE = CASE WHEN pattern IS NULL THEN 'null_value_not_allowed'
+                                 ELSE 'invalid_regular_expression' END;
+    END IF;
+END
+$fn$;
+COMMENT ON FUNCTION spark._check_trigger_patterns(text, text, text) IS
+    'Internal: raise when a trigger rule cannot have this pattern and context_pattern '
+    '(spark._trigger_rule_problem says why): 2201B an invalid or unsafe pattern or context_pattern, or a '
+    'pattern that matches an empty text (every call); 22004 a NULL pattern. name: the rule''s, for the '
+    'message; pattern and context_pattern (NULL: none) as they would be stored. Called by '
+    'spark.put_trigger_rule and by the triggers trigger_rules_patterns_insert and _update (revision 0020), so '
+    'a rule written in SQL around put_trigger_rule cannot break its tenant''s retrievals.';
+
 CREATE OR REPLACE FUNCTION spark.put_trigger_rule(
     tenant text, name text, pattern text, surface text[], context_pattern text DEFAULT NULL,
     priority text DEFAULT 'normal', interrupt boolean DEFAULT false, origin text DEFAULT 'static',
@@ -339,7 +401,6 @@ SET search_path = pg_catalog, @vector_schema@, pg_temp
 AS $fn$
 #variable_conflict use_variable
 DECLARE
-    problem text;
     -- whitespace as Python's str.strip() takes it (spark_pg.triggers checks surface keys so): ASCII's, the
     -- separators \x1c to \x1f, NEL, the no-break spaces and Unicode's other spaces and line separators
     spaces CONSTANT text := '[ \t\n\v\f\r\u001c-\u001f\u0085\u00a0\u1680\u2000-\u200a\u2028\u2029\u202f'
@@ -358,25 +419,10 @@ BEGIN
         RAISE EXCEPTION 'name must be 1 to 64 letters, digits or _ . : -, got %', coalesce(quote_literal(name), 'NULL')
             USING ERRCODE = 'invalid_parameter_value';
     END IF;
-    problem := spark._trigger_pattern_problem(pattern);
-    IF problem IS NOT NULL THEN
-        RAISE EXCEPTION 'rule %: pattern %', name, problem USING ERRCODE = 'invalid_regular_expression';
-    END IF;
-    -- '.*', 'a|', 'x?': a pattern that matches an empty text matches every call, and its memories would
-    -- surface on all of them
-    IF '' ~* pattern THEN
-        RAISE EXCEPTION 'rule %: pattern % matches an empty text, so every call: say what it looks for', name,
-            quote_literal(pattern) USING ERRCODE = 'invalid_regular_expression';
-    END IF;
+    PERFORM spark._check_trigger_patterns(name, pattern, context_pattern);
     IF EXISTS (SELECT 1 FROM unnest(surface) s WHERE s ~ ('^' || spaces || '|' || spaces || '$')) THEN
         RAISE EXCEPTION 'rule %: a surface key starts or ends with whitespace', name
             USING ERRCODE = 'invalid_parameter_value';
-    END IF;
-    IF context_pattern IS NOT NULL THEN
-        problem := spark._trigger_pattern_problem(context_pattern);
-        IF problem IS NOT NULL THEN
-            RAISE EXCEPTION 'rule %: context_pattern %', name, problem USING ERRCODE = 'invalid_regular_expression';
-        END IF;
     END IF;
     -- a one-dimensional list of keys a memory can have (spark.memories.key: 1 to 512 characters)
     IF surface IS NULL OR cardinality(surface) NOT BETWEEN 1 AND 50 OR array_ndims(surface) <> 1
