@@ -15,7 +15,6 @@ query vector; a trace of the tenant whose outcome was failure and whose reflecti
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -32,7 +31,16 @@ from spark_pg.intent.inputs import _find_field, command_text
 from spark_pg.records import PRIORITIES
 from spark_pg.refusals import refusals
 from spark_pg.retrieve import one_statement
-from spark_pg.sql_args import INT8, flag_arg, int_arg, nullable_text_arg, params_arg, text_arg
+from spark_pg.sql_args import (
+    INT8,
+    flag_arg,
+    integer_arg,
+    nullable_text_arg,
+    number_arg,
+    params_arg,
+    plain_numbers,
+    text_arg,
+)
 from spark_pg.traces.reflect import Reflection, query_text, reflect
 from spark_pg.traces.scrub import scrub
 
@@ -130,19 +138,21 @@ class AdvisorOptions:
     def __post_init__(self) -> None:
         """Each option of the wrong type is refused here, naming it: sent as it is, a float k selected no
         SQL function (42883), and a text confidence raised TypeError after the call was logged. Ranges
-        are the SQL functions' to check (22023), except warning_k, which picks the function."""
+        are the SQL functions' to check (22023), except warning_k, which picks the function. A number may
+        be numpy's (np.int64(5), np.float32(0.5); not np.bool_): it is kept as the Python int or float,
+        also in params and reflect_params (:func:`~spark_pg.sql_args.plain_numbers`)."""
         for name in ("k", "reflect_k", "warning_k"):
-            int_arg(f"AdvisorOptions.{name}", getattr(self, name))
+            object.__setattr__(self, name, integer_arg(f"AdvisorOptions.{name}", getattr(self, name)))
         if not 0 <= self.warning_k <= 20:  # a negative one turned warnings off without a word
             raise InputError(f"AdvisorOptions.warning_k must be from 0 to 20, got {self.warning_k}")
         for name in ("min_actionability", "adaptive_ratio", "interrupt_min_confidence", "warning_min_score"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-                raise InputError(f"AdvisorOptions.{name} must be a finite number, got {value!r}")
+            object.__setattr__(self, name, number_arg(f"AdvisorOptions.{name}", getattr(self, name)))
         for name in ("domain_filter", "interrupts", "warnings"):
             flag_arg(f"AdvisorOptions.{name}", getattr(self, name))
-        params_arg("AdvisorOptions.params", self.params)
-        params_arg("AdvisorOptions.reflect_params", self.reflect_params)
+        for name in ("params", "reflect_params"):
+            params = plain_numbers(getattr(self, name))
+            params_arg(f"AdvisorOptions.{name}", params)
+            object.__setattr__(self, name, params)
 
 
 def trigger_text(
@@ -352,6 +362,7 @@ class Advisor:
         goes with its model's name (params.query_model): during a model switch, while another model is
         active, spark.reflect ignores it and runs lexically rather than compare two models' vectors."""
         text_arg("tenant", self.tenant)
+        params = plain_numbers(params)  # numpy's numbers as Python's
         params_arg("params", params)  # checked before it is merged ([1] was a TypeError)
         if intent_or_text is None:  # no query, as an empty one: nothing to reflect on (was the text "None")
             return []
@@ -426,11 +437,11 @@ class Advisor:
                 queries.RECORD_OUTCOME,
                 {
                     "tenant": self.tenant,
-                    "memory_id": int_arg("memory_id", memory_id, INT8),
+                    "memory_id": integer_arg("memory_id", memory_id, INT8),
                     "outcome": nullable_text_arg("outcome", outcome),
                     "retrieval_id": None
                     if retrieval_id is None
-                    else int_arg("retrieval_id", retrieval_id, INT8),
+                    else integer_arg("retrieval_id", retrieval_id, INT8),
                     "session": nullable_text_arg("session_id", self.session_id),
                     "source": nullable_text_arg("source", source),
                 },

@@ -19,7 +19,7 @@ from spark_pg.connection_modes import autocommit, usable, vectors_adaptable
 from spark_pg.embedding import Vector
 from spark_pg.errors import InputError
 from spark_pg.refusals import refusals
-from spark_pg.sql_args import flag_arg, nullable_text_arg, params_arg
+from spark_pg.sql_args import flag_arg, nullable_text_arg, params_arg, plain_numbers
 
 MAX_DIMENSIONS = 16_000  # pgvector's limit for a vector
 
@@ -130,29 +130,14 @@ def embedding_arg(value: Any) -> Vector | None:
     return vector
 
 
-def _plain(value: Any) -> Any:
-    """``value`` with every number that is not a Python int or float (numpy's) made one, at any depth:
-    json.dumps writes neither np.int64 nor np.float32. A bool (numpy's too) is no number here."""
-    if isinstance(value, bool | np.bool_ | int | float):
-        return value
-    if isinstance(value, numbers.Integral):
-        return int(value)
-    if isinstance(value, numbers.Real):
-        return float(value)
-    if isinstance(value, Mapping):
-        return {k: _plain(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_plain(v) for v in value]
-    return value
-
-
 def wrapper_params(params: Any) -> Any:
-    """``params`` as the Python wrapper sends them: numbers as Python's (:func:`_plain`), and an ``as_of``
-    string of ISO 8601 without a zone as UTC, as a naive datetime is (sent as it is, the server read it in
-    the session's TimeZone). What is not a mapping, or not ISO 8601, is left for the checks to name."""
+    """``params`` as the Python wrapper sends them (a copy): numbers as Python's
+    (:func:`~spark_pg.sql_args.plain_numbers`), and an ``as_of`` string of ISO 8601 without a zone as UTC, as
+    a naive datetime is (sent as it is, the server read it in the session's TimeZone). What is not a
+    mapping, or not ISO 8601, is left for the checks to name."""
     if not isinstance(params, Mapping):
         return params
-    values = {k: _plain(v) for k, v in params.items()}
+    values = dict(plain_numbers(params))
     as_of = values.get("as_of")
     if isinstance(as_of, str):
         try:

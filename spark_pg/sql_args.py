@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import math
+import numbers
 from collections.abc import Mapping
 from datetime import UTC, date, datetime
 from typing import Any
@@ -28,6 +29,52 @@ def int_arg(name: str, value: Any, bounds: tuple[int, int] = INT4) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or not bounds[0] <= value <= bounds[1]:
         raise InputError(f"{name} must be an integer from {bounds[0]} to {bounds[1]}, got {value!r}")
     return value
+
+
+def plain_numbers(value: Any) -> Any:
+    """``value`` with every number that is not a Python int or float made one, at any depth (a mapping's
+    values, a list's or a tuple's items; a tuple becomes a list): numpy's np.int64 picks no SQL function and
+    json.dumps writes neither it nor np.float32. A bool (numpy's too, which is no ``numbers`` number) is no
+    number here, and stays as it is, as does anything else: the checks name it. A float32 becomes the
+    float64 it is exactly (np.float32(0.1) is 0.10000000149011612)."""
+    try:
+        return _plain(value)
+    except RecursionError:  # a mapping that holds itself: left for params_arg to name
+        return value
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, bool) or type(value) in (int, float):
+        return value
+    if isinstance(value, numbers.Integral):
+        return int(value)
+    if isinstance(value, numbers.Real):
+        return float(value)
+    if isinstance(value, Mapping):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_plain(v) for v in value]
+    return value
+
+
+def integer_arg(name: str, value: Any, bounds: tuple[int, int] = INT4) -> int:
+    """:func:`int_arg` of any integer, numpy's too (np.int64(5) is 5), as a Python int; a float (numpy's
+    too, even 5.0) or a bool (numpy's too) is refused, as given."""
+    plain = plain_numbers(value)
+    return int_arg(name, plain if isinstance(plain, int) else value, bounds)
+
+
+def number_arg(name: str, value: Any) -> int | float:
+    """``value`` if it is a finite number, numpy's too (as a Python int or float: :func:`plain_numbers`); a
+    bool (numpy's too) is none, nor is an int past a float's range."""
+    plain: int | float = plain_numbers(value)  # or anything else, refused here
+    try:
+        finite = not isinstance(plain, bool) and isinstance(plain, int | float) and math.isfinite(plain)
+    except OverflowError:  # an int past a float's range
+        finite = False
+    if not finite:
+        raise InputError(f"{name} must be a finite number, got {value!r:.80}")
+    return plain
 
 
 def flag_arg(name: str, value: Any) -> bool:

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from spark_pg.intent.families import classify_family
+from spark_pg.intent.families import _normalise, classify_family, file_names
 from spark_pg.intent.inputs import (
     CleanInput,
     _added_identifiers,
@@ -72,6 +72,7 @@ class _Parsed:
     detail: str = ""  # description, prompt, or identifiers from code bodies (only without task context)
     signal: str = ""  # raw-ish text for classify_family (full path, command line, query)
     added: str = ""  # identifiers an edit or write introduces (always part of the intent)
+    names: frozenset[str] = frozenset()  # a command's words that only name files (families.file_names)
 
 
 _PATH_KEYS = ("file_path", "notebook_path", "path", "filepath", "file", "filename", "target_file", "uri")
@@ -193,7 +194,7 @@ def _parse_shell(data: Mapping[str, Any]) -> _Parsed:
     command = command_text(data) or _field(data, "input")
     action, target = _command_summary(command)
     description = _clean_text(_field(data, "description"))
-    return _Parsed(action, target, description, command)
+    return _Parsed(action, target, description, command, names=file_names(command))
 
 
 def _parse_websearch(data: Mapping[str, Any]) -> _Parsed:
@@ -240,7 +241,8 @@ def _parse_other(tool: str, data: Mapping[str, Any]) -> _Parsed:
     command = _field(data, "command", "cmd")
     if command:
         action, target = _command_summary(command)
-        return _Parsed(_tool_verb(tool, action), target, _clean_text(_field(data, "description")), command)
+        description = _clean_text(_field(data, "description"))
+        return _Parsed(_tool_verb(tool, action), target, description, command, names=file_names(command))
     url = _field(data, "url")
     if url:
         return _Parsed(_tool_verb(tool, "fetch"), _url_words(url), _clean_text(_field(data, "prompt")), url)
@@ -330,7 +332,10 @@ def extract_intent(
     # destructive-command advice. The query is the name alone ("echo"); the call is not skipped.
     bare = kind == "shell" and parsed.action == "run" and len(target.split()) == 1
     text = _compose(None if bare else parsed.action, target, context, detail) or " ".join(_tool_tokens(tool))
-    family = classify_family(tool, "\n".join(p for p in (parsed.signal, text, context) if p))
+    # a folder or file a command only names is no evidence of a deployment (mkdir -p deploy/k8s), unless
+    # the task context says the word too
+    names = parsed.names - frozenset(_normalise(context).split())
+    family = classify_family(tool, "\n".join(p for p in (parsed.signal, text, context) if p), names=names)
     readonly = kind in _READ_ONLY_KINDS or (kind == "shell" and _is_read_only_command(parsed.signal))
     # a known kind of call with nothing to go on (a shell call without a command, a write without a path):
     # its bare verb would surface whatever is loudest ("run" -> the destructive-commands rule)

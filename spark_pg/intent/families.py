@@ -1,16 +1,18 @@
 """Intent-family classification (:func:`classify_family`): weighted keyword evidence per family over the
 normalised text, a prior from the tool itself, and a strong bonus for the program of a shell command; the
-most specific family wins ties. The keyword scores are reused by memory-domain classification.
+most specific family wins ties. A file or folder a harmless command names (``mkdir -p deploy/k8s``) is no
+evidence of a deployment (:func:`file_names`). The keyword scores are reused by memory-domain
+classification.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from types import MappingProxyType
 
 from spark_pg.intent.limits import SCAN_LIMIT
-from spark_pg.intent.shell import _command_family, _main_segment, _segments
+from spark_pg.intent.shell import _OPERAND_PROGRAMS, _command_family, _main_segment, _segments
 from spark_pg.intent.text import _CAMEL, _clip, _squash
 from spark_pg.intent.tools import _SOCIAL_NAMES, _mcp_parts, _tool_kind, _tool_tokens
 
@@ -193,16 +195,38 @@ def _normalise(text: str) -> str:
     return _squash(re.sub(r"[^a-z0-9#@+ ]+", " ", spaced.lower().replace("'", " ")))
 
 
-def _keyword_scores(text: str) -> dict[str, float]:
-    """Weight of the distinct keywords each family matches; matches in the first words count 1.5 times."""
+# the family of changing a running environment, which no file or folder name is evidence of
+_NAMED_NOT_DONE = "deployment_ops"
+
+
+def file_names(command: str) -> frozenset[str]:
+    """The words (as keywords read them: :func:`_normalise`) that only name files or folders in a shell
+    command: those of the arguments of programs whose words are never a subcommand, a script or a target
+    (``mkdir``, ``ls``, ``cat``, ``cd``, ``touch``, ``cp``, ``mv``, ``rm``, ... : shell._OPERAND_PROGRAMS),
+    less those the command also uses otherwise (``cd deploy && ./deploy.sh`` runs its deploy script,
+    ``mkdir -p deploy && make deploy`` makes its deploy target). ``mkdir -p deploy/k8s``: p, deploy and k8s.
+    Read from the lines and words :func:`~spark_pg.intent.shell._segments` reads."""
+    named: set[str] = set()
+    used: set[str] = set()
+    for segment in _segments(command):
+        used.update(_normalise(segment[0]).split())
+        words = _normalise(" ".join(segment[1:])).split()
+        (named if segment[0].lower() in _OPERAND_PROGRAMS else used).update(words)
+    return frozenset(named - used)
+
+
+def _keyword_scores(text: str, names: Collection[str] = ()) -> dict[str, float]:
+    """Weight of the distinct keywords each family matches; matches in the first words count 1.5 times.
+    ``names``: words that only name files or folders (:func:`file_names`), no evidence of a deployment."""
     norm = _normalise(text)
     head_end = sum(len(w) + 1 for w in norm.split(" ")[:_HEAD_WORDS])
+    named = frozenset(names)
     scores: dict[str, float] = {}
     for family, pattern, weight in _FAMILY_PATTERNS:
         seen: set[str] = set()
         for match in pattern.finditer(norm):
             word = match.group(0)
-            if word in seen:
+            if word in seen or (family == _NAMED_NOT_DONE and named and named.issuperset(word.split())):
                 continue
             seen.add(word)
             factor = 1.5 if match.start() < head_end else 1.0
@@ -258,24 +282,33 @@ def _tool_priors(tool: str) -> dict[str, float]:
     return {}
 
 
-def classify_family(tool_name: str, text: str) -> str:
+def classify_family(tool_name: str, text: str, *, names: Collection[str] | None = None) -> str:
     """The intent family (a key of INTENT_FAMILIES) of a tool call, from the tool and a text about it.
 
     The tool gives a prior (Read -> file_navigation, WebSearch -> research, Edit -> code_editing); for a
     shell tool the program of the command line decides strongly (git -> version_control, pytest ->
     testing_validation, alembic -> data_schema); keywords of the text add evidence, more for the first words.
     The most specific family wins ties; with no evidence at all the answer is "general".
+
+    ``names``: words that only name files or folders (:func:`file_names`), which are no evidence of
+    deployment_ops (``mkdir -p deploy/k8s``, ``cat deploy/values.yaml`` deploy nothing), though they still
+    are of the other families (``touch tests/test_auth.py`` is about tests). None: those of a shell
+    command on the first line of ``text`` (the line the command's program is read from).
     """
     tool = _clip(tool_name, 200).strip()
     body = _clip(text)
-    scores = _keyword_scores(body)
     priors = _tool_priors(tool)
+    command = _tool_kind(tool) == "shell" or (not priors and _looks_like_command(body))
+    first_line = body.split("\n", 1)[0]
+    if names is None:
+        names = file_names(first_line) if command else frozenset()
+    scores = _keyword_scores(body, names)
     if "research_decision_support" in priors and _SOCIAL_HOST.search(body):
         priors = {"social_content": priors["research_decision_support"]}  # reading a post or a profile
     for family, weight in priors.items():
         scores[family] = scores.get(family, 0.0) + weight
-    if _tool_kind(tool) == "shell" or (not priors and _looks_like_command(body)):
-        command_family = _command_family(body.split("\n", 1)[0])
+    if command:
+        command_family = _command_family(first_line)
         if command_family is not None:
             scores[command_family] = scores.get(command_family, 0.0) + _COMMAND_BONUS
     floor = max(priors.values(), default=_MIN_EVIDENCE - 0.01)

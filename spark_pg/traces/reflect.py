@@ -22,7 +22,7 @@ from spark_pg.db import register_vector_if_present
 from spark_pg.errors import InputError
 from spark_pg.refusals import refusals
 from spark_pg.retrieve import embedding_arg
-from spark_pg.sql_args import int_arg, params_arg, text_arg
+from spark_pg.sql_args import integer_arg, params_arg, plain_numbers, text_arg
 
 MAX_QUERY = 1000  # characters of a plain-text reflection query
 # a failure matched on words alone warns only when it holds at least this many of the query's words (as
@@ -164,10 +164,12 @@ def reflect(
     """One round trip to spark.reflect. ``embedding`` None: the lexical fallback. ``query_model``: the
     model that made ``embedding`` (params.query_model, unless ``params`` names one): while another model
     is active, spark.reflect ignores the vector and runs lexically instead of comparing two models'
-    vectors. Arguments of the wrong type are refused here (InputError naming them), not by the server."""
+    vectors. Arguments of the wrong type are refused here (InputError naming them), not by the server;
+    numpy's numbers are taken as Python's (``k=np.int64(5)``, in ``params`` too)."""
     tenant, text = text_arg("tenant", tenant), text_arg("query text", text)
     if query_model is not None and not isinstance(query_model, str):
         raise InputError(f"query_model must be a model name, got {type(query_model).__name__}")
+    params = plain_numbers(params)
     params_arg("params", params)  # a params that is no mapping is named before anything is merged into it
     merged = dict(params or {})
     if embedding is not None and query_model is not None:
@@ -176,7 +178,7 @@ def reflect(
         "tenant": tenant,
         "query": text,
         "embedding": embedding_arg(embedding),
-        "k": int_arg("k", k),
+        "k": integer_arg("k", k),
         "params": params_arg("params", merged),
     }
     if args["embedding"] is not None:
