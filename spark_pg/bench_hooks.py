@@ -25,7 +25,6 @@ import time
 import uuid
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -36,7 +35,7 @@ from tqdm import tqdm
 from spark_pg.client import SparkClient
 from spark_pg.config import Settings
 from spark_pg.errors import InputError
-from spark_pg.eval.scenarios import LABELS, Scenario, default_folder, load_scenarios
+from spark_pg.eval.scenarios import Scenario, default_folder, load_scenarios, unlabelled
 from spark_pg.hooks import wire
 from spark_pg.hooks.protocol import PRE, parse_event
 from spark_pg.hooks.server import HookServerError, SocketClaim
@@ -169,7 +168,7 @@ class _Server:
 
 def _load_tenant(settings: Settings, tenant: str) -> int:
     records = read_file(default_folder() / "insights.yaml", tenant)
-    clean = [replace(r, metadata={k: v for k, v in r.metadata.items() if k not in LABELS}) for r in records]
+    clean = unlabelled(records)
     with SparkClient(settings) as client:
         return client.ingest_records(clean, label="bench hooks").total
 

@@ -11,7 +11,7 @@ import json
 import math
 import numbers
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from datetime import UTC, date, datetime
 from functools import cached_property
 from pathlib import Path
@@ -179,10 +179,12 @@ class MemoryIn:
     source: str = "user"
     context: str | None = None
     created_at: datetime | None = None  # None: now on insert, unchanged on update
-    importance: float = 0.5
-    tier: str = "active"
-    priority: str = "normal"
-    metadata: dict[str, Any] = field(default_factory=dict)
+    # None (the default): left out, like a file row without it; ingest then writes 0.5, active, normal and
+    # {} on insert and keeps the stored value on update (a revaluation, a pin, an archive)
+    importance: float | None = None
+    tier: str | None = None
+    priority: str | None = None
+    metadata: dict[str, Any] | None = None
     action_domain: str | None = None  # None: classified at ingestion (spark_pg.intent.classify_domain)
     actionability: float | None = None  # None: scored at ingestion (spark_pg.intent.actionability)
     # fields a file row left out (of KEEPABLE): an update keeps their stored values, so a nightly

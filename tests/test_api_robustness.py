@@ -81,6 +81,29 @@ def test_a_none_in_a_keepable_field_is_the_default_on_insert_and_kept_on_update(
     assert stored(conn, tenant, "k") == (pytest.approx(0.9), "pinned", "normal", {})
 
 
+def test_a_memoryin_that_names_no_keepable_field_keeps_the_stored_ones(
+    conn: psycopg.Connection[Any], tenant: str
+) -> None:
+    """Was (docs audit): the constructor's defaults were values (0.5, active, normal, {}), so re-ingesting
+    ``MemoryIn(tenant, key, text)`` undid a pin, a revaluation, a priority and the metadata, against the
+    README's "a row that leaves these fields out keeps the stored values"."""
+    assert ingest(conn, [MemoryIn(tenant=tenant, key="k", text=TEXT)], None).inserted == 1
+    assert stored(conn, tenant, "k") == (0.5, "active", "normal", {})
+    conn.execute(
+        "UPDATE spark.memories SET importance = 0.9, tier = 'pinned', priority = 'high', "
+        "metadata = '{\"a\": 1}' WHERE tenant = %s",
+        (tenant,),
+    )
+    assert ingest(conn, [MemoryIn(tenant=tenant, key="k", text=TEXT + " Always.")], None).updated == 1
+    assert stored(conn, tenant, "k") == (pytest.approx(0.9), "pinned", "high", {"a": 1})
+    # named, they are written
+    given = MemoryIn(
+        tenant=tenant, key="k", text=TEXT, importance=0.5, tier="active", priority="normal", metadata={}
+    )
+    assert ingest(conn, [given], None).updated == 1
+    assert stored(conn, tenant, "k") == (0.5, "active", "normal", {})
+
+
 @pytest.mark.parametrize(
     "when",
     [datetime(1, 1, 1, 0, 30, tzinfo=timezone(timedelta(hours=1))), datetime(9999, 12, 31, 23, tzinfo=UTC)],

@@ -104,7 +104,17 @@ def test_descriptor_tags_category_and_domain() -> None:
 def test_validate_row_defaults() -> None:
     record = validate_row({"text": "hello"}, SRC, 1, default_tenant="t")
     # the fields left out are kept from the stored row on update (importance, tier, priority, metadata)
-    assert record == MemoryIn(tenant="t", key=default_key("hello"), text="hello", keep=frozenset(KEEPABLE))
+    # (written on insert as the values ingest gives a MemoryIn that leaves them None)
+    assert record == MemoryIn(
+        tenant="t",
+        key=default_key("hello"),
+        text="hello",
+        importance=0.5,
+        tier="active",
+        priority="normal",
+        metadata={},
+        keep=frozenset(KEEPABLE),
+    )
     assert (record.kind, record.category, record.source) == ("insight", "general", "user")
     assert (record.tier, record.priority, record.importance) == ("active", "normal", 0.5)
     assert record.context is None

@@ -202,9 +202,16 @@ def summarize_system(outcomes: Sequence[Outcome], noise: frozenset[str]) -> dict
     return result
 
 
+def unlabelled(records: list[MemoryIn]) -> list[MemoryIn]:
+    """``records`` without the evaluation's labels in their metadata (:data:`LABELS`): never stored."""
+    return [
+        replace(r, metadata={k: v for k, v in (r.metadata or {}).items() if k not in LABELS}) for r in records
+    ]
+
+
 def _load_pool(url: str, records: list[MemoryIn], embedder: Embedder, settings: Settings) -> frozenset[str]:
-    noise = frozenset(r.key for r in records if r.metadata.get("noise"))
-    clean = [replace(r, metadata={k: v for k, v in r.metadata.items() if k not in LABELS}) for r in records]
+    noise = frozenset(r.key for r in records if (r.metadata or {}).get("noise"))
+    clean = unlabelled(records)
     with connect(url) as conn:
         ingest(conn, clean, embedder, batch_size=settings.get_int("embedding.batch_size"))
         conn.commit()

@@ -116,13 +116,14 @@ def _store(
     (:func:`_lock_key`)."""
     row = conn.execute(queries.MEMORY_FOR_UPDATE, {"tenant": record.tenant, "key": record.key}).fetchone()
     status = "added"
+    meta = record.metadata or {}  # a trace's or learning's: always given (occurrences, last_seen)
     if row is not None:
         kind, content_hash, old_meta = row
         if kind != record.kind:
             raise InputError(
                 f"key {record.key!r} of tenant {record.tenant!r} is a {kind}, not a {record.kind}"
             )
-        meta = _merge(old_meta if isinstance(old_meta, dict) else {}, record.metadata)
+        meta = _merge(old_meta if isinstance(old_meta, dict) else {}, meta)
         if bytes(content_hash) == record.content_hash:
             conn.execute(
                 queries.SET_MEMORY_METADATA,
@@ -132,9 +133,7 @@ def _store(
         record = replace(record, metadata=meta)
         status = "updated"
     ingest(conn, [record], embedder, batch_size=batch_size, label=record.kind)
-    return Stored(
-        record.key, record.kind, record.text, status, int(record.metadata["occurrences"]), record.metadata
-    )
+    return Stored(record.key, record.kind, record.text, status, int(meta["occurrences"]), meta)
 
 
 def add_trace(
