@@ -609,6 +609,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_reembed_parser(sub)
 
+    from spark_pg.maintain_cli import add_parser as add_maintain_parser
+
+    add_maintain_parser(sub)
+
     from spark_pg.traces.cli import add_parser as add_trace_parser
 
     add_trace_parser(sub)

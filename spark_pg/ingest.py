@@ -20,14 +20,14 @@ from psycopg.types.json import Jsonb
 from tqdm import tqdm
 
 from spark_pg import queries
-from spark_pg.connection_modes import lock_timeout, statement_timeout_lifted, usable, vectors_adaptable
+from spark_pg.connection_modes import statement_timeout_lifted, usable, vectors_adaptable
 from spark_pg.embedding import Embedder, ModelSpec
 from spark_pg.errors import DatabaseError, IngestError, InputError, ModelMismatch
 from spark_pg.intent import ACTION_DOMAINS, actionability
 from spark_pg.records import KEEPABLE, SCRUBBED_KINDS, SYSTEM_TENANT, MemoryIn, validate_row
 from spark_pg.refusals import one_line
 from spark_pg.sql_args import flag_arg
-from spark_pg.tenant_indexes import BUILD_LOCK_TIMEOUT_MS, build_concurrently
+from spark_pg.tenant_indexes import build_concurrently, refresh_transaction
 
 log = logging.getLogger(__name__)
 
@@ -200,11 +200,7 @@ def refresh_after_write(conn: psycopg.Connection[Any], tenants: list[str]) -> No
     try:
         # the rows are stored: a refresh that would wait behind another transaction's lock (a plain DROP INDEX
         # of an invalid index behind a pg_dump) is left to the next write rather than holding this one
-        with (
-            conn.transaction(),
-            statement_timeout_lifted(conn, local=True),
-            lock_timeout(conn, BUILD_LOCK_TIMEOUT_MS, local=True),
-        ):
+        with refresh_transaction(conn):
             conn.execute(queries.REFRESH_TENANT_STATS, {"tenants": tenants})
     except psycopg.errors.OperationalError as exc:  # lock or statement timeout, cancelled
         log.warning(

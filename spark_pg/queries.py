@@ -201,6 +201,9 @@ TRY_TENANT_INDEX_LOCK = (
     "SELECT pg_try_advisory_lock(hashtextextended('spark.tenant_index:' || %(tenant)s, 0))"
 )
 TENANT_INDEX_UNLOCK = "SELECT pg_advisory_unlock(hashtextextended('spark.tenant_index:' || %(tenant)s, 0))"
+# held (session-level) by the builder running CONCURRENTLY statements on spark.embeddings: one at a time
+TRY_TENANT_INDEX_DDL_LOCK = "SELECT pg_try_advisory_lock(hashtextextended('spark.tenant_index_ddl', 0))"
+TENANT_INDEX_DDL_UNLOCK = "SELECT pg_advisory_unlock(hashtextextended('spark.tenant_index_ddl', 0))"
 
 # after an ingest commits: the touched tenants' statistics and vector indexes, where stale (sql/035)
 REFRESH_TENANT_STATS = (
@@ -517,6 +520,21 @@ SELECT tenant FROM spark.memories UNION SELECT tenant FROM spark.tenant_stats
 UNION SELECT tenant FROM spark.tenant_vector_indexes
 ORDER BY 1
 """
+
+# whether this role may build and drop indexes of spark.embeddings (its owner, a member of the owner's role,
+# a superuser), as spark.refresh_tenant_stats decides; a tenant role under row-level security may not
+MAY_BUILD_TENANT_INDEXES = """
+SELECT pg_catalog.pg_has_role(
+    (SELECT c.relowner FROM pg_catalog.pg_class c WHERE c.oid = 'spark.embeddings'::regclass), 'USAGE')
+"""
+
+# spark-pg maintain: one tenant's refresh (sql/035) in its own transaction, after waiting for the tenant's
+# refresher lock (the refresh takes the same one, which this session then holds already), so that a wait
+# for another refresher that times out is told apart from a lock the refresh itself waited for
+TENANT_REFRESH_LOCK = (
+    "SELECT pg_advisory_xact_lock(hashtextextended('spark.refresh_tenant_stats:' || %(tenant)s, 0))"
+)
+REFRESH_ONE_TENANT_STATS = "SELECT spark.refresh_tenant_stats(%(tenant)s, %(force)s)"
 
 # a lock on a name (a string naming what it guards), held to the end of the transaction; a hash collision
 # only makes two unrelated holders wait for each other. Traces and learnings lock their key with it (the

@@ -37,6 +37,7 @@ from spark_pg import queries
 from spark_pg.embedding import Embedder
 from spark_pg.errors import InputError
 from spark_pg.ingest import register_model
+from spark_pg.maintain import maintain
 from spark_pg.worker import embed_and_store
 
 # A canary counts only from a tenant holding more than CANARY_SPREAD * k vectors of the old model: two top-k
@@ -370,11 +371,11 @@ def _count(conn: psycopg.Connection[Any], query: str, model_id: int) -> int:
 
 
 def _refresh_tenants(conn: psycopg.Connection[Any], *, progress: bool) -> None:
-    """spark.refresh_tenant_stats tenant by tenant, each in its own transaction (an index build locks writes
-    to spark.embeddings until its transaction ends): the new model's per-tenant indexes get built."""
-    tenants = [str(r[0]) for r in conn.execute(queries.TENANTS).fetchall()]
-    for tenant in tqdm(tenants, desc="tenant indexes", unit="tenant", disable=not progress):
-        conn.execute(queries.REFRESH_TENANT_STATS, {"tenants": [tenant]})
+    """Every tenant's per-tenant indexes and statistics, as `spark-pg maintain` brings them up to date
+    (spark_pg.maintain): the new model's indexes are built CONCURRENTLY (writers go on), then each tenant's
+    statistics are refreshed in a transaction of its own. A tenant left undone (a lock timeout) is logged;
+    `spark-pg maintain` finishes it."""
+    maintain(conn, progress=progress)
 
 
 def _switch(conn: psycopg.Connection[Any], report: ReembedReport) -> None:

@@ -18,7 +18,10 @@ all: its writes leave the build to the owner's worker or refresh.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 from typing import Any
 
 import psycopg
@@ -31,17 +34,49 @@ from spark_pg.refusals import one_line
 log = logging.getLogger(__name__)
 
 BUILD_LOCK_TIMEOUT_MS = 5000  # the longest a build waits for older transactions (and locks) before giving up
+DDL_POLL_S = 0.2  # how often a builder looks whether another one's build of spark.embeddings is over
+
+
+@dataclass
+class IndexWork:
+    """What :func:`build_tenant_indexes` did: the indexes built and dropped (names), and the tenants it left:
+    ``busy`` (another builder held the tenant), ``queued`` (another builder's build of spark.embeddings
+    went on past the lock timeout: nothing of the tenant's plan ran), ``left_to_owner`` (this role may not
+    build or drop indexes of spark.embeddings) and ``failed`` (a lock timeout, a deadlock or a cancel: the
+    next plan drops what it left invalid and builds again)."""
+
+    built: list[str] = field(default_factory=list)
+    dropped: list[str] = field(default_factory=list)
+    busy: list[str] = field(default_factory=list)
+    queued: list[str] = field(default_factory=list)
+    left_to_owner: list[str] = field(default_factory=list)
+    failed: list[str] = field(default_factory=list)
+
+    @property
+    def ran(self) -> int:
+        """How many of the plans' statements ran."""
+        return len(self.built) + len(self.dropped)
 
 
 def build_concurrently(conn: psycopg.Connection[Any], tenants: Sequence[str]) -> int:
-    """Run spark.tenant_index_plan's CONCURRENTLY statements for ``tenants``; returns how many ran.
+    """Run spark.tenant_index_plan's CONCURRENTLY statements for ``tenants``; returns how many ran
+    (:func:`build_tenant_indexes` says which)."""
+    return build_tenant_indexes(conn, tenants).ran
+
+
+def build_tenant_indexes(
+    conn: psycopg.Connection[Any], tenants: Sequence[str], *, patient: bool = False
+) -> IndexWork:
+    """Run spark.tenant_index_plan's CONCURRENTLY statements for ``tenants``; returns what was done.
 
     Only on a connection outside a transaction (CONCURRENTLY cannot run inside one): inside a caller's
     transaction nothing runs here and the refresh builds the indexes itself. A lock or statement timeout, or
-    a cancel, is logged and leaves the tenant to the next refresh."""
+    a cancel, is logged and leaves the tenant to the next refresh. One builder at a time runs statements on
+    spark.embeddings (:func:`_ddl_lock`): a tenant whose plan has steps waits for another builder's to end,
+    up to BUILD_LOCK_TIMEOUT_MS (then it is ``queued``), or as long as it takes when ``patient``."""
+    work = IndexWork()
     if conn.info.transaction_status != TransactionStatus.IDLE:
-        return 0
-    ran = 0
+        return work
     with (
         autocommit(conn),
         statement_timeout_lifted(conn, local=False),  # a build at 100,000 takes minutes
@@ -50,20 +85,62 @@ def build_concurrently(conn: psycopg.Connection[Any], tenants: Sequence[str]) ->
         for tenant in tenants:
             held = conn.execute(queries.TRY_TENANT_INDEX_LOCK, {"tenant": tenant}).fetchone()
             if held is None or not held[0]:
-                continue  # another builder is at work on this tenant
+                work.busy.append(tenant)  # another builder is at work on this tenant
+                continue
             try:
                 steps = conn.execute(queries.TENANT_INDEX_PLAN, {"tenant": tenant}).fetchall()
-                for _, name, action, statement in steps:
-                    log.info("%s the HNSW index %s of tenant %s (concurrently)", action, name, tenant)
-                    conn.execute(statement)
-                    ran += 1
-            except psycopg.errors.OperationalError as exc:  # a lock timeout, a cancel
+                if steps and not _ddl_lock(conn, patient=patient):
+                    work.queued.append(tenant)
+                    log.info("the HNSW index of tenant %s waits for another build on its table", tenant)
+                    continue
+                try:
+                    for _, name, action, statement in steps:
+                        log.info("%s the HNSW index %s of tenant %s (concurrently)", action, name, tenant)
+                        conn.execute(statement)
+                        (work.dropped if action == "drop" else work.built).append(name)
+                finally:
+                    if steps and not conn.closed and conn.info.transaction_status == TransactionStatus.IDLE:
+                        conn.execute(queries.TENANT_INDEX_DDL_UNLOCK)
+            except psycopg.errors.OperationalError as exc:  # a lock timeout, a deadlock, a cancel
+                work.failed.append(tenant)
                 log.warning("the HNSW index of tenant %s was not built (%s); the next write tries again",
                             tenant, one_line(exc))  # fmt: skip
             except psycopg.errors.InsufficientPrivilege as exc:  # only the table's owner builds its indexes
+                work.left_to_owner.append(tenant)
                 log.info("the HNSW index of tenant %s is left to the owner of spark.embeddings (%s)",
                          tenant, one_line(exc))  # fmt: skip
             finally:
                 if not conn.closed and conn.info.transaction_status == TransactionStatus.IDLE:
                     conn.execute(queries.TENANT_INDEX_UNLOCK, {"tenant": tenant})
-    return ran
+    return work
+
+
+def _ddl_lock(conn: psycopg.Connection[Any], *, patient: bool) -> bool:
+    """Whether this session got the lock builders hold while they run statements on spark.embeddings
+    (polled for up to BUILD_LOCK_TIMEOUT_MS, or until it is free when ``patient``). Two CONCURRENTLY builds
+    of partial indexes on one table do not run side by side: the second waits for the first's lock while
+    the first waits for the second's transaction to end, a deadlock the server breaks by cancelling one.
+    Polled, never waited for in a statement: a statement that waits holds a snapshot, which the build under
+    way waits for in turn."""
+    deadline = time.monotonic() + BUILD_LOCK_TIMEOUT_MS / 1000
+    while True:
+        row = conn.execute(queries.TRY_TENANT_INDEX_DDL_LOCK).fetchone()
+        if row is not None and row[0]:
+            return True
+        if not patient and time.monotonic() >= deadline:
+            return False
+        time.sleep(DDL_POLL_S)
+
+
+@contextmanager
+def refresh_transaction(conn: psycopg.Connection[Any]) -> Iterator[None]:
+    """A transaction of its own for spark.refresh_tenant_stats: without a statement timeout (a lexeme count
+    of a large tenant can take seconds) and with lock_timeout BUILD_LOCK_TIMEOUT_MS (a refresh that would
+    wait behind another transaction's lock, e.g. a plain DROP INDEX of an invalid index behind a pg_dump,
+    gives up with OperationalError rather than hold up its caller)."""
+    with (
+        conn.transaction(),
+        statement_timeout_lifted(conn, local=True),
+        lock_timeout(conn, BUILD_LOCK_TIMEOUT_MS, local=True),
+    ):
+        yield
