@@ -38,6 +38,7 @@ from spark_pg.embedding import Embedder
 from spark_pg.errors import InputError
 from spark_pg.ingest import register_model
 from spark_pg.maintain import maintain
+from spark_pg.tenant_indexes import ddl_turn
 from spark_pg.worker import embed_and_store
 
 # A canary counts only from a tenant holding more than CANARY_SPREAD * k vectors of the old model: two top-k
@@ -134,11 +135,12 @@ def build_index(conn: psycopg.Connection[Any], model_id: int) -> None:
     if valid:
         return
     name = f"embeddings_hnsw_m{model_id}"
-    if valid is not None:
-        conn.execute(sql.SQL("DROP INDEX CONCURRENTLY IF EXISTS spark.{}").format(sql.Identifier(name)))
     row = conn.execute(queries.MODEL_INDEX_DDL, {"model_id": model_id}).fetchone()
     assert row is not None  # registered above
-    conn.execute(str(row[0]))
+    with ddl_turn(conn, patient=True):  # a builder's tenant index at the same time would deadlock with it
+        if valid is not None:
+            conn.execute(sql.SQL("DROP INDEX CONCURRENTLY IF EXISTS spark.{}").format(sql.Identifier(name)))
+        conn.execute(str(row[0]))
 
 
 def build(
@@ -396,7 +398,9 @@ def _drop_indexes(conn: psycopg.Connection[Any], old_id: int) -> list[str]:
     for name in names:
         row = conn.execute(queries.INDEX_EXISTS, {"name": name}).fetchone()
         if row is not None and row[0]:
-            conn.execute(sql.SQL("DROP INDEX CONCURRENTLY IF EXISTS spark.{}").format(sql.Identifier(name)))
+            drop = sql.SQL("DROP INDEX CONCURRENTLY IF EXISTS spark.{}").format(sql.Identifier(name))
+            with ddl_turn(conn, patient=True):
+                conn.execute(drop)
             dropped.append(name)
     conn.execute(queries.FORGET_MODEL_TENANT_INDEXES, {"model_id": old_id})
     return dropped

@@ -89,18 +89,17 @@ def build_tenant_indexes(
                 continue
             try:
                 steps = conn.execute(queries.TENANT_INDEX_PLAN, {"tenant": tenant}).fetchall()
-                if steps and not _ddl_lock(conn, patient=patient):
-                    work.queued.append(tenant)
-                    log.info("the HNSW index of tenant %s waits for another build on its table", tenant)
+                if not steps:
                     continue
-                try:
+                with ddl_turn(conn, patient=patient) as turn:
+                    if not turn:
+                        work.queued.append(tenant)
+                        log.info("the HNSW index of tenant %s waits for another build on its table", tenant)
+                        continue
                     for _, name, action, statement in steps:
                         log.info("%s the HNSW index %s of tenant %s (concurrently)", action, name, tenant)
                         conn.execute(statement)
                         (work.dropped if action == "drop" else work.built).append(name)
-                finally:
-                    if steps and not conn.closed and conn.info.transaction_status == TransactionStatus.IDLE:
-                        conn.execute(queries.TENANT_INDEX_DDL_UNLOCK)
             except psycopg.errors.OperationalError as exc:  # a lock timeout, a deadlock, a cancel
                 work.failed.append(tenant)
                 log.warning("the HNSW index of tenant %s was not built (%s); the next write tries again",
@@ -113,6 +112,19 @@ def build_tenant_indexes(
                 if not conn.closed and conn.info.transaction_status == TransactionStatus.IDLE:
                     conn.execute(queries.TENANT_INDEX_UNLOCK, {"tenant": tenant})
     return work
+
+
+@contextmanager
+def ddl_turn(conn: psycopg.Connection[Any], *, patient: bool) -> Iterator[bool]:
+    """This session's turn to run CONCURRENTLY statements on spark.embeddings (:func:`_ddl_lock`): yields
+    whether it got it, and gives it back at the end. Every builder takes it: the per-tenant plans here,
+    spark-pg maintain, and reembed's shared index and drops."""
+    got = _ddl_lock(conn, patient=patient)
+    try:
+        yield got
+    finally:
+        if got and not conn.closed and conn.info.transaction_status == TransactionStatus.IDLE:
+            conn.execute(queries.TENANT_INDEX_DDL_UNLOCK)
 
 
 def _ddl_lock(conn: psycopg.Connection[Any], *, patient: bool) -> bool:

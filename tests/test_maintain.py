@@ -322,6 +322,28 @@ def test_builders_of_two_tenants_take_turns(url: str, admin: Conn, monkeypatch: 
     assert held == (0,)  # every lock given back
 
 
+def test_reembeds_shared_index_takes_its_turn_too(url: str, admin: Conn) -> None:
+    """reembed builds a model's shared index CONCURRENTLY on the same table: it waits for the builders' turn
+    like the others (side by side with a tenant's build it deadlocked, and one of them was cancelled)."""
+    from spark_pg.reembed import build_index
+
+    model_id = admin.execute("SELECT spark.register_model('turns-model', 8, 'mean', 256)").fetchone()[0]
+    shared = f"embeddings_hnsw_m{model_id}"
+    admin.execute(sql.SQL("DROP INDEX spark.{}").format(sql.Identifier(shared)))
+    exists = "SELECT spark._index_valid(%s)"
+    with connect(url, autocommit=True) as other:  # another build under way
+        other.execute("SELECT pg_advisory_lock(hashtextextended('spark.tenant_index_ddl', 0))")
+        with connect(url, autocommit=True) as builder:
+            thread = threading.Thread(target=build_index, args=(builder, model_id))
+            thread.start()
+            time.sleep(1.0)
+            assert thread.is_alive() and admin.execute(exists, (shared,)).fetchone() == (None,)
+            other.close()  # the other build ends
+            thread.join(30)
+            assert not thread.is_alive()
+    assert admin.execute(exists, (shared,)).fetchone() == (True,)
+
+
 def test_a_tenant_role_refreshes_its_statistics_and_leaves_the_indexes_to_the_owner(
     server_url: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
