@@ -159,14 +159,21 @@ def tenant() -> str:
     return f"t-{uuid.uuid4().hex[:12]}"
 
 
+def point_cli(url: str, monkeypatch: pytest.MonkeyPatch, folder: Path, config: str = "{}\n") -> str:
+    """Point the CLI at ``url``, with ``config`` as its config file (in ``folder``) instead of the user's;
+    returns ``url``."""
+    monkeypatch.setenv("SPARK_PG_DATABASE_URL", url)
+    path = folder / "config.yaml"
+    path.write_text(config)
+    monkeypatch.setenv("SPARK_PG_CONFIG", str(path))
+    return url
+
+
 @pytest.fixture
 def cli_env(db_url: str, model_settings: Settings, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> str:
     """Point the CLI at the test database (and no user config file)."""
-    monkeypatch.setenv("SPARK_PG_DATABASE_URL", db_url)
-    config = tmp_path / "config.yaml"
-    config.write_text("embedding:\n  model_dir: " + str(model_dir_for(model_settings)) + "\n")
-    monkeypatch.setenv("SPARK_PG_CONFIG", str(config))
-    return db_url
+    config = "embedding:\n  model_dir: " + str(model_dir_for(model_settings)) + "\n"
+    return point_cli(db_url, monkeypatch, tmp_path, config)
 
 
 def usage_error(capsys: pytest.CaptureFixture[str], argv: tuple[str, ...]) -> str:

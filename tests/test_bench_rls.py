@@ -15,6 +15,7 @@ from psycopg import sql
 from spark_pg import bench_rls, scratch
 from spark_pg.cli import main
 from spark_pg.errors import InputError
+from tests.conftest import point_cli
 from tests.test_rls import _can_create_roles, doc_block
 
 TAGS = ("rls-grants", "rls-policies", "rls-tenant")
@@ -42,11 +43,7 @@ def bench_env(server_url: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) 
     reason = _can_create_roles(server_url)
     if reason:
         pytest.skip(reason)
-    monkeypatch.setenv("SPARK_PG_DATABASE_URL", server_url)
-    config = tmp_path / "config.yaml"
-    config.write_text("{}\n")
-    monkeypatch.setenv("SPARK_PG_CONFIG", str(config))
-    return server_url
+    return point_cli(server_url, monkeypatch, tmp_path)
 
 
 def _roles(server_url: str) -> list[str]:

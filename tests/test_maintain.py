@@ -21,7 +21,7 @@ from spark_pg.db import connect
 from spark_pg.errors import InputError
 from spark_pg.maintain import LEFT_TO_OWNER, MaintainReport, maintain
 from spark_pg.tenant_indexes import build_concurrently, build_tenant_indexes
-from tests.conftest import temp_database
+from tests.conftest import point_cli, temp_database
 from tests.test_rls import as_role, doc_block, renamed, roles_db
 
 Conn = psycopg.Connection[Any]
@@ -48,11 +48,7 @@ def admin(url: str) -> Iterator[Conn]:
 @pytest.fixture
 def cli(url: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> str:
     """The CLI pointed at ``url`` (and no user config file)."""
-    monkeypatch.setenv("SPARK_PG_DATABASE_URL", url)
-    config = tmp_path / "config.yaml"
-    config.write_text("{}\n")
-    monkeypatch.setenv("SPARK_PG_CONFIG", str(config))
-    return url
+    return point_cli(url, monkeypatch, tmp_path)
 
 
 def fill(c: Conn, tenant: str, n: int, *, vectors: bool = True) -> None:
@@ -365,10 +361,7 @@ def test_a_tenant_role_refreshes_its_statistics_and_leaves_the_indexes_to_the_ow
         with connect(url, autocommit=True) as owner:
             assert stats(owner, roles.alice) == INDEX_MIN and stats(owner, "_system") is None
             assert plan(owner, roles.alice) == ["build"]  # nothing half-built
-        monkeypatch.setenv("SPARK_PG_DATABASE_URL", make_conninfo(url, user=roles.alice, password="rls-test"))
-        config = tmp_path / "config.yaml"
-        config.write_text("{}\n")
-        monkeypatch.setenv("SPARK_PG_CONFIG", str(config))
+        point_cli(make_conninfo(url, user=roles.alice, password="rls-test"), monkeypatch, tmp_path)
         code, out, err = run(capsys)
         assert code == 0, err
         assert "index work left to the owner of spark.embeddings" in out

@@ -35,7 +35,7 @@ from spark_pg.revalue import (
     sample,
     write_sample,
 )
-from tests.conftest import rolled_back, temp_database
+from tests.conftest import point_cli, rolled_back, temp_database
 
 Conn = psycopg.Connection[Any]
 OLD = timedelta(days=30)
@@ -921,11 +921,7 @@ def test_python_apply_dry_run_writes_nothing_and_errors_are_input_errors(conn: C
 @pytest.fixture
 def cli(rv_db: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> str:
     """Point the CLI at this module's database, with no user config file."""
-    monkeypatch.setenv("SPARK_PG_DATABASE_URL", rv_db)
-    config = tmp_path / "config.yaml"
-    config.write_text("{}\n")
-    monkeypatch.setenv("SPARK_PG_CONFIG", str(config))
-    return rv_db
+    return point_cli(rv_db, monkeypatch, tmp_path)
 
 
 @pytest.fixture

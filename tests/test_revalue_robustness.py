@@ -38,6 +38,7 @@ from spark_pg.revalue import (
 )
 from spark_pg.revalue.display import printable
 from spark_pg.revalue.interactive import asker
+from tests.conftest import point_cli
 from tests.test_revalue import OLD, add, importances, logged, memory, revalue, run
 
 Conn = psycopg.Connection[Any]
@@ -48,12 +49,8 @@ ESC_TEXT = "clears \x1b[2J retitles \x1b]0;owned\x07 flips \u202eevil"
 def cli(db_url: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> str:
     """Point the CLI at the session's database, with no user config file; the current directory is
     ``tmp_path`` (where a lost connection's decisions are saved)."""
-    monkeypatch.setenv("SPARK_PG_DATABASE_URL", db_url)
-    config = tmp_path / "config.yaml"
-    config.write_text("{}\n")
-    monkeypatch.setenv("SPARK_PG_CONFIG", str(config))
     monkeypatch.chdir(tmp_path)
-    return db_url
+    return point_cli(db_url, monkeypatch, tmp_path)
 
 
 @pytest.fixture
