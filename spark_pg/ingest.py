@@ -27,7 +27,7 @@ from spark_pg.intent import ACTION_DOMAINS, actionability
 from spark_pg.records import KEEPABLE, SCRUBBED_KINDS, SYSTEM_TENANT, MemoryIn, validate_row
 from spark_pg.refusals import one_line
 from spark_pg.sql_args import flag_arg
-from spark_pg.tenant_indexes import build_concurrently, refresh_transaction
+from spark_pg.tenant_indexes import build_tenant_indexes, refresh_transaction
 
 log = logging.getLogger(__name__)
 
@@ -195,8 +195,14 @@ def refresh_after_write(conn: psycopg.Connection[Any], tenants: list[str]) -> No
     statement timeout (a lexeme count of a large tenant can take seconds). Their HNSW indexes are built
     CONCURRENTLY first when the connection is outside a transaction (spark_pg.tenant_indexes): built by the
     refresh, an index locks every tenant's vector writes until it commits. The rows are committed either
-    way: a refresh that fails (a lock timeout) is logged, not raised, and the next write tries again."""
-    build_concurrently(conn, tenants)
+    way: a refresh that fails (a lock timeout) is logged, not raised, and the next write tries again. A
+    tenant whose build waited its turn out (another build on spark.embeddings went on) or gave up is left
+    whole to the next write or `spark-pg maintain`: its refresh would build or drop the index itself."""
+    work = build_tenant_indexes(conn, tenants)
+    waiting = set(work.queued) | set(work.failed)
+    tenants = [t for t in tenants if t not in waiting]
+    if not tenants:
+        return
     try:
         # the rows are stored: a refresh that would wait behind another transaction's lock (a plain DROP INDEX
         # of an invalid index behind a pg_dump) is left to the next write rather than holding this one

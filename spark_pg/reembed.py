@@ -92,6 +92,8 @@ class ReembedReport:
     queued_after_switch: int = 0
     dropped_indexes: list[str] = field(default_factory=list)
     dropped_vectors: int = 0
+    # tenants whose indexes and statistics the refresh left undone (a lock timeout): spark-pg maintain's
+    tenants_left: list[str] = field(default_factory=list)
     failed: int = 0  # memories the new model could not embed (left without its vector, queued at the switch)
     errors: list[str] = field(default_factory=list)
     too_many_failed: bool = False  # more than max_failed_share failed (or all): a switch is held back
@@ -109,6 +111,7 @@ class ReembedReport:
             "queued_after_switch": self.queued_after_switch,
             "dropped_indexes": self.dropped_indexes,
             "dropped_vectors": self.dropped_vectors,
+            "tenants_left": self.tenants_left,
             "failed": self.failed,
             "errors": self.errors[-5:],
             "too_many_failed": self.too_many_failed,
@@ -294,8 +297,8 @@ def reembed(
     report.dropped_indexes = _drop_indexes(conn, old_id)
     if drop_old_vectors:
         report.dropped_vectors = _drop_vectors(conn, old_id)
-    _refresh_tenants(conn, progress=progress)
-    report.decision = f"switched from {previous} to {embedder.spec.name}"
+    report.tenants_left = _refresh_tenants(conn, progress=progress)
+    report.decision = f"switched from {previous} to {embedder.spec.name}" + _left(report)
     return report
 
 
@@ -342,7 +345,7 @@ def _finish_switch(
         report.dropped_indexes += _drop_indexes(conn, model_id)
     if drop_old_vectors:
         report.dropped_vectors = _drop_vectors(conn, retired[0][0])
-    _refresh_tenants(conn, progress=progress)
+    report.tenants_left = _refresh_tenants(conn, progress=progress)
     if report.dropped_indexes or report.dropped_vectors:
         done = [f"{len(report.dropped_indexes)} indexes of retired models dropped"]
         if drop_old_vectors:
@@ -350,7 +353,18 @@ def _finish_switch(
         what = f"the switch from {retired[0][1]} is finished: " + ", ".join(done)
     else:
         what = "nothing of the retired models was left to drop"
-    report.decision = f"{name} is already active, nothing to switch; {what}; per-tenant statistics refreshed"
+    refreshed = "; per-tenant statistics refreshed" if not report.tenants_left else _left(report)
+    report.decision = f"{name} is already active, nothing to switch; {what}{refreshed}"
+
+
+def _left(report: ReembedReport) -> str:
+    """What the decision adds for tenants the refresh left undone (a lock timeout, a cancel), or ''."""
+    if not report.tenants_left:
+        return ""
+    return (
+        f"; the indexes and statistics of {len(report.tenants_left)} tenants were left undone (a lock "
+        "timeout): run spark-pg maintain"
+    )
 
 
 def _still_missing(
@@ -372,12 +386,12 @@ def _count(conn: psycopg.Connection[Any], query: str, model_id: int) -> int:
     return int(row[0])
 
 
-def _refresh_tenants(conn: psycopg.Connection[Any], *, progress: bool) -> None:
+def _refresh_tenants(conn: psycopg.Connection[Any], *, progress: bool) -> list[str]:
     """Every tenant's per-tenant indexes and statistics, as `spark-pg maintain` brings them up to date
     (spark_pg.maintain): the new model's indexes are built CONCURRENTLY (writers go on), then each tenant's
-    statistics are refreshed in a transaction of its own. A tenant left undone (a lock timeout) is logged;
-    `spark-pg maintain` finishes it."""
-    maintain(conn, progress=progress)
+    statistics are refreshed in a transaction of its own. Returns the tenants left undone (a lock timeout, a
+    cancel), which `spark-pg maintain` finishes."""
+    return maintain(conn, progress=progress).failed
 
 
 def _switch(conn: psycopg.Connection[Any], report: ReembedReport) -> None:

@@ -82,6 +82,10 @@ def build_tenant_indexes(
         statement_timeout_lifted(conn, local=False),  # a build at 100,000 takes minutes
         lock_timeout(conn, BUILD_LOCK_TIMEOUT_MS, local=False),
     ):
+        row = conn.execute(queries.MAY_BUILD_TENANT_INDEXES).fetchone()
+        if not (row and row[0]):  # a tenant role under row-level security: asked first, nothing waited for
+            work.left_to_owner = list(tenants)
+            return work
         for tenant in tenants:
             held = conn.execute(queries.TRY_TENANT_INDEX_LOCK, {"tenant": tenant}).fetchone()
             if held is None or not held[0]:

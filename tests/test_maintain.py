@@ -19,6 +19,7 @@ from psycopg.conninfo import make_conninfo
 from spark_pg.cli import main
 from spark_pg.db import connect
 from spark_pg.errors import InputError
+from spark_pg.ingest import refresh_after_write
 from spark_pg.maintain import LEFT_TO_OWNER, MaintainReport, maintain
 from spark_pg.tenant_indexes import build_concurrently, build_tenant_indexes
 from tests.conftest import point_cli, temp_database
@@ -316,6 +317,45 @@ def test_builders_of_two_tenants_take_turns(url: str, admin: Conn, monkeypatch: 
         "AND database = (SELECT oid FROM pg_database WHERE datname = current_database())"
     ).fetchone()
     assert held == (0,)  # every lock given back
+
+
+def test_a_write_whose_build_waits_its_turn_out_leaves_the_tenant_whole_to_the_next(
+    url: str, admin: Conn, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Was (review): the write's refresh then ran the plan itself, a plain CREATE INDEX that holds every
+    tenant's vector writes for the build (or, behind a real CONCURRENTLY build, waited 5 s more and
+    failed)."""
+    from spark_pg import tenant_indexes
+
+    monkeypatch.setattr(tenant_indexes, "BUILD_LOCK_TIMEOUT_MS", 300)
+    fill(admin, "due", INDEX_MIN)
+    with connect(url, autocommit=True) as other:  # another build under way
+        other.execute("SELECT pg_advisory_lock(hashtextextended('spark.tenant_index_ddl', 0))")
+        refresh_after_write(admin, ["due"])
+        assert index_state(admin, "due") is None and stats(admin, "due") is None  # left whole
+    refresh_after_write(admin, ["due"])  # the next write's turn
+    assert index_state(admin, "due") is True and registry(admin) == [("due", INDEX_MIN)]
+
+
+def test_reembed_says_which_tenants_its_refresh_left(
+    url: str, admin: Conn, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """reembed's refresh is maintain's: a tenant it left undone (a lock timeout) is returned, for the
+    decision to name spark-pg maintain (it was only logged, and the decision said "statistics refreshed")."""
+    from spark_pg import reembed, tenant_indexes
+
+    monkeypatch.setattr(tenant_indexes, "BUILD_LOCK_TIMEOUT_MS", 300)
+    fill(admin, "cut", INDEX_MIN)
+    with connect(url) as older:
+        older.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
+        older.execute("SELECT 1")  # a snapshot CREATE INDEX CONCURRENTLY waits out
+        left = reembed._refresh_tenants(admin, progress=False)
+    assert left == ["cut"]
+    report = reembed.ReembedReport(model="m", previous=None, tenants_left=left)
+    assert reembed._left(report).endswith(
+        "1 tenants were left undone (a lock timeout): run spark-pg maintain"
+    )
+    assert reembed._refresh_tenants(admin, progress=False) == []
 
 
 def test_reembeds_shared_index_takes_its_turn_too(url: str, admin: Conn) -> None:
