@@ -58,12 +58,6 @@ class IndexWork:
         return len(self.built) + len(self.dropped)
 
 
-def build_concurrently(conn: psycopg.Connection[Any], tenants: Sequence[str]) -> int:
-    """Run spark.tenant_index_plan's CONCURRENTLY statements for ``tenants``; returns how many ran
-    (:func:`build_tenant_indexes` says which)."""
-    return build_tenant_indexes(conn, tenants).ran
-
-
 def build_tenant_indexes(
     conn: psycopg.Connection[Any], tenants: Sequence[str], *, patient: bool = False
 ) -> IndexWork:

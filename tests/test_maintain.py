@@ -21,7 +21,7 @@ from spark_pg.db import connect
 from spark_pg.errors import InputError
 from spark_pg.ingest import refresh_after_write
 from spark_pg.maintain import LEFT_TO_OWNER, MaintainReport, maintain
-from spark_pg.tenant_indexes import build_concurrently, build_tenant_indexes
+from spark_pg.tenant_indexes import build_tenant_indexes
 from tests.conftest import point_cli, temp_database
 from tests.test_rls import as_role, doc_block, renamed, roles_db
 
@@ -307,7 +307,7 @@ def test_builders_of_two_tenants_take_turns(url: str, admin: Conn, monkeypatch: 
         other.execute("SELECT pg_advisory_lock(hashtextextended('spark.tenant_index_ddl', 0))")
         work = build_tenant_indexes(admin, ["next"])
         assert (work.queued, work.built, work.failed) == (["next"], [], [])
-        assert build_concurrently(admin, ["next"]) == 0 and index_state(admin, "next") is None
+        assert build_tenant_indexes(admin, ["next"]).ran == 0 and index_state(admin, "next") is None
         threading.Timer(1.0, other.close).start()  # the other build ends
         started = time.monotonic()
         done = build_tenant_indexes(admin, ["next"], patient=True)

@@ -18,7 +18,7 @@ from spark_pg.db import connect
 from spark_pg.embedding import Embedder
 from spark_pg.ingest import ingest
 from spark_pg.records import MemoryIn
-from spark_pg.tenant_indexes import build_concurrently
+from spark_pg.tenant_indexes import build_tenant_indexes
 from tests.conftest import rolled_back, temp_database
 
 Conn = psycopg.Connection[Any]
@@ -451,7 +451,7 @@ def test_a_write_builds_the_tenants_index_concurrently_while_other_tenants_write
 
 def build_in(url: str, tenants: list[str]) -> int:
     with connect(url, statement_timeout_ms=1000) as conn:  # lifted for the build
-        return build_concurrently(conn, tenants)
+        return build_tenant_indexes(conn, tenants).ran
 
 
 def test_a_build_that_waits_too_long_for_an_older_transaction_gives_up_and_is_built_later(
@@ -495,7 +495,7 @@ def test_a_role_that_cannot_build_the_index_leaves_it_to_the_owner(server_url: s
             with connect(url) as tenant_role:
                 tenant_role.execute("SET ROLE spark_test_not_owner")
                 tenant_role.commit()
-                assert build_concurrently(tenant_role, ["grown"]) == 0
+                assert build_tenant_indexes(tenant_role, ["grown"]).ran == 0
                 assert tenant_role.execute("SELECT current_user").fetchone() == ("spark_test_not_owner",)
             assert [a for a, _ in index_plan(c, "grown")] == ["build"]  # nothing half-built
         finally:
