@@ -150,6 +150,9 @@ def test_the_deployment_rule_matches_deploys_not_file_names(conn: Conn) -> None:
         ("Bash", {"command": "cd /repo && ./scripts/release.sh v1.2"}, ""),
         ("Bash", {"command": "helm rollback api 3"}, ""),
         ("Bash", {"command": "gh release create v1.2.0"}, ""),
+        ("Bash", {"command": "sudo -u app ./release.sh"}, ""),  # an option and its argument after sudo
+        ("Bash", {"command": "sudo -E scripts/deploy.sh --dry-run"}, ""),
+        ("Bash", {"command": "git push origin release/1.2"}, ""),  # a release branch
         ("Bash", {"command": "fly deploy --strategy rolling", "description": "Deploy to Fly.io"}, ""),
         ("Bash", {"command": "git status"}, "Error rate jumped after the 14:05 deploy."),
         ("Task", {"description": "Redeploy the worker", "prompt": "Redeploy the worker on staging"}, ""),
@@ -164,6 +167,8 @@ def test_the_deployment_rule_matches_deploys_not_file_names(conn: Conn) -> None:
             "",
         ),
         ("Bash", {"command": "git add deploy/k8s"}, ""),
+        ("Bash", {"command": "sudo -u app cat deploy/k8s/x.yaml"}, ""),  # reads a file as another user
+        ("Bash", {"command": "git push origin feature/release-notes"}, ""),  # not a release branch
         ("Bash", {"command": "kubectl get deployment/api -o yaml"}, ""),  # looks, changes nothing
         *WRITES,
     ]
