@@ -57,9 +57,11 @@ FROM (SELECT e.memory_id, e.embedding, e.embedding::vector({dim}) <=> %(q)s::vec
 JOIN spark.memories m ON m.tenant = %(tenant)s AND m.id = s.memory_id
 ORDER BY s.dist, s.memory_id
 """
-KEYWORD_QUERY = """
-WITH q AS (SELECT to_tsquery('simple', string_agg(quote_literal(lexeme), ' | ')) AS tsq
-           FROM unnest(to_tsvector('english', %(text)s)))
+KEYWORD_QUERY = r"""
+WITH q AS (  -- an OR of the lexemes, each a tsquery literal taken as it is (as spark._or_tsquery)
+    SELECT string_agg('''' || replace(replace(lexeme, E'\\', E'\\\\'), '''', '''''') || '''', ' | ')::tsquery
+               AS tsq
+    FROM unnest(to_tsvector('english', %(text)s)))
 SELECT m.id, m.key, m.text, ts_rank_cd(m.tsv, q.tsq) AS rank
 FROM spark.memories m, q
 WHERE m.tenant = %(tenant)s AND m.tsv @@ q.tsq

@@ -185,7 +185,7 @@ def _load(
         with index_build_progress(url, pid, "build the shared HNSW index", enabled=progress):
             conn.execute(f"SET maintenance_work_mem = '{mwm}MB'")
             started = time.perf_counter()
-            conn.execute("SELECT spark.ensure_model_index(%s::smallint)", (model_id,))
+            conn.execute("SELECT spark.ensure_model_index(%s::integer)", (model_id,))
             conn.commit()
             figures["index_build_s"] = round(time.perf_counter() - started, 1)
         figures["index_bytes"] = _index_bytes(conn)

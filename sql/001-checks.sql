@@ -1,6 +1,21 @@
 -- Input checks shared by the spark.* functions. Each raises with an errcode and names the parameter.
 -- 22004 null_value_not_allowed, 22023 invalid_parameter_value, 22000 data_exception.
 
+CREATE OR REPLACE FUNCTION spark._blank(value text)
+RETURNS boolean
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+    -- white space as Python's str.strip() takes it, which the Python API checks with: ASCII's, the
+    -- separators \x1c to \x1f, NEL, the no-break spaces and Unicode's other spaces and line separators
+    -- ([[:space:]] misses some of them: a tenant of no-break spaces passed here and not in Python)
+    SELECT value !~ '[^ \t\n\v\f\r\u001c-\u001f\u0085\u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]'
+$fn$;
+COMMENT ON FUNCTION spark._blank(text) IS
+    'Internal: true when value is empty or holds only white space as Python''s str.strip() takes it (ASCII''s, '
+    '\x1c-\x1f, NEL, the no-break spaces, Unicode''s other spaces and line and paragraph separators); NULL for '
+    'NULL.';
+
 CREATE OR REPLACE FUNCTION spark._check_tenant(tenant text)
 RETURNS text
 LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
@@ -15,7 +30,7 @@ BEGIN
             USING ERRCODE = 'invalid_parameter_value';
     END IF;
     -- as the Python API refuses it: a tenant of spaces could hold rules and an advise log but never a memory
-    IF tenant !~ '[^[:space:]]' THEN
+    IF spark._blank(tenant) THEN
         RAISE EXCEPTION 'tenant must not be blank (only white space)' USING ERRCODE = 'invalid_parameter_value';
     END IF;
     RETURN tenant;
@@ -169,7 +184,10 @@ COMMENT ON FUNCTION spark._plausible_time(timestamptz) IS
     'Internal: true for a time t from year 1 to 9999 (UTC): an evaluation time (as_of) minus any window '
     'the functions subtract (at most 100 years) stays inside PostgreSQL''s range. NULL for NULL.';
 
-CREATE OR REPLACE FUNCTION spark._check_param(key text, value jsonb, defaults jsonb, ranges jsonb)
+-- name: the argument the object was given as (spark.advise_with_warnings checks its reflect_params here)
+DROP FUNCTION IF EXISTS spark._check_param(text, jsonb, jsonb, jsonb);
+CREATE OR REPLACE FUNCTION spark._check_param(key text, value jsonb, defaults jsonb, ranges jsonb,
+                                              name text DEFAULT 'params')
 RETURNS boolean
 LANGUAGE plpgsql STABLE PARALLEL SAFE  -- reading an as_of time depends on the session's TimeZone
 SET search_path = pg_catalog, @vector_schema@, pg_temp
@@ -179,30 +197,37 @@ DECLARE
     num numeric;
 BEGIN
     IF NOT defaults ? key THEN
-        RAISE EXCEPTION 'unknown params key "%"; allowed keys: %', key,
+        RAISE EXCEPTION 'unknown % key "%"; allowed keys: %', name, key,
             (SELECT string_agg(k, ', ' ORDER BY k) FROM jsonb_object_keys(defaults) k)
             USING ERRCODE = 'invalid_parameter_value';
     END IF;
     IF key = 'as_of' THEN  -- the same in every params object: evaluate as if now were this time
         IF jsonb_typeof(value) NOT IN ('string', 'null') THEN
-            RAISE EXCEPTION 'params.as_of must be an ISO 8601 time string, got %', value
+            RAISE EXCEPTION '%.as_of must be an ISO 8601 time string, got %', name, value
                 USING ERRCODE = 'invalid_parameter_value';
         END IF;
         IF jsonb_typeof(value) = 'string' THEN
             BEGIN
                 PERFORM (value #>> '{}')::timestamptz;
             EXCEPTION WHEN OTHERS THEN
-                RAISE EXCEPTION 'params.as_of must be an ISO 8601 time string, got %', value
+                RAISE EXCEPTION '%.as_of must be an ISO 8601 time string, got %', name, value
                     USING ERRCODE = 'invalid_parameter_value';
             END;
             -- 'infinity' parses, then breaks the time arithmetic (or silently ages every memory away)
             IF NOT isfinite((value #>> '{}')::timestamptz) THEN
-                RAISE EXCEPTION 'params.as_of must be a finite time, got %', value
+                RAISE EXCEPTION '%.as_of must be a finite time, got %', name, value
                     USING ERRCODE = 'invalid_parameter_value';
             END IF;
             -- a time near PostgreSQL's first (4714 BC) parses, then as_of - recent_days falls off the range
             IF NOT spark._plausible_time((value #>> '{}')::timestamptz) THEN
-                RAISE EXCEPTION 'params.as_of must be a time from year 1 to 9999, got %', value
+                RAISE EXCEPTION '%.as_of must be a time from year 1 to 9999, got %', name, value
+                    USING ERRCODE = 'invalid_parameter_value';
+            END IF;
+            -- PostgreSQL reads more than ISO 8601 ('tomorrow', '1/2/2020', which DateStyle reads as January or
+            -- February): only a date, with a time and an offset if any, means the same in every session
+            IF (value #>> '{}') !~* '^\s*\d{4}-\d{2}-\d{2}([T ]\d{2}:\d{2}(:\d{2}(\.\d{1,6})?)?(Z|[+-]\d{2}(:?\d{2})?)?)?\s*$' THEN
+                RAISE EXCEPTION '%.as_of must be an ISO 8601 time string (2024-05-01, 2024-05-01T12:00:00Z, '
+                                '2024-05-01 12:00:00+02:00), got %', name, value
                     USING ERRCODE = 'invalid_parameter_value';
             END IF;
         END IF;
@@ -212,14 +237,14 @@ BEGIN
         RETURN false;
     END IF;
     IF jsonb_typeof(value) IS DISTINCT FROM 'number' THEN
-        RAISE EXCEPTION 'params.% must be a number from % to %, got %', key, rng ->> 0, rng ->> 1, value
+        RAISE EXCEPTION '%.% must be a number from % to %, got %', name, key, rng ->> 0, rng ->> 1, value
             USING ERRCODE = 'invalid_parameter_value';
     END IF;
     num := (value #>> '{}')::numeric;
     -- an integer key takes an integer literal: 1.0 would pass a range check, then fail the ::integer cast
     IF num < (rng ->> 0)::numeric OR num > (rng ->> 1)::numeric
        OR ((rng ->> 2) = '1' AND (value #>> '{}') !~ '^-?[0-9]+$') THEN
-        RAISE EXCEPTION 'params.% must be % from % to %, got %', key,
+        RAISE EXCEPTION '%.% must be % from % to %, got %', name, key,
             CASE WHEN (rng ->> 2) = '1' THEN 'an integer' ELSE 'a number' END, rng ->> 0, rng ->> 1, num
             USING ERRCODE = 'invalid_parameter_value';
     END IF;
@@ -227,14 +252,15 @@ BEGIN
     -- the arithmetic (decay_half_life_days 1e-310: an overflow dividing by it; w_recency 1e-300: an
     -- underflow): no parameter means anything below 1e-9 but 0, so the key is named instead of a 22003
     IF num <> 0 AND abs(num) < 1e-9 THEN
-        RAISE EXCEPTION 'params.% is too close to 0 (below 1e-9: write 0), got %', key, value
+        RAISE EXCEPTION '%.% is too close to 0 (below 1e-9: write 0), got %', name, key, value
             USING ERRCODE = 'invalid_parameter_value';
     END IF;
     RETURN true;
 END
 $fn$;
-COMMENT ON FUNCTION spark._check_param(text, jsonb, jsonb, jsonb) IS
-    'Internal: one key of a params object. 22023 for a key not in defaults, a ranged key (ranges: '
+COMMENT ON FUNCTION spark._check_param(text, jsonb, jsonb, jsonb, text) IS
+    'Internal: one key of a params object given as argument name (params by default; messages name it). '
+    '22023 for a key not in defaults, a ranged key (ranges: '
     '{"key": [min, max, integer 0|1]}) whose value is not a number in its range (or one not 0 but below '
-    '1e-9 in size), or an as_of that is not an ISO 8601 time from year 1 to 9999; '
+    '1e-9 in size), or an as_of that is not an ISO 8601 date or time from year 1 to 9999; '
     'true for a key that passed, false for a known key the caller checks itself.';

@@ -17,7 +17,9 @@ COMMENT ON FUNCTION spark._hnsw_index_ddl(text, integer, text, boolean, boolean)
     'spark.embeddings (vectors cast to vector(dim)) named index_name, restricted by predicate (SQL text): per '
     'model, or per tenant and model. Its callers pass checked arguments.';
 
-CREATE OR REPLACE FUNCTION spark.ensure_model_index(model_id smallint)
+-- model_id became an integer: ensure_model_index(1) found no function taking a smallint
+DROP FUNCTION IF EXISTS spark.ensure_model_index(smallint);
+CREATE OR REPLACE FUNCTION spark.ensure_model_index(model_id integer)
 RETURNS text
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, @vector_schema@, pg_temp
@@ -50,7 +52,7 @@ BEGIN
     RETURN idx;
 END
 $fn$;
-COMMENT ON FUNCTION spark.ensure_model_index(smallint) IS
+COMMENT ON FUNCTION spark.ensure_model_index(integer) IS
     'Create (if missing) the partial HNSW cosine index for one model''s vectors. '
     'model_id: spark.embedding_models.id. Returns the index name, or NULL when it is missing and left for '
     'spark-pg reembed to build CONCURRENTLY: the model is inactive and already has vectors. An index that '
@@ -77,6 +79,12 @@ BEGIN
         RAISE EXCEPTION 'name must be a model name of 1 to 200 characters, got % characters', length(name)
             USING ERRCODE = 'invalid_parameter_value';
     END IF;
+    -- a name is shown and compared (params.query_model): blank or holding a terminal's control characters
+    -- it could be registered, then activated, and never told apart
+    IF spark._blank(name) OR name ~ '[[:cntrl:]]' THEN
+        RAISE EXCEPTION 'name must be a model name, not blank and without control characters, got %', to_json(name)
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
     IF length(query_prefix) > 1000 OR length(document_prefix) > 1000 THEN
         RAISE EXCEPTION '% is % characters; the limit is 1000',
             CASE WHEN length(query_prefix) > 1000 THEN 'query_prefix' ELSE 'document_prefix' END,
@@ -90,8 +98,9 @@ BEGIN
     IF pooling NOT IN ('mean', 'cls') THEN
         RAISE EXCEPTION 'pooling must be mean or cls, got %', pooling USING ERRCODE = 'invalid_parameter_value';
     END IF;
-    IF max_tokens < 1 THEN
-        RAISE EXCEPTION 'max_tokens must be positive, got %', max_tokens USING ERRCODE = 'invalid_parameter_value';
+    IF max_tokens < 1 OR max_tokens > 1000000 THEN
+        RAISE EXCEPTION 'max_tokens must be between 1 and 1000000, got %', max_tokens
+            USING ERRCODE = 'invalid_parameter_value';
     END IF;
     -- concurrent first registrations (two workers, two ingests) take turns: the second finds the first's row
     PERFORM pg_advisory_xact_lock(hashtext('spark.register_model'));
@@ -123,8 +132,8 @@ END
 $fn$;
 COMMENT ON FUNCTION spark.register_model(text, integer, text, integer, text, text) IS
     'Register an embedding model (idempotent by name) and make sure its HNSW index exists. '
-    'name: model name (1-200 characters); dim: vector dimension (1-2000); pooling: mean|cls; max_tokens: '
-    'truncation length; query_prefix/document_prefix: text prepended before embedding (up to 1000 characters; '
+    'name: model name (1-200 characters, not blank, no control characters); dim: vector dimension (1-2000); '
+    'pooling: mean|cls; max_tokens: truncation length (1-1000000); query_prefix/document_prefix: text prepended before embedding (up to 1000 characters; '
     'NULL as empty). The first model registered becomes active. Returns the model id. Errors: 22004 NULL name, dim, pooling or max_tokens; 22023 bad values; '
     '22000 if the name is registered with another dim, pooling, max_tokens or prefix.';
 

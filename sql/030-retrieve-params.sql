@@ -119,20 +119,30 @@ BEGIN
                     item.value USING ERRCODE = 'invalid_parameter_value';
             END IF;
         ELSIF item.key = 'query_model' THEN
-            IF jsonb_typeof(item.value) NOT IN ('string', 'null') THEN
-                RAISE EXCEPTION 'params.query_model must be a model name or null, got %', item.value
-                    USING ERRCODE = 'invalid_parameter_value';
+            -- a model name is 1 to 200 characters (spark.register_model)
+            IF jsonb_typeof(item.value) NOT IN ('string', 'null') OR length(item.value #>> '{}') > 200 THEN
+                RAISE EXCEPTION 'params.query_model must be a model name (up to 200 characters) or null, got %',
+                    left(item.value::text, 210) USING ERRCODE = 'invalid_parameter_value';
             END IF;
         ELSIF item.key = 'trigger_text' THEN
             IF jsonb_typeof(item.value) NOT IN ('string', 'null') THEN
-                RAISE EXCEPTION 'params.trigger_text must be a string or null, got %', item.value
+                RAISE EXCEPTION 'params.trigger_text must be a string or null, got %', left(item.value::text, 210)
+                    USING ERRCODE = 'invalid_parameter_value';
+            END IF;
+            -- as a query text: the rules read 10,000 characters of it, and spark.advise logs the params
+            IF length(item.value #>> '{}') > 10000 THEN
+                RAISE EXCEPTION 'params.trigger_text is % characters; the limit is 10000', length(item.value #>> '{}')
                     USING ERRCODE = 'invalid_parameter_value';
             END IF;
         ELSIF item.key = 'domains' THEN
-            IF jsonb_typeof(item.value) <> 'null' AND (jsonb_typeof(item.value) <> 'array' OR EXISTS (
-                   SELECT 1 FROM jsonb_array_elements(item.value) d WHERE jsonb_typeof(d) <> 'string')) THEN
-                RAISE EXCEPTION 'params.domains must be null or an array of action-domain strings, got %',
-                    item.value USING ERRCODE = 'invalid_parameter_value';
+            -- action domains are short names (spark_pg.intent: deployment_ops, data_access, ...)
+            IF jsonb_typeof(item.value) <> 'null' AND (jsonb_typeof(item.value) <> 'array'
+                   OR jsonb_array_length(item.value) > 100 OR EXISTS (
+                   SELECT 1 FROM jsonb_array_elements(item.value) d
+                   WHERE jsonb_typeof(d) <> 'string' OR length(d #>> '{}') > 100)) THEN
+                RAISE EXCEPTION 'params.domains must be null or an array of up to 100 action-domain names of up '
+                                'to 100 characters, got %', left(item.value::text, 210)
+                    USING ERRCODE = 'invalid_parameter_value';
             END IF;
         END IF;
     END LOOP;

@@ -104,6 +104,9 @@ DECLARE
     idx text;
     changed boolean;
     touched integer := 0;
+    -- the owner of the tables (a tenant role under row-level security is not: docs/security.md)
+    owner constant boolean := pg_has_role((SELECT c.relowner FROM pg_class c WHERE c.oid = 'spark.embeddings'::regclass),
+                                          'USAGE');
 BEGIN
     IF tenant IS NOT NULL THEN
         PERFORM spark._check_tenant(tenant);
@@ -124,6 +127,9 @@ BEGIN
             UNION SELECT s.tenant FROM spark.tenant_stats s WHERE refresh_tenant_stats.tenant IS NULL
             UNION SELECT v.tenant FROM spark.tenant_vector_indexes v WHERE refresh_tenant_stats.tenant IS NULL
             UNION SELECT refresh_tenant_stats.tenant WHERE refresh_tenant_stats.tenant IS NOT NULL) x
+        -- every tenant: a tenant role sees the pack's memories (policy pack_read) but may not write its
+        -- statistics, so it refreshes its own tenant's only (named, the pack's fails with 42501)
+        WHERE owner OR refresh_tenant_stats.tenant IS NOT NULL OR x.t <> spark.system_tenant()
         ORDER BY x.t
     LOOP
         changed := false;
@@ -159,8 +165,7 @@ BEGIN
         -- (the builders drop it CONCURRENTLY); an invalid one (an interrupted build) cannot wait for them
         -- (only the owner of spark.embeddings may build or drop its indexes: a tenant role under row-level
         -- security refreshes the statistics and leaves the indexes to the owner's worker or refresh)
-        IF pg_has_role((SELECT c.relowner FROM pg_class c WHERE c.oid = 'spark.embeddings'::regclass), 'USAGE')
-           AND pg_try_advisory_xact_lock(hashtextextended('spark.tenant_index:' || t, 0)) THEN
+        IF owner AND pg_try_advisory_xact_lock(hashtextextended('spark.tenant_index:' || t, 0)) THEN
             FOR step IN
                 SELECT p.statement FROM spark.tenant_index_plan(t, index_min_vectors, false) p
                 WHERE p.action <> 'drop' OR NOT coalesce(spark._index_valid(p.index_name), false)
@@ -203,7 +208,9 @@ COMMENT ON FUNCTION spark.refresh_tenant_stats(text, boolean, integer) IS
     'tenants changed. An index built here locks writes to spark.embeddings until the transaction ends: '
     'commit soon, or run spark.tenant_index_plan''s CONCURRENTLY statements first, as ingest and the worker '
     'do (a tenant whose indexes such a builder holds is left to it). Ingest and the worker call it after '
-    'their writes; call it after loads that bypass them. Errors: 22004 NULL force or '
+    'their writes; call it after loads that bypass them. A role that does not own the tables (a tenant '
+    'role under row-level security) refreshes statistics only: with tenant NULL, its own tenants''. '
+    'Errors: 22004 NULL force or '
     'index_min_vectors, 22023 empty or over-long tenant, index_min_vectors below 1.';
 
 CREATE OR REPLACE FUNCTION spark._keyword_plan(tenants text[], query_text text, budget integer)
@@ -225,7 +232,9 @@ AS $fn$
         SELECT lx.lexeme, lx.df,
                budget = 0 OR sum(lx.df) OVER (ORDER BY lx.df, lx.lexeme) <= budget AS matched
         FROM lx)
-    SELECT coalesce(array_agg(to_tsquery('simple', quote_literal(p.lexeme)) ORDER BY p.lexeme), '{}'),
+    -- each lexeme a tsquery literal taken as it is (spark._or_tsquery says why)
+    SELECT coalesce(array_agg(('''' || replace(replace(p.lexeme, E'\\', E'\\\\'), '''', '''''') || '''')::tsquery
+                              ORDER BY p.lexeme), '{}'),
            coalesce(array_agg(CASE WHEN NOT p.matched THEN p.df END ORDER BY p.lexeme), '{}'),
            -- spark._tenant_lexemes' key format, written inline (a call per lexeme and tenant costs ~20 us;
            -- the keyword tests fail if the two ever differ)

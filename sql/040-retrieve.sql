@@ -6,9 +6,13 @@ RETURNS tsquery
 LANGUAGE sql IMMUTABLE PARALLEL SAFE
 SET search_path = pg_catalog, @vector_schema@, pg_temp
 AS $fn$
-    -- an OR over the question's English lexemes (plainto_tsquery ANDs them and finds almost nothing)
+    -- an OR over the question's English lexemes (plainto_tsquery ANDs them and finds almost nothing), each
+    -- written as a tsquery literal (quote and backslash escaped) and taken as it is: to_tsquery would parse
+    -- a lexeme again, and 'follow-up' or 'x.com/a''b' became phrases that no stored tsvector holds
+    -- (spark._keyword_plan writes its lexemes the same way)
     SELECT CASE WHEN count(*) = 0 THEN NULL
-                ELSE to_tsquery('simple', string_agg(quote_literal(lexeme), ' | ' ORDER BY lexeme)) END
+                ELSE string_agg('''' || replace(replace(lexeme, E'\\', E'\\\\'), '''', '''''') || '''', ' | '
+                                ORDER BY lexeme)::tsquery END
     FROM unnest(to_tsvector('english', coalesce(query_text, '')))
 $fn$;
 COMMENT ON FUNCTION spark._or_tsquery(text) IS
@@ -647,7 +651,7 @@ DECLARE
 BEGIN
     PERFORM spark._check_tenant(tenant);
     PERFORM spark._check_query_text(query_text);
-    IF query_text !~ '\S' AND query_embedding IS NULL THEN  -- blank: spaces, tabs, newlines or nothing
+    IF spark._blank(query_text) AND query_embedding IS NULL THEN  -- blank: white space or nothing
         RAISE EXCEPTION 'query_text must not be empty when query_embedding is NULL'
             USING ERRCODE = 'invalid_parameter_value';
     END IF;
@@ -953,7 +957,8 @@ AS $fn$
 $fn$;
 COMMENT ON FUNCTION spark.explain(text, text, vector, integer, jsonb) IS
     'Every candidate spark.retrieve considered, with its signals, fused score, gates and status (surfaced, or '
-    'why it was dropped). Same parameters as spark.retrieve; surfaced rows come first, in rank order, with '
+    'why it was dropped). Same parameters as spark.retrieve (tenant, query_text, query_embedding: the query''s '
+    'vector of the active model or NULL for lexical retrieval, k, params); surfaced rows come first, in rank order, with '
     'rank set (NULL for the rest). Errors: those of spark.retrieve (22004 NULL tenant/query_text/k; 22023 '
     'empty or over-long tenant, bad k/params, empty query, query_text over 10,000 characters, zero vector; '
     '22000 wrong embedding dimension).';

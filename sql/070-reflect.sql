@@ -27,7 +27,9 @@ $fn$;
 COMMENT ON FUNCTION spark.reflect_defaults() IS
     'Default params of spark.reflect, one key per tuneable; any key may be overridden in its params argument.';
 
-CREATE OR REPLACE FUNCTION spark._reflect_params(params jsonb)
+-- name: the argument the object was given as (reflect_params in spark.advise_with_warnings)
+DROP FUNCTION IF EXISTS spark._reflect_params(jsonb);
+CREATE OR REPLACE FUNCTION spark._reflect_params(params jsonb, name text DEFAULT 'params')
 RETURNS jsonb
 LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, @vector_schema@, pg_temp
@@ -44,11 +46,11 @@ BEGIN
         RETURN defaults;
     END IF;
     IF jsonb_typeof(params) <> 'object' THEN
-        RAISE EXCEPTION 'params must be a JSON object, got %', jsonb_typeof(params)
+        RAISE EXCEPTION '% must be a JSON object, got %', name, jsonb_typeof(params)
             USING ERRCODE = 'invalid_parameter_value';
     END IF;
     FOR item IN SELECT e.key, e.value FROM jsonb_each(params) e LOOP
-        IF spark._check_param(item.key, item.value, defaults, ranges) THEN
+        IF spark._check_param(item.key, item.value, defaults, ranges, name) THEN
             CONTINUE;  -- a number in its range
         ELSIF item.key = 'kinds' THEN
             IF jsonb_typeof(item.value) <> 'array' OR jsonb_array_length(item.value) = 0
@@ -56,27 +58,29 @@ BEGIN
                           WHERE d NOT IN ('"trace"', '"learning"'))
                OR (SELECT count(DISTINCT d) FROM jsonb_array_elements(item.value) d)
                   <> jsonb_array_length(item.value) THEN
-                RAISE EXCEPTION 'params.kinds must be a non-empty array of distinct "trace" and "learning", got %',
-                    item.value USING ERRCODE = 'invalid_parameter_value';
+                RAISE EXCEPTION '%.kinds must be a non-empty array of distinct "trace" and "learning", got %',
+                    name, item.value USING ERRCODE = 'invalid_parameter_value';
             END IF;
         ELSIF item.key = 'outcome' THEN
             IF item.value NOT IN ('null', '"success"', '"failure"') THEN
-                RAISE EXCEPTION 'params.outcome must be null, "success" or "failure", got %', item.value
+                RAISE EXCEPTION '%.outcome must be null, "success" or "failure", got %', name, item.value
                     USING ERRCODE = 'invalid_parameter_value';
             END IF;
         ELSIF item.key = 'query_model' THEN
-            IF jsonb_typeof(item.value) NOT IN ('string', 'null') THEN
-                RAISE EXCEPTION 'params.query_model must be a model name or null, got %', item.value
-                    USING ERRCODE = 'invalid_parameter_value';
+            -- a model name is 1 to 200 characters (spark.register_model)
+            IF jsonb_typeof(item.value) NOT IN ('string', 'null') OR length(item.value #>> '{}') > 200 THEN
+                RAISE EXCEPTION '%.query_model must be a model name (up to 200 characters) or null, got %', name,
+                    left(item.value::text, 210) USING ERRCODE = 'invalid_parameter_value';
             END IF;
         END IF;
     END LOOP;
     RETURN defaults || params;
 END
 $fn$;
-COMMENT ON FUNCTION spark._reflect_params(jsonb) IS
-    'Internal: validate spark.reflect params (22023 naming the key for an unknown key or a bad value) and '
-    'merge them over spark.reflect_defaults(). NULL means the defaults.';
+COMMENT ON FUNCTION spark._reflect_params(jsonb, text) IS
+    'Internal: validate spark.reflect params, given as argument name (params by default; 22023 naming the '
+    'argument and key for an unknown key or a bad value) and merge them over spark.reflect_defaults(). NULL '
+    'means the defaults.';
 
 CREATE OR REPLACE FUNCTION spark._reflect_stop_lexemes()
 RETURNS text[]
@@ -169,7 +173,7 @@ BEGIN
     ELSE
         qsource := 'none: lexical fallback over the descriptors';
     END IF;
-    IF qvec IS NULL AND query_text !~ '\S' THEN  -- blank: spaces, tabs, newlines or nothing
+    IF qvec IS NULL AND spark._blank(query_text) THEN  -- blank: white space or nothing
         IF query_embedding IS NULL THEN
             RAISE EXCEPTION 'query_text must not be empty when query_embedding is NULL'
                 USING ERRCODE = 'invalid_parameter_value';
@@ -441,7 +445,7 @@ BEGIN
     -- checked before anything is written (an error anywhere undoes the whole call anyway, log included).
     -- A failure matched on words alone warns only when it holds two of the query's words or more: one word
     -- is too weak a sign (docs/traces.md), and a one-word query would warn on every trace that has it
-    rp := spark._reflect_params(advise_with_warnings.reflect_params);
+    rp := spark._reflect_params(advise_with_warnings.reflect_params, 'reflect_params');
     rp := rp || jsonb_build_object('kinds', jsonb_build_array('trace'), 'outcome', 'failure',
                                    'min_score', warning_min_score,
                                    'lexical_min_words', greatest(2, (rp ->> 'lexical_min_words')::integer));
@@ -458,7 +462,7 @@ BEGIN
     -- given the same query_model, ignores the vector too and says so in why, and with a blank text has
     -- nothing to reflect on: the advice alone, as spark.advise answers
     active := (SELECT m.name FROM spark.active_model() m);
-    IF advise_with_warnings.query_text !~ '\S'
+    IF spark._blank(advise_with_warnings.query_text)
        AND (active IS NULL OR advise_with_warnings.params ->> 'query_model' <> active) THEN
         RETURN;
     END IF;
@@ -490,14 +494,16 @@ END
 $fn$;
 COMMENT ON FUNCTION spark.advise_with_warnings(text, text, vector, integer, jsonb, text, text, text,
                                                double precision, integer, jsonb) IS
-    'spark.advise plus past-failure warnings, in one round trip: the advice rows (warning false) exactly as '
-    'spark.advise returns and logs them, then up to warning_k of the tenant''s traces whose outcome was '
+    'spark.advise plus past-failure warnings, in one round trip. tenant, query_text, query_embedding, k '
+    '(the advice rows; default 5), params, session_id, tool_name, intent_family: as spark.advise. The advice '
+    'rows (warning false) exactly as spark.advise returns and logs them, then up to warning_k of the tenant''s traces whose outcome was '
     'failure and whose spark.reflect score (same query_text, query_embedding and params.query_model: no '
     'vector when it names another model than the active one) reaches warning_min_score '
     '(warning true, priority_label high, or critical if the trace is; retrieval_id: this call; pools '
     '{reflection}; why: spark.reflect''s, plus warning.rule and warning.learnings, the learnings linked to '
     'the trace). Warnings are not logged in spark.retrieval_items (their signals are not fusion signals). '
-    'reflect_params: spark.reflect params (kinds, outcome and min_score are set here, lexical_min_words to '
+    'warning_min_score: the lowest reflect score that warns (0..1, default 0.45); warning_k: at most this '
+    'many warnings (0..20, default 2; 0 for none). reflect_params: spark.reflect params (kinds, outcome and min_score are set here, lexical_min_words to '
     '2 at least, so that a failure matched on words alone warns only when it holds two of the query''s '
     'words or more, and query_model when params has one). Errors: those of '
     'spark.advise and spark.reflect; 22004 NULL warning_min_score or warning_k; 22023 warning_min_score '

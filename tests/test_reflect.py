@@ -496,7 +496,7 @@ def test_nothing_is_written_when_the_warning_part_fails(conn: Conn, embedder: Em
 
     before = calls()
     advisor = Advisor(conn, embedder, T, options=AdvisorOptions(reflect_params={"bogus": 1}))
-    with pytest.raises(ArgumentRefused, match='unknown params key "bogus"'):
+    with pytest.raises(ArgumentRefused, match='unknown reflect_params key "bogus"'):
         advisor.advise(*EDIT, "fix the auth token refresh")
     assert calls() == before
     for k in (50, -1):  # -1 used to turn the warnings off without a word

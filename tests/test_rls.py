@@ -456,3 +456,23 @@ def test_a_tenant_roles_write_past_the_index_threshold_leaves_the_index_to_the_o
             assert admin.execute(
                 "SELECT tenant FROM spark.tenant_vector_indexes WHERE tenant = %s", (roles.alice,)
             ).fetchall() == [(roles.alice,)]
+
+
+def test_a_tenant_roles_refresh_of_every_tenant_refreshes_its_own(rls_db: tuple[str, Roles]) -> None:
+    """Was (audit W): with tenant NULL the refresh took in the pack's tenant, which a tenant role sees
+    (policy pack_read) but may not write statistics for: 42501 on every forced call."""
+    url, roles = rls_db
+    with connect(url, autocommit=True) as admin:
+        for tag in ("rls-grants", "rls-tenant", "rls-policies"):
+            admin.execute(renamed(doc_block(tag), roles))
+        assert admin.execute("SELECT spark.refresh_tenant_stats(NULL, true)").fetchone() == (3,)
+        stamps = "SELECT tenant, refreshed_at FROM spark.tenant_stats ORDER BY tenant"
+        before = dict(admin.execute(stamps).fetchall())
+    with connect(url, autocommit=True) as conn, as_role(conn, roles.alice):
+        assert conn.execute("SELECT spark.refresh_tenant_stats(NULL, true)").fetchone() == (1,)
+        with pytest.raises(errors.InsufficientPrivilege):  # named, the pack's statistics stay the owner's
+            conn.execute("SELECT spark.refresh_tenant_stats('_system', true)")
+    with connect(url, autocommit=True) as admin:
+        after = dict(admin.execute(stamps).fetchall())
+    assert sorted(before) == sorted(after) == sorted([roles.alice, roles.bob, "_system"])
+    assert [t for t in before if after[t] != before[t]] == [roles.alice]

@@ -180,8 +180,19 @@ def test_register_model_is_idempotent_and_guards_dimension(conn: Conn, model_id:
 def test_ensure_model_index_rejects_unknown_model(conn: Conn) -> None:
     with pytest.raises(errors.InvalidParameterValue, match="model_id 32000"), conn.transaction():
         conn.execute("SELECT spark.ensure_model_index(32000::smallint)")
+    # a plain integer literal, as psql users write it, and one past a smallint: the same refusal, no
+    # 42883 or 22003
+    for model_id in ("40000", "-1", "2147483647"):
+        unknown = pytest.raises(errors.InvalidParameterValue, match=f"model_id {model_id} is not")
+        with unknown, conn.transaction():
+            conn.execute(f"SELECT spark.ensure_model_index({model_id})")
     with pytest.raises(errors.NullValueNotAllowed, match="model_id"), conn.transaction():
         conn.execute("SELECT spark.ensure_model_index(NULL)")
+
+
+def test_ensure_model_index_takes_a_plain_integer(conn: Conn, model_id: int) -> None:
+    row = conn.execute("SELECT spark.ensure_model_index(model_id => %s::integer)", (model_id,)).fetchone()
+    assert row == (f"embeddings_hnsw_m{model_id}",)
 
 
 def test_filtered_vector_search_uses_the_hnsw_index_on_a_large_table(conn: Conn, model_id: int) -> None:

@@ -78,7 +78,7 @@ def test_the_smallest_params_that_mean_something_are_fine(conn: Conn, value: str
     ).fetchall()
 
 
-@pytest.mark.parametrize("blank", ["", "   ", "\t\n", " \r\n\t "])
+@pytest.mark.parametrize("blank", ["", "   ", "\t\n", " \r\n\t ", "\u00a0", "\u2028\u3000"])
 def test_a_blank_query_without_a_vector_is_refused(conn: Conn, blank: str) -> None:
     for function in ("retrieve", "explain", "reflect"):
         refused(
@@ -561,9 +561,113 @@ def test_every_public_function_taking_a_tenant_is_listed(conn: Conn) -> None:
     assert names == set(TENANT_CALLS)
 
 
-@pytest.mark.parametrize("blank", [" ", "\t", " \n "])
+# white space Python's str.strip() removes and [[:space:]] did not (audit W): no-break spaces, the separators
+# \x1c-\x1f, NEL, Unicode's line separator
+UNICODE_BLANKS = ["\u00a0", "\x1c\x1f", "\u0085", "\u2007\u202f", "\u2028 \u3000"]
+
+
+@pytest.mark.parametrize("blank", [" ", "\t", " \n ", *UNICODE_BLANKS])
 @pytest.mark.parametrize("function", sorted(TENANT_CALLS))
 def test_a_blank_tenant_is_refused_by_every_function(conn: Conn, function: str, blank: str) -> None:
     """The Python API refuses a tenant of white space; the SQL functions took one, so a tenant could hold
     trigger rules and an advise log but never store a memory (the audit's `triggers load --tenant " "`)."""
     refused(conn, TENANT_CALLS[function], (blank,), errors.InvalidParameterValue, "tenant must not be blank")
+
+
+def test_python_and_sql_agree_on_what_is_blank(conn: Conn) -> None:
+    every = "".join(chr(c) for c in range(0x3001))
+    spaces = "".join(c for c in every if not c.strip())
+    row = conn.execute(
+        "SELECT string_agg(c, '' ORDER BY o) FILTER (WHERE spark._blank(c)) "
+        "FROM unnest(regexp_split_to_array(%s, '')) WITH ORDINALITY u(c, o)",
+        (every.replace("\x00", ""),),
+    ).fetchone()
+    assert row == (spaces,)
+    assert conn.execute("SELECT spark._blank(''), spark._blank(NULL), spark._blank('a ')").fetchone() == (
+        True,
+        None,
+        False,
+    )
+
+
+@pytest.mark.parametrize(
+    ("params", "message"),
+    [
+        # a log row held a megabyte of it (audit W)
+        ({"trigger_text": "rm -rf " * 1500}, "params.trigger_text is 10500 characters; the limit is 10000"),
+        ({"query_model": "m" * 201}, "params.query_model must be a model name .up to 200 characters."),
+        ({"domains": ["x"] * 101}, "params.domains must be null or an array of up to 100"),
+        ({"domains": ["x" * 101]}, "params.domains must be null or an array of up to 100"),
+        # PostgreSQL's other readings of a time: one of them depends on the session's DateStyle
+        ({"as_of": "tomorrow"}, "params.as_of must be an ISO 8601 time string"),
+        ({"as_of": "1/2/2020"}, "params.as_of must be an ISO 8601 time string"),
+        ({"as_of": "May 1 2024"}, "params.as_of must be an ISO 8601 time string"),
+    ],
+)
+def test_params_too_large_to_log_or_not_iso_are_refused_and_nothing_is_logged(
+    conn: Conn, params: dict[str, Any], message: str
+) -> None:
+    before = conn.execute("SELECT count(*) FROM spark.retrievals").fetchone()
+    refused(
+        conn,
+        "SELECT * FROM spark.advise('t', 'deploy', NULL, 5, %s)",
+        (Jsonb(params),),
+        errors.InvalidParameterValue,
+        message,
+    )
+    assert conn.execute("SELECT count(*) FROM spark.retrievals").fetchone() == before
+
+
+@pytest.mark.parametrize(
+    "at", ["2024-05-01", "2024-05-01T12:00", "2024-05-01 12:00:00.123456+02:00", "2024-05-01t12:00:00z"]
+)
+def test_iso_times_of_every_precision_are_taken_as_as_of(conn: Conn, at: str) -> None:
+    params = {"as_of": at, "trigger_text": "x" * 10000, "query_model": "m" * 200, "domains": ["d"] * 100}
+    sql = "SELECT * FROM spark.retrieve('t', 'deploy', NULL, 5, %s)"
+    assert conn.execute(sql, (Jsonb(params),)).fetchall() == []
+
+
+@pytest.mark.parametrize(
+    ("reflect_params", "message"),
+    [
+        ('{"bogus": 1}', r'unknown reflect_params key "bogus"'),
+        ("[]", "reflect_params must be a JSON object, got array"),
+        ('{"min_score": 2}', r"reflect_params.min_score must be a number from 0 to 1"),
+        ('{"kinds": []}', r"reflect_params.kinds must be a non-empty array"),
+        ('{"as_of": "tomorrow"}', r"reflect_params.as_of must be an ISO 8601 time string"),
+    ],
+)
+def test_advise_with_warnings_names_reflect_params_in_its_errors(
+    conn: Conn, reflect_params: str, message: str
+) -> None:
+    """Was (audit W): the messages said params, whose allowed keys are spark.retrieve's."""
+    refused(
+        conn,
+        "SELECT * FROM spark.advise_with_warnings('t', 'x', reflect_params => %s::jsonb)",
+        (reflect_params,),
+        errors.InvalidParameterValue,
+        message,
+    )
+
+
+@pytest.mark.parametrize(
+    ("name", "max_tokens", "message"),
+    [
+        ("   ", 256, "name must be a model name, not blank and without control characters"),
+        ("\u00a0", 256, "name must be a model name, not blank"),
+        ("\x01\x1b[2J", 256, "without control characters"),
+        ("m", 2_000_000, "max_tokens must be between 1 and 1000000, got 2000000"),
+    ],
+)
+def test_register_model_refuses_a_blank_or_control_name_and_an_absurd_max_tokens(
+    conn: Conn, name: str, max_tokens: int, message: str
+) -> None:
+    before = conn.execute("SELECT count(*) FROM spark.embedding_models").fetchone()
+    refused(
+        conn,
+        "SELECT spark.register_model(%s, 8, 'mean', %s)",
+        (name, max_tokens),
+        errors.InvalidParameterValue,
+        message,
+    )
+    assert conn.execute("SELECT count(*) FROM spark.embedding_models").fetchone() == before

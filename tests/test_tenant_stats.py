@@ -214,6 +214,28 @@ def test_retrieve_skips_common_lexemes_from_the_match_but_still_scores_them(conn
         assert 0 < r["keyword_score"] == pytest.approx(full_scores[r["memory_id"]], abs=0.02)
 
 
+def test_a_lexeme_with_a_hyphen_quote_or_backslash_is_matched_as_stored(conn: Conn) -> None:
+    # the parser keeps compounds and URLs as lexemes of their own ('follow-up', 'x.com/a''b''c'); written
+    # back into a tsquery through to_tsquery they became phrases no stored tsvector holds
+    texts = ["Schedule the follow-up review", "Docs live at http://x.com/a'b'c", "Path C:\\tmp\\x'y z"]
+    add(conn, "lx", [*texts, "unrelated filler about lunch"])
+    for text in texts:
+        (top, *_) = explain(conn, "lx", text)
+        assert (top["text"], top["keyword_score"]) == (text, pytest.approx(1.0))
+        assert "keyword_recent" in top["pools"]
+    row = conn.execute(
+        """SELECT array_agg(numnode(q)), (SELECT array_agg(l) FROM unnest(to_tsvector('english', %(t)s)) l),
+                  spark._or_tsquery(%(t)s) @@ to_tsvector('english', %(t)s),
+                  numnode(spark._or_tsquery(%(t)s))
+           FROM spark._keyword_plan(ARRAY['lx'], %(t)s, 0) p, unnest(p.lexq) q""",
+        {"t": " ".join(texts)},
+    ).fetchone()
+    assert row is not None
+    nodes, lexemes, matches, or_nodes = row
+    assert nodes == [1] * len(lexemes)  # one lexeme each
+    assert matches and or_nodes == 2 * len(lexemes) - 1  # an OR of them all
+
+
 def test_tenant_index_is_built_used_and_dropped(conn: Conn) -> None:
     mid = model(conn)
     ids = add(conn, "big", [f"note {n}" for n in range(40)], mid)
