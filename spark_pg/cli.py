@@ -20,6 +20,7 @@ from spark_pg.cli_args import (
     time_arg,
     writable_dir,
 )
+from spark_pg.display import printable
 from spark_pg.embed_queue import MAX_ATTEMPTS
 from spark_pg.errors import InputError, SparkPgError
 from spark_pg.redact import redact_url
@@ -185,6 +186,9 @@ def cmd_seed(args: argparse.Namespace) -> int:
     return 0
 
 
+KEY_COLUMN = 26  # a key derived from a memory's text: h: and 24 hex digits
+
+
 def _print_hits(hits: Sequence[Retrieved], width: int) -> None:
     import textwrap
 
@@ -192,23 +196,28 @@ def _print_hits(hits: Sequence[Retrieved], width: int) -> None:
         print("  (nothing relevant enough: an empty answer beats a bad one)")
         return
     room = max(40, min(width, 110) - 5)
-    for rank, hit in enumerate(hits, start=1):
-        lines = textwrap.wrap(hit.text, room) or [""]
+    for rank, hit in enumerate(hits, start=1):  # untrusted text: shown, not obeyed by the terminal
+        lines = textwrap.wrap(printable(hit.text, lines=True), room) or [""]
         print(f"  {rank}. " + "\n     ".join(lines))
-        print("     why: " + "\n          ".join(textwrap.wrap(hit.reason, room - 5)))
+        print("     why: " + "\n          ".join(textwrap.wrap(printable(hit.reason, lines=True), room - 5)))
 
 
 def _print_explain(rows: Sequence[Candidate], width: int) -> None:
     room = max(40, min(width, 140) - 6)
-    print(f"{'rank':>4}  {'score':>5}  {'sim':>5}  {'kw':>5}  {'rec':>4}  {'key':<24}  status")
-    for row in rows:
+    print(f"{'rank':>4}  {'score':>5}  {'sim':>5}  {'kw':>5}  {'rec':>4}  {'key':<{KEY_COLUMN}}  status")
+    for row in rows:  # untrusted text: shown, not obeyed by the terminal
         sim = "" if row.semantic_sim is None else f"{row.semantic_sim:.2f}"
         rank = "" if row.rank is None else str(row.rank)
-        text = row.text if len(row.text) <= room else row.text[: room - 1] + "…"
+        key, text = printable(row.key), printable(row.text)
+        text = text if len(text) <= room else text[: room - 1] + "…"
+        # a key longer than the column (a trace's, a seed's) is cut there and given whole under the row
+        cut = key if len(key) <= KEY_COLUMN else key[: KEY_COLUMN - 1] + "…"
         print(
             f"{rank:>4}  {row.score:5.2f}  {sim:>5}  {row.keyword_score:5.2f}  {row.recency:4.2f}  "
-            f"{row.key[:24]:<24}  {row.status}"
+            f"{cut:<{KEY_COLUMN}}  {printable(row.status)}"
         )
+        if cut != key:
+            print(f"      key: {key}")
         print(f"      {text}")
 
 

@@ -49,6 +49,27 @@ def test_add_then_search(cli_env: str, tenant: str, capsys: pytest.CaptureFixtur
     assert "similarity" in hits[0]["reason"]
 
 
+def test_search_shows_control_characters_as_escapes_and_every_key_whole(
+    cli_env: str, tenant: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Was (audit V): search printed a memory's ESC sequences and bidi overrides raw (a stored text could clear
+    the screen), and --explain cut every key to 24 characters without a mark (the 26 of a text's key too)."""
+    key = "esc\x1b[31m-" + "k" * 30
+    text = "Terminal escape test \x1b[2J\x1b]0;title\x07 red text \u202e reversed"
+    assert run(capsys, "add", "--tenant", tenant, "--key", key, text)[0] == 0
+    assert run(capsys, "add", "--tenant", tenant, "Rotate the signing keys every quarter")[0] == 0
+    for explain in ([], ["--explain"]):
+        code, out, _ = run(capsys, "search", "--tenant", tenant, *explain, "terminal escape test red text")
+        assert code == 0
+        assert not any(c in out for c in "\x1b\x07\u202e"), out
+        assert "Terminal escape test \\x1b[2J\\x1b]0;title\\x07 red text \\u202e reversed" in out
+    assert f"key: {key}".replace("\x1b", "\\x1b") in out  # past the column: given whole under the row
+    (short,) = {k for k in out.split() if k.startswith("h:")}
+    assert len(short) == 26  # a text's key fits the column
+    code, out, _ = run(capsys, "search", "--tenant", tenant, "--json", "terminal escape test red text")
+    assert json.loads(out)[0]["text"] == text  # JSON carries the text as stored
+
+
 def test_search_takes_the_tenant_from_the_environment_as_the_hook_does(
     cli_env: str, tenant: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -24,6 +24,7 @@ import psycopg
 import pytest
 from psycopg import errors
 
+from spark_pg.display import printable
 from spark_pg.errors import InputError
 from spark_pg.revalue import (
     SKIPPED,
@@ -36,7 +37,6 @@ from spark_pg.revalue import (
     show,
     write_sample,
 )
-from spark_pg.revalue.display import printable
 from spark_pg.revalue.interactive import asker
 from tests.conftest import point_cli
 from tests.test_revalue import OLD, add, importances, logged, memory, revalue, run

@@ -15,10 +15,10 @@ import psycopg
 
 from spark_pg.cli_args import int8_arg
 from spark_pg.console import INTERRUPTED
+from spark_pg.display import printable
 from spark_pg.errors import ArgumentRefused, DatabaseError, InputError
 from spark_pg.refusals import one_line
 from spark_pg.revalue.decide import decide_auto
-from spark_pg.revalue.display import printable
 from spark_pg.revalue.files import (
     EXPORT_SUFFIXES,
     name_lines,

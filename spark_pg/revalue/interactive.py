@@ -10,8 +10,8 @@ from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from typing import TextIO
 
+from spark_pg.display import printable
 from spark_pg.revalue.decide import propose
-from spark_pg.revalue.display import printable
 from spark_pg.revalue.records import MAX_REASON, Decision, Sampled, clamp
 from spark_pg.rowfiles import string_problem
 
@@ -29,7 +29,7 @@ def _signals(memory: Sampled, now: datetime) -> str:
 
 def show(memory: Sampled, position: str, out: TextIO, now: datetime | None = None) -> None:
     """One memory for a reviewer: where it stands, its text and its signals (control characters shown as
-    escapes: :func:`~spark_pg.revalue.display.printable`)."""
+    escapes: :func:`~spark_pg.display.printable`)."""
     now = now or datetime.now(UTC)
     width = max(40, min(shutil.get_terminal_size().columns, 110) - 4)
     labels = ", ".join(printable(label) for label in (memory.kind, memory.category, memory.tier))

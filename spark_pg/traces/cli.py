@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 
 from spark_pg.cli_args import int4_arg
+from spark_pg.display import printable
 
 TYPE_CHECKING = False  # not typing's: the parser is built on every command, typing is not needed for it
 if TYPE_CHECKING:
@@ -29,7 +30,8 @@ def _say(stored: Stored, as_json: bool) -> None:
         stored.status
     ]
     times = f" ({stored.occurrences} times)" if stored.occurrences > 1 else ""
-    print(f"{stored.kind} {stored.key} {what}{times}\n  {stored.text}")
+    # untrusted text (a command's output, a pasted error): shown, not obeyed by the terminal
+    print(f"{stored.kind} {printable(stored.key)} {what}{times}\n  {printable(stored.text)}")
 
 
 def cmd_trace_add(args: argparse.Namespace) -> int:
@@ -96,10 +98,10 @@ def cmd_reflect(args: argparse.Namespace) -> int:
         else:
             label = r.outcome or r.kind
             flag = "  WARNING: a past failure" if r.warns(warn) else ""
-            flag += f"  (learned from {r.linked_to})" if r.linked_to else ""
-            head = f"  {r.rank}. [{label}] {r.score:.2f}{flag}\n    "
-        print(head + " " + "\n      ".join(textwrap.wrap(r.text, 100)))
-        print(f"      why: {r.reason}")
+            flag += f"  (learned from {printable(r.linked_to)})" if r.linked_to else ""
+            head = f"  {r.rank}. [{printable(label)}] {r.score:.2f}{flag}\n    "
+        print(head + " " + "\n      ".join(textwrap.wrap(printable(r.text, lines=True), 100)))
+        print(f"      why: {printable(r.reason)}")
     return 0
 
 

@@ -1,9 +1,10 @@
 """Memory text on a terminal: the characters a terminal would act on shown as escapes, not obeyed.
 
-A reviewer judges untrusted text: a memory's key, text or a decision's reason may hold ESC sequences
-(``\\x1b[2J`` clears the screen, an OSC sequence retitles the terminal or writes a link), other control
-characters, or bidirectional overrides that show text in another order than it is stored (U+202E). What
-revalue prints is passed through :func:`printable`; what it stores or exports is never altered.
+Memories come from agents, pasted files and tool output: a memory's key, text or a decision's reason may
+hold ESC sequences (``\\x1b[2J`` clears the screen, an OSC sequence retitles the terminal or writes a link),
+other control characters, or bidirectional overrides that show text in another order than it is stored
+(U+202E). What the CLI prints of them (search, search --explain, reflect, trace and learning, revalue) is
+passed through :func:`printable`; what it stores, exports or prints as JSON is never altered.
 """
 
 from __future__ import annotations
