@@ -35,6 +35,7 @@ from spark_pg.revalue import (
     sample,
     write_sample,
 )
+from spark_pg.traces.descriptor import make_trace
 from tests.conftest import point_cli, rolled_back, temp_database
 
 Conn = psycopg.Connection[Any]
@@ -743,6 +744,29 @@ def test_auto_decider_on_realistic_memories(
     assert decision.importance == pytest.approx(expected)
     assert reason in (decision.reason or "")
     assert (decision.id, decision.key) == (1, "k")
+
+
+def test_auto_decider_leaves_traces_and_learnings_to_their_outcomes() -> None:
+    """Was (audit V): a failure trace, which reflect and the hooks surface as a warning, was lowered to 0.1 as
+    a "code dump": its Intent: ... | Outcome: ... format reads as symbols to the noise detectors."""
+    traces = [
+        make_trace(
+            "Fix auth token refresh", "failure", issue="token expiry compared in local time, not UTC",
+            files="auth/tokens.py,auth/session.py", tags="auth,timezone",
+        ),
+        make_trace("Fix auth token refresh", "failure", issue="token expiry compared in local time"),
+    ]  # fmt: skip
+    for trace in traces:
+        as_insight = memory(trace.descriptor, 0.5)
+        assert propose(as_insight).reason == "noise (code dump), not advice"  # what the text alone looks like
+        decision = propose(replace(as_insight, kind="trace"))
+        assert decision.importance == 0.5 and "noise" not in (decision.reason or "")
+    handle = memory("expiry: utc() == local()?", 0.5)
+    assert propose(handle).importance == 0.1
+    assert "noise" not in (propose(replace(handle, kind="learning")).reason or "")
+    # outcomes still lower one that rarely helps
+    failing = replace(memory(traces[0].descriptor, 0.5, unhelpful_count=5, reliability=0.1), kind="trace")
+    assert propose(failing).importance == 0.1
 
 
 def test_interactive_decider_keeps_accepts_sets_skips_and_quits(capsys: pytest.CaptureFixture[str]) -> None:

@@ -19,6 +19,7 @@ FOUNDATIONAL = re.compile(
     re.I,
 )
 NOISE_CEILING = 0.1  # where outcome failures and hard noise put a memory
+STRUCTURED_KINDS = ("trace", "learning")  # written by spark-pg in its own format, not free text
 HARD_NOISE = 0.1  # not_observation at or under this: retweet, training log, log line, code dump, ...
 
 
@@ -32,7 +33,9 @@ def propose(memory: Sampled) -> Decision:
        0.6 or more raises to at least 0.5 + 0.05 per success (at most 0.9);
     2. hard noise (spark_pg.intent's observation detectors: retweet, engagement counts, training log, log
        line, placeholder, bare URL, code dump, social post, promotion, vague text) never marked helpful
-       lowers to at most 0.1;
+       lowers to at most 0.1; not a trace's or a learning's text, which spark-pg writes in a format of its
+       own (``Intent: ... | Outcome: failure | Key issue: ...``) that the detectors take for a code dump:
+       those are lowered by their outcomes only;
     3. a foundational pattern of the seed ("chose not to", "sat with", "practiced", "honestly", "for the
        first time", ...) raises by 0.2, to at least 0.5 and at most 0.7;
     4. advice (actionability at or over the advisor's gate, 0.3) raises to at least 0.3 + 0.3 x
@@ -53,7 +56,7 @@ def propose(memory: Sampled) -> Decision:
             f"rarely helps: reliability {memory.reliability:.2f} after {judged} outcomes",
         )
     score = actionability(memory.text)
-    if score.not_observation <= HARD_NOISE and successes == 0:
+    if score.not_observation <= HARD_NOISE and successes == 0 and memory.kind not in STRUCTURED_KINDS:
         return _decision(memory, min(current, NOISE_CEILING), f"noise ({score.reason}), not advice")
     raises: list[tuple[float, str]] = []
     if successes >= 2 and memory.reliability >= 0.6:
