@@ -34,12 +34,13 @@ from psycopg.types.json import Jsonb
 
 from spark_pg import queries
 from spark_pg.errors import InputError
-from spark_pg.records import MAX_KEY, PRIORITIES, json_problem
+from spark_pg.records import MAX_KEY, MAX_TENANT, PRIORITIES, SYSTEM_TENANT, json_problem
 from spark_pg.refusals import one_line
 from spark_pg.rowfiles import (
     StrictYamlLoader,
     read_text_file,
     string_problem,
+    text_problem,
     yaml_error_line,
     yaml_error_message,
 )
@@ -208,9 +209,13 @@ def _empty_match_problem(pattern: str) -> str | None:
 
 
 def parse_rules(data: Any, source: str = "<rules>") -> list[TriggerRule]:
-    """Validate a parsed YAML document; every rule is checked before any is returned."""
+    """Validate a parsed YAML document; every rule is checked before any is returned. The document must
+    name its ``rules`` (``rules: []`` for none): loading makes the tenant's static rules exactly the file's,
+    so an empty or truncated file read as no rules removed every one of them."""
     if data is None:
-        return []
+        raise TriggerRuleError(
+            source, "file", "is empty; write 'rules: []' to remove every static rule of the tenant"
+        )
     if not isinstance(data, Mapping):
         raise TriggerRuleError(source, "file", "must be a mapping with a 'rules' list")
     unknown = sorted((k for k in data if k not in FILE_KEYS), key=repr)
@@ -218,13 +223,17 @@ def parse_rules(data: Any, source: str = "<rules>") -> list[TriggerRule]:
         raise TriggerRuleError(
             source, "file", f"unknown key {unknown[0]!r}; allowed: {', '.join(sorted(FILE_KEYS))}"
         )
+    if "rules" not in data:
+        raise TriggerRuleError(
+            source, "file", "has no 'rules' list; write 'rules: []' to remove every static rule of the tenant"
+        )
     version = data.get("version", 1)
     if isinstance(version, bool) or version != 1:  # True == 1 in Python
         raise TriggerRuleError(source, "file", f"version {version!r} is not supported (1 is)")
     rules: list[TriggerRule] = []
     for section, origin in (("rules", "static"), ("learned", "learned")):
         items = data.get(section)
-        if items is None:  # absent or empty: no rules (loading then removes the tenant's static ones)
+        if items is None:  # `rules:` left empty, or no learned section: none
             items = []
         if not isinstance(items, list):  # `rules: {}` read as no rules, and loading removed them all
             raise TriggerRuleError(source, section, "must be a list")
@@ -234,6 +243,18 @@ def parse_rules(data: Any, source: str = "<rules>") -> list[TriggerRule]:
     if duplicate:
         raise TriggerRuleError(source, f"rule {duplicate!r}", "is defined twice")
     return rules
+
+
+def check_load_tenant(source: str, tenant: object) -> None:
+    """TriggerRuleError when ``tenant`` is no tenant a rules file can be loaded for, as spark.put_trigger_rule
+    refuses it (22023): blank, over-long or unstorable, or the pack's, which only ``spark-pg seed`` writes.
+    For ``triggers load --check``, which touches no database, so that what it calls valid loads."""
+    problem = text_problem(tenant, MAX_TENANT)
+    if problem:
+        raise TriggerRuleError(source, "tenant", problem)
+    if tenant == SYSTEM_TENANT:
+        message = "holds the cold-start pack that every tenant sees: only `spark-pg seed` writes its rules"
+        raise TriggerRuleError(source, f"tenant {tenant}", message)
 
 
 def load_rules(path: str | Path) -> list[TriggerRule]:

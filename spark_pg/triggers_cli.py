@@ -8,11 +8,13 @@ import json
 
 
 def cmd_triggers_load(args: argparse.Namespace) -> int:
-    from spark_pg.triggers import load_rules
+    from spark_pg.triggers import check_load_tenant, load_rules
 
     rules = load_rules(args.file)  # the whole file is checked before anything is written
     written = removed = 0
-    if not args.check:
+    if args.check:  # the tenant too, as the load would: "all valid" then refused was the audit's case
+        check_load_tenant(str(args.file), args.tenant)
+    else:
         from spark_pg.client import SparkClient
         from spark_pg.triggers import sync_rules
 

@@ -52,8 +52,8 @@ def test_add_then_search(cli_env: str, tenant: str, capsys: pytest.CaptureFixtur
 def test_search_shows_control_characters_as_escapes_and_every_key_whole(
     cli_env: str, tenant: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """Was (audit V): search printed a memory's ESC sequences and bidi overrides raw (a stored text could clear
-    the screen), and --explain cut every key to 24 characters without a mark (the 26 of a text's key too)."""
+    """Was (audit V): search printed a memory's ESC sequences and bidi overrides raw (a stored text could
+    clear the screen), and --explain cut every key to 24 characters without a mark (a text's 26 too)."""
     key = "esc\x1b[31m-" + "k" * 30
     text = "Terminal escape test \x1b[2J\x1b]0;title\x07 red text \u202e reversed"
     assert run(capsys, "add", "--tenant", tenant, "--key", key, text)[0] == 0
@@ -473,6 +473,28 @@ def test_triggers_load_checks_the_file_then_makes_the_tenants_rules_exactly_its(
         code, _, err = run(capsys, "triggers", "load", str(rules), "--tenant", tenant)
         assert code == 2 and "rules: must be a list" in err
         assert conn.execute(names, (tenant,)).fetchall() == [("deploys",)]
+        # an empty or truncated file, which removed every static rule (audit V); `rules: []` says so
+        for text in ("", "version: 1\n", "learned: []\n"):
+            rules.write_text(text)
+            for check in ([], ["--check"]):
+                code, _, err = run(capsys, "triggers", "load", str(rules), "--tenant", tenant, *check)
+                assert code == 2 and "write 'rules: []' to remove every static rule" in err
+        assert conn.execute(names, (tenant,)).fetchall() == [("deploys",)]
+        rules.write_text("rules: []\n")
+        assert run(capsys, "triggers", "load", str(rules), "--tenant", tenant)[0] == 0
+        assert conn.execute(names, (tenant,)).fetchall() == []
+
+
+@pytest.mark.parametrize(("tenant", "message"), [("_system", "only `spark-pg seed` writes"), (" ", "empty")])
+def test_triggers_load_check_refuses_a_tenant_the_load_would(
+    cli_env: str, tenant: str, message: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Was (audit V): --check said "all valid" for the pack's tenant, which the load then refused."""
+    rules = tmp_path / "rules.yaml"
+    rules.write_text("rules:\n  - {name: a, pattern: '\\malembic\\M', surface: [k]}\n")
+    for check in (["--check"], []):
+        code, out, err = run(capsys, "triggers", "load", str(rules), "--tenant", tenant, *check)
+        assert (code, out) == (2, "") and "tenant" in err and (message in err or not check)
 
 
 @pytest.mark.parametrize("source", ["environment", "file"])

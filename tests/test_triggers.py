@@ -247,8 +247,15 @@ def test_file_level_errors() -> None:
         parse_rules({"version": 2, "rules": []})
     with pytest.raises(TriggerRuleError, match="unknown key 'rule'"):
         parse_rules({"rule": []})
-    assert parse_rules(None) == []
     assert parse_rules({"version": 1, "rules": None}) == []  # `rules:` left empty
+    assert parse_rules({"rules": []}) == []
+    # read as no rules, an empty or truncated file removed every static rule of the tenant (audit V)
+    with pytest.raises(TriggerRuleError, match="file: is empty; write 'rules: \\[\\]' to remove every"):
+        parse_rules(None)
+    with pytest.raises(TriggerRuleError, match="file: has no 'rules' list; write 'rules: \\[\\]'"):
+        parse_rules({"version": 1})
+    with pytest.raises(TriggerRuleError, match="has no 'rules' list"):
+        parse_rules({"learned": []})
 
 
 @pytest.mark.parametrize(
@@ -256,7 +263,7 @@ def test_file_level_errors() -> None:
     [
         ({"rules": {}}, "rules: must be a list"),  # read as no rules: loading then removed all of them
         ({"rules": ""}, "rules: must be a list"),
-        ({"learned": {}}, "learned: must be a list"),
+        ({"rules": [], "learned": {}}, "learned: must be a list"),
         ({"version": True, "rules": []}, "version True is not supported"),  # True == 1
         ({"rules": [rule(pattern=".*")]}, "matches an empty text, so every call"),
         ({"rules": [rule(pattern="deploy|")]}, "matches an empty text"),
