@@ -16,6 +16,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import psycopg
+from psycopg.pq import TransactionStatus
 from psycopg.types.json import Jsonb
 from tqdm import tqdm
 
@@ -197,7 +198,11 @@ def refresh_after_write(conn: psycopg.Connection[Any], tenants: list[str]) -> No
     refresh, an index locks every tenant's vector writes until it commits. The rows are committed either
     way: a refresh that fails (a lock timeout) is logged, not raised, and the next write tries again. A
     tenant whose build waited its turn out (another build on spark.embeddings went on) or gave up is left
-    whole to the next write or `spark-pg maintain`: its refresh would build or drop the index itself."""
+    whole to the next write or `spark-pg maintain`: its refresh would build or drop the index itself.
+    Inside a caller's transaction (``trace add``) only the statistics are refreshed: an index built or
+    dropped there would hold its locks until that transaction ends; the caller runs this again once it has
+    committed (spark_pg.traces.store), or the next write or `spark-pg maintain` does the index work."""
+    idle = conn.info.transaction_status == TransactionStatus.IDLE
     work = build_tenant_indexes(conn, tenants)
     waiting = set(work.queued) | set(work.failed)
     tenants = [t for t in tenants if t not in waiting]
@@ -207,7 +212,7 @@ def refresh_after_write(conn: psycopg.Connection[Any], tenants: list[str]) -> No
         # the rows are stored: a refresh that would wait behind another transaction's lock (a plain DROP INDEX
         # of an invalid index behind a pg_dump) is left to the next write rather than holding this one
         with refresh_transaction(conn):
-            conn.execute(queries.REFRESH_TENANT_STATS, {"tenants": tenants})
+            conn.execute(queries.REFRESH_TENANT_STATS, {"tenants": tenants, "build_indexes": idle})
     except psycopg.errors.OperationalError as exc:  # lock or statement timeout, cancelled
         log.warning(
             "the rows are stored, but the statistics of %s were not refreshed (%s); the next write tries "

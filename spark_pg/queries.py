@@ -207,7 +207,8 @@ TENANT_INDEX_DDL_UNLOCK = "SELECT pg_advisory_unlock(hashtextextended('spark.ten
 
 # after an ingest commits: the touched tenants' statistics and vector indexes, where stale (sql/035)
 REFRESH_TENANT_STATS = (
-    "SELECT coalesce(sum(spark.refresh_tenant_stats(t)), 0) FROM unnest(%(tenants)s::text[]) t"
+    "SELECT coalesce(sum(spark.refresh_tenant_stats(t, build_indexes => %(build_indexes)s)), 0) "
+    "FROM unnest(%(tenants)s::text[]) t"
 )
 
 # (tenant, key, content_hash) of rows already embedded by a model, for one batch of keys
@@ -514,7 +515,7 @@ USING (SELECT tenant, memory_id FROM spark.embeddings WHERE model_id = %(model_i
 WHERE e.tenant = d.tenant AND e.memory_id = d.memory_id AND e.model_id = %(model_id)s
 """
 
-# every tenant spark.refresh_tenant_stats(NULL) visits (emptied ones included: their statistics go)
+# every tenant spark.refresh_tenant_stats(NULL) visits as the owner (emptied ones too: their statistics go)
 TENANTS = """
 SELECT tenant FROM spark.memories UNION SELECT tenant FROM spark.tenant_stats
 UNION SELECT tenant FROM spark.tenant_vector_indexes

@@ -85,8 +85,13 @@ COMMENT ON FUNCTION spark.tenant_index_plan(text, integer, boolean) IS
     'shrank; build) and statement. Other models'' indexes are left alone. Errors: 22004 NULL tenant, '
     'index_min_vectors or concurrent; 22023 empty or over-long tenant, index_min_vectors below 1.';
 
+-- build_indexes was added: a write inside a caller's transaction (spark-pg trace add) must leave the index
+-- work to a builder that runs CONCURRENTLY, or the plain build held every tenant's writes (a plain DROP of
+-- an invalid index every tenant's reads) until that transaction ended
+DROP FUNCTION IF EXISTS spark.refresh_tenant_stats(text, boolean, integer);
 CREATE OR REPLACE FUNCTION spark.refresh_tenant_stats(
-    tenant text DEFAULT NULL, force boolean DEFAULT false, index_min_vectors integer DEFAULT 1500)
+    tenant text DEFAULT NULL, force boolean DEFAULT false, index_min_vectors integer DEFAULT 1500,
+    build_indexes boolean DEFAULT true)
 RETURNS integer
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, @vector_schema@, pg_temp
@@ -120,6 +125,9 @@ BEGIN
     IF index_min_vectors < 1 THEN
         RAISE EXCEPTION 'index_min_vectors must be at least 1, got %', index_min_vectors
             USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF build_indexes IS NULL THEN
+        RAISE EXCEPTION 'build_indexes must not be NULL' USING ERRCODE = 'null_value_not_allowed';
     END IF;
     FOR t IN
         SELECT x.t FROM (
@@ -165,7 +173,7 @@ BEGIN
         -- (the builders drop it CONCURRENTLY); an invalid one (an interrupted build) cannot wait for them
         -- (only the owner of spark.embeddings may build or drop its indexes: a tenant role under row-level
         -- security refreshes the statistics and leaves the indexes to the owner's worker or refresh)
-        IF owner AND pg_try_advisory_xact_lock(hashtextextended('spark.tenant_index:' || t, 0)) THEN
+        IF owner AND build_indexes AND pg_try_advisory_xact_lock(hashtextextended('spark.tenant_index:' || t, 0)) THEN
             FOR step IN
                 SELECT p.statement FROM spark.tenant_index_plan(t, index_min_vectors, false) p
                 WHERE p.action <> 'drop' OR NOT coalesce(spark._index_valid(p.index_name), false)
@@ -196,7 +204,7 @@ BEGIN
     RETURN touched;
 END
 $fn$;
-COMMENT ON FUNCTION spark.refresh_tenant_stats(text, boolean, integer) IS
+COMMENT ON FUNCTION spark.refresh_tenant_stats(text, boolean, integer, boolean) IS
     'Keep the per-tenant statistics spark.retrieve plans with. tenant: one tenant, or NULL for every tenant. '
     'Rebuilds spark.lexeme_stats (lexemes held by at least 20 of the tenant''s memories) when they are missing '
     'or the tenant''s memory count moved by more than a quarter since (force = true: always); creates a '
@@ -210,7 +218,9 @@ COMMENT ON FUNCTION spark.refresh_tenant_stats(text, boolean, integer) IS
     'do (a tenant whose indexes such a builder holds is left to it). Ingest and the worker call it after '
     'their writes; call it after loads that bypass them. A role that does not own the tables (a tenant '
     'role under row-level security) refreshes statistics only: with tenant NULL, its own tenants''. '
-    'Errors: 22004 NULL force or '
+    'build_indexes false: statistics and the registry only, no index built or dropped (a write inside a '
+    'longer transaction, which would hold the locks until it ends). '
+    'Errors: 22004 NULL force, build_indexes or '
     'index_min_vectors, 22023 empty or over-long tenant, index_min_vectors below 1.';
 
 CREATE OR REPLACE FUNCTION spark._keyword_plan(tenants text[], query_text text, budget integer)

@@ -479,10 +479,15 @@ def test_a_load_and_its_refresh_run_as_long_as_they_need(db_url: str, tenant: st
         c.execute("DELETE FROM spark.embed_queue WHERE tenant = %s", (tenant,))
         c.commit()
         c.execute("SET statement_timeout = '40ms'")
+        built = "SELECT count(*) FROM spark.tenant_vector_indexes WHERE tenant = %s"
+        # inside the caller's transaction (the SET opened one) the index is left to a write outside one: built
+        # there, it held every tenant's vector writes until this transaction ended
         assert ingest(c, [MemoryIn(tenant=tenant, key="one-more", text="one more row")], None).inserted == 1
+        assert c.execute(built, (tenant,)).fetchone() == (0,)
         c.commit()
-        built = c.execute("SELECT count(*) FROM spark.tenant_vector_indexes WHERE tenant = %s", (tenant,))
-        assert built.fetchone() == (1,)
+        assert ingest(c, [MemoryIn(tenant=tenant, key="two-more", text="two more rows")], None).inserted == 1
+        c.commit()
+        assert c.execute(built, (tenant,)).fetchone() == (1,)
 
 
 def test_a_row_another_writer_changed_meanwhile_is_embedded_not_left_queued(

@@ -19,6 +19,7 @@ from spark_pg.embedding import Embedder
 from spark_pg.ingest import ingest
 from spark_pg.records import MemoryIn
 from spark_pg.tenant_indexes import build_tenant_indexes
+from spark_pg.traces.store import add_learning, add_trace
 from tests.conftest import rolled_back, temp_database
 
 Conn = psycopg.Connection[Any]
@@ -119,17 +120,18 @@ def test_refresh_of_every_tenant_and_of_an_emptied_one(conn: Conn) -> None:
 @pytest.mark.parametrize(
     ("args", "error", "names"),
     [
-        (("t", None, 10), errors.NullValueNotAllowed, "force"),
-        (("t", False, None), errors.NullValueNotAllowed, "index_min_vectors"),
-        (("t", False, 0), errors.InvalidParameterValue, "index_min_vectors"),
-        (("", False, 10), errors.InvalidParameterValue, "tenant"),
+        (("t", None, 10, True), errors.NullValueNotAllowed, "force"),
+        (("t", False, None, True), errors.NullValueNotAllowed, "index_min_vectors"),
+        (("t", False, 0, True), errors.InvalidParameterValue, "index_min_vectors"),
+        (("", False, 10, True), errors.InvalidParameterValue, "tenant"),
+        (("t", False, 10, None), errors.NullValueNotAllowed, "build_indexes"),
     ],
 )
 def test_refresh_rejects_bad_input(
     conn: Conn, args: tuple[Any, ...], error: type[Exception], names: str
 ) -> None:
     with pytest.raises(error, match=names):
-        conn.execute("SELECT spark.refresh_tenant_stats(%s, %s, %s)", args)
+        conn.execute("SELECT spark.refresh_tenant_stats(%s, %s, %s, %s)", args)
 
 
 def test_keyword_plan_keys_match_the_index_and_never_cross_tenants(conn: Conn) -> None:
@@ -523,3 +525,26 @@ def test_a_role_that_cannot_build_the_index_leaves_it_to_the_owner(server_url: s
         finally:
             c.execute("DROP OWNED BY spark_test_not_owner")
             c.execute("DROP ROLE spark_test_not_owner")
+
+
+def test_a_trace_written_inside_a_transaction_leaves_the_index_work_until_it_commits(server_url: str) -> None:
+    """Was (audit X): trace and learning writes run ingest inside their own transaction, where the refresh
+    built the due index itself (a plain DROP of an invalid one first), holding every tenant's vector writes,
+    or reads, until the commit: seconds at 6,000 vectors."""
+    locks = """SELECT l.mode FROM pg_locks l
+               WHERE l.pid = pg_backend_pid() AND l.relation = 'spark.embeddings'::regclass"""
+    with temp_database(server_url, install=True) as url, connect(url) as conn:
+        mid = model(conn)
+        add(conn, "big", [f"note {n}" for n in range(1500)], mid)
+        conn.commit()
+        with conn.transaction():  # a caller's transaction: the index stays due until a write outside one
+            add_trace(conn, None, "big", "Fix auth token refresh", "failure", issue="expiry in local time")
+            held = {mode for (mode,) in conn.execute(locks).fetchall()}
+            assert held <= {"AccessShareLock", "RowShareLock", "RowExclusiveLock"}, held
+            assert [a for a, _ in index_plan(conn, "big")] == ["build"]
+        # committed and idle: the trace's own write, and then the index built CONCURRENTLY, and registered
+        add_learning(conn, None, "big", "compare token expiry in UTC")
+        assert index_plan(conn, "big") == []
+        registered = conn.execute("SELECT count(*) FROM spark.tenant_vector_indexes WHERE tenant = 'big'")
+        assert registered.fetchone() == (1,)
+        assert conn.execute("SELECT count(*) FROM spark.memories WHERE tenant = 'big'").fetchone() == (1502,)

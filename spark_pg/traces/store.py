@@ -22,12 +22,13 @@ from datetime import UTC, datetime
 from typing import Any
 
 import psycopg
+from psycopg.pq import TransactionStatus
 from psycopg.types.json import Jsonb
 
 from spark_pg import queries
 from spark_pg.embedding import Embedder
 from spark_pg.errors import InputError
-from spark_pg.ingest import ingest
+from spark_pg.ingest import ingest, refresh_after_write
 from spark_pg.records import MemoryIn, validate_row
 from spark_pg.traces.descriptor import HANDLE_VERSION, clean, make_learning, make_trace
 from spark_pg.traces.reflect import ensure_vector_adapters
@@ -166,7 +167,18 @@ def add_trace(
         ensure_vector_adapters(conn)  # a plain psycopg connection: its vector is sent
     with conn.transaction():
         _lock_key(conn, tenant, record.key)
-        return _store(conn, embedder, record, batch_size)
+        stored = _store(conn, embedder, record, batch_size)
+    _index_work(conn, tenant)
+    return stored
+
+
+def _index_work(conn: psycopg.Connection[Any], tenant: str) -> None:
+    """The tenant's HNSW index work, which the write inside this module's transaction left undone
+    (:func:`spark_pg.ingest.refresh_after_write`: built there, the index held every tenant's vector writes,
+    and a plain drop of an invalid one every tenant's reads, until the commit), once the write committed. A
+    transaction of the caller's still open leaves it to the next write or `spark-pg maintain`."""
+    if conn.info.transaction_status == TransactionStatus.IDLE:
+        refresh_after_write(conn, [tenant])
 
 
 def add_learning(
@@ -232,4 +244,5 @@ def add_learning(
                         "metadata": Jsonb(trace_meta | {"learning_keys": links}),
                     },
                 )
+    _index_work(conn, tenant)
     return stored
