@@ -463,13 +463,22 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("add", help="store one memory")
     p.add_argument("--tenant", required=True)
     p.add_argument("text")
-    p.add_argument("--key")
-    p.add_argument("--kind")
-    p.add_argument("--category")
-    p.add_argument("--source")
-    p.add_argument("--importance", type=float)
-    p.add_argument("--tier")
-    p.add_argument("--priority")
+    # the choices are spark_pg.records' (KINDS, TIERS, PRIORITIES: a test keeps them equal), written out so
+    # that building the parser imports nothing of it
+    p.add_argument("--key", help="its key in the tenant (default: h: and a hash of the text)")
+    p.add_argument(
+        "--kind",
+        help="insight (default), preference, decision, rule, episode, trace, learning, seed, failure, fact "
+        "or note",
+    )
+    p.add_argument("--category", help="a topic label (default: general)")
+    p.add_argument("--source", help="where it came from (default: user)")
+    p.add_argument("--importance", type=float, help="0 to 1 (new: 0.5; an update keeps the stored value)")
+    p.add_argument("--tier", help="pinned, active or archive (new: active; an update keeps the stored tier)")
+    p.add_argument(
+        "--priority",
+        help="critical, high, normal or background (new: normal; an update keeps the stored priority)",
+    )
     p.add_argument("--defer-embedding", action="store_true", help="store now, `spark-pg worker` embeds")
     p.set_defaults(func=cmd_add)
 
@@ -492,7 +501,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("search", help="hybrid retrieval (spark.retrieve) over a tenant's memories")
     p.add_argument("query")
     p.add_argument("--tenant", help="whose memories (default: $SPARK_PG_TENANT, else 'default', as the hook)")
-    p.add_argument("--k", type=k_arg)
+    p.add_argument("-k", "--k", type=k_arg, help="how many results (1 to 1000; default: retrieval.k)")
     p.add_argument("--explain", action="store_true", help="every candidate, with why it was kept or dropped")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_search)
@@ -650,6 +659,21 @@ def _silence_stdout() -> None:
         pass
 
 
+def _parse(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.Namespace:
+    """``parser.parse_args``, but an argument no (sub)command takes is named with the usage of the command
+    that was given (`search ... --bogus` showed only `usage: spark-pg [-h] [--version] COMMAND ...`)."""
+    args, extras = parser.parse_known_args(argv)
+    if extras:
+        while True:  # down to the subcommand the arguments chose
+            subs = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+            chosen = getattr(args, subs[0].dest, None) if subs else None
+            if chosen not in (subs[0].choices if subs else {}):
+                break
+            parser = subs[0].choices[chosen]
+        parser.error(f"unrecognized arguments: {' '.join(extras)}")
+    return args
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     console = argv is None
     argv = sys.argv[1:] if argv is None else list(argv)
@@ -677,7 +701,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 2
     import psycopg
 
-    args = build_parser().parse_args(argv)
+    args = _parse(build_parser(), argv)
     try:
         code: int = args.func(args)
         if console:  # a closed pipe shows here, not as a traceback from the interpreter's exit

@@ -147,7 +147,7 @@ class SparkClient:
     def add(self, tenant: str, text: str, *, defer: bool = False, **fields: Any) -> IngestResult:
         """Store one memory (fields as in an ingest file: key, kind, category, source, importance, ...)."""
         flag_arg("defer", defer)
-        record = validate_row({"tenant": tenant, "text": text, **fields}, "arguments", 1)
+        record = validate_row({"tenant": tenant, "text": text, **fields}, "arguments", 0)
         return self.ingest_records([record], defer=defer)
 
     def ingest_file(

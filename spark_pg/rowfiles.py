@@ -237,7 +237,8 @@ def jsonl_rows(text: str, fail: Fail) -> list[tuple[int, Any]]:
         try:
             rows.append((number, json.loads(raw, object_pairs_hook=_unique_pairs)))
         except json.JSONDecodeError as exc:
-            raise fail(number, f"is not valid JSON: {exc.msg} at column {exc.colno}") from None
+            # "(column N)": json's messages may end in "at" themselves ("Unterminated string starting at")
+            raise fail(number, f"is not valid JSON: {exc.msg} (column {exc.colno})") from None
         except _RepeatedKey as exc:  # json keeps the last of a repeated key and drops the others silently
             raise fail(number, f"repeats the key {_short(exc.key)} in one object") from None
         except ValueError:  # an integer longer than Python converts (sys.set_int_max_str_digits)

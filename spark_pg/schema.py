@@ -201,7 +201,7 @@ def require_current(conn: psycopg.Connection[Any]) -> None:
     version = _installed_revision(conn)
     if version is not None and version not in known_revisions():
         raise SchemaError(f"the database schema is at {version}, unknown here: {_unknown_revision_hint()}")
+    if version is None:
+        raise SchemaError("the database has no spark_pg schema yet: run `spark-pg init`")
     if version != head_revision():
-        raise SchemaError(
-            f"the database schema is at {version or 'nothing'}, not {head_revision()}: run `spark-pg init`"
-        )
+        raise SchemaError(f"the database schema is at {version}, not {head_revision()}: run `spark-pg init`")

@@ -146,6 +146,31 @@ def test_bad_arguments_get_clear_errors(
 
 
 @pytest.mark.parametrize(
+    ("argv", "usage"),
+    [
+        (("search", "--tenant", "t", "--bogus", "x"), "usage: spark-pg search "),
+        (("triggers", "load", "f.yaml", "--tenant", "t", "--zzz"), "usage: spark-pg triggers load "),
+        (("stats", "extra"), "usage: spark-pg stats "),
+    ],
+)
+def test_an_unknown_argument_is_named_with_its_commands_usage(
+    capsys: pytest.CaptureFixture[str], argv: tuple[str, ...], usage: str
+) -> None:
+    """Was (audit V): the top-level usage (`spark-pg [-h] [--version] COMMAND ...`) for any command's."""
+    err = usage_error(capsys, argv)
+    unknown = argv[-2] if argv[-1] == "x" else argv[-1]
+    assert err.startswith(usage) and f"error: unrecognized arguments: {unknown}" in err
+
+
+def test_search_and_reflect_take_k_both_ways(cli_env: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """Was (audit V): search took only --k and reflect only -k."""
+    for command in ("search", "reflect"):
+        for flag in ("-k", "--k"):
+            code, out, _ = run(capsys, command, "--tenant", "k-both-ways", flag, "2", "--json", "alembic")
+            assert code == 0 and isinstance(json.loads(out), list), (command, flag)
+
+
+@pytest.mark.parametrize(
     ("argv", "expected"),
     [
         (("stats", "--since", "last week"), "not an ISO 8601 time: 'last week'"),
@@ -521,3 +546,15 @@ def test_config_never_prints_a_password(
     code, out, _ = run(capsys, "config")
     line = next(line for line in out.splitlines() if line.startswith("database.url = "))
     assert code == 0 and "s3cret" not in out and shown in line
+
+
+def test_add_help_lists_the_values_records_takes(capsys: pytest.CaptureFixture[str]) -> None:
+    """Was (audit V): --kind, --tier and --priority had no help, and --priority takes words."""
+    from spark_pg.records import KINDS, PRIORITIES, TIERS
+
+    with pytest.raises(SystemExit):
+        main(["add", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    for values in (KINDS, TIERS, PRIORITIES):
+        listed = ", ".join(values[:-1]) + f" or {values[-1]}"
+        assert listed.replace("insight,", "insight (default),") in text, values

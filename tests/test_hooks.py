@@ -234,7 +234,7 @@ def test_the_fallback_on_a_database_without_the_schema_says_to_run_init(
         )
     assert (proc.returncode, proc.stdout) == (0, b"")
     err = proc.stderr.decode()
-    assert err.count("\n") == 1 and "schema is at nothing" in err and "run `spark-pg init`" in err
+    assert err.count("\n") == 1 and "has no spark_pg schema yet" in err and "run `spark-pg init`" in err
 
 
 def test_post_hook_records_followed_once_against_the_call_that_surfaced_the_advice(

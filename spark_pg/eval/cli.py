@@ -81,7 +81,8 @@ def _refuse_unused(args: argparse.Namespace) -> None:
         given = [f"--{n}" for n in ("k", "limit", "conversations") if getattr(args, n) is not None]
         given += ["--fresh"] if args.fresh else []
         if given:
-            raise InputError(f"{', '.join(given)} apply to --dataset, not --scenarios")
+            verb = "applies" if len(given) == 1 else "apply"
+            raise InputError(f"{', '.join(given)} {verb} to --dataset, not --scenarios")
     elif args.split is not None:
         raise InputError("--split applies to --scenarios, not --dataset")
 

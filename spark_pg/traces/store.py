@@ -80,7 +80,7 @@ def _record(
         "created_at": created_at,
         "metadata": dict(metadata),
     }
-    return validate_row(row, "arguments", 1)
+    return validate_row(row, "arguments", 0)
 
 
 def _links(old: Any, new: Any) -> list[str]:
