@@ -45,9 +45,21 @@ DRAIN_POLL_S = 0.05  # a drain of waiting notifications waits this long for more
 DRAIN_MAX_PASSES = 10  # and makes at most this many such passes (0.5 s) before the worker claims its batch
 REFRESH_EVERY_S = 30.0  # a long drain refreshes the written tenants' statistics and indexes this often
 RECONNECT_FIRST_S = 0.25  # the first wait after a lost connection; doubled per failed attempt
+# how long a batch's claim may sit idle in its transaction, the worker embedding, before the server ends the
+# session and the rows go back to the queue (claim_idle_timeout_s)
+CLAIM_IDLE_FLOOR_S = 60
 # server states that end a session but not the server for good: shutdown (57P01), crash of another backend
-# (57P02), starting up or in recovery (57P03); class 08 is a connection exception
-_TRANSIENT_STATES = frozenset({"57P01", "57P02", "57P03"})
+# (57P02), starting up or in recovery (57P03), this worker's batch idle past claim_idle_timeout_s (25P03);
+# class 08 is a connection exception
+_TRANSIENT_STATES = frozenset({"57P01", "57P02", "57P03", "25P03"})
+
+
+def claim_idle_timeout_s(batch: int) -> int:
+    """The idle_in_transaction_session_timeout of a batch of ``batch`` rows: a quarter of a second a row, at
+    least CLAIM_IDLE_FLOOR_S; some twenty times what embedding takes on 2 cores. A worker stopped mid-batch
+    (SIGSTOP, a frozen container, a model call that hangs) held its claimed rows, and every write of those
+    memories waited, for as long as it stayed stopped; now the server ends its session after this long."""
+    return max(CLAIM_IDLE_FLOOR_S, math.ceil(batch / 4))
 
 
 @dataclass
@@ -197,6 +209,7 @@ def embed_batch(
     holds for the whole batch: a switch waits for the batch's commit."""
     started = time.perf_counter()
     with conn.transaction():
+        conn.execute(queries.SET_IDLE_TIMEOUT, {"ms": str(claim_idle_timeout_s(batch) * 1000)})
         active = hold_active_model(conn)  # a switch now waits for this batch's commit
         if active is None or active[0] != model_id:
             now = f"the active model is now {active[1]}" if active is not None else "no model is active now"
@@ -319,6 +332,8 @@ def connection_lost(exc: BaseException) -> bool:
         return False
     if isinstance(exc, DatabaseError):
         return isinstance(exc.__cause__, psycopg.OperationalError)
+    if isinstance(exc, psycopg.Error) and exc.sqlstate in _TRANSIENT_STATES:  # 25P03 is no OperationalError
+        return True
     if not isinstance(exc, psycopg.OperationalError):
         return False
     state = exc.sqlstate

@@ -26,7 +26,15 @@ from spark_pg.embedding import Embedder, Vector, model_dir_for
 from spark_pg.errors import InputError, ModelMismatch
 from spark_pg.ingest import ensure_model, ingest
 from spark_pg.records import MemoryIn
-from spark_pg.worker import WorkerStats, backlog, embed_batch, run_reconnecting, run_worker, store_vectors
+from spark_pg.worker import (
+    WorkerStats,
+    backlog,
+    connection_lost,
+    embed_batch,
+    run_reconnecting,
+    run_worker,
+    store_vectors,
+)
 from tests.conftest import Blocked, temp_database
 
 Conn = psycopg.Connection[Any]
@@ -798,3 +806,39 @@ def test_a_tenant_the_worker_fills_gets_its_index_when_the_queue_drains(wdb: str
         assert c.execute("SELECT tenant, vectors FROM spark.tenant_vector_indexes").fetchall() == [
             ("filled", 1500)
         ]
+
+
+def test_a_stopped_workers_claim_ends_and_a_write_of_its_rows_goes_through(
+    wdb: str, embedder: Embedder, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Was (audit X): a worker stopped mid-batch (SIGSTOP, a frozen container) held its claimed rows for as
+    long as it stayed stopped, and an edit of one of those memories waited as long, for ever. Now the server
+    ends the worker's session once the batch sits idle past claim_idle_timeout_s (1 s here): the claim is
+    rolled back, the edit stored, and the next worker embeds the new text."""
+    monkeypatch.setattr("spark_pg.worker.CLAIM_IDLE_FLOOR_S", 1)
+    with connect(wdb) as c:
+        ingest(c, records("stalled", 3), None)
+        c.commit()
+    edits: list[Blocked] = []
+    edited = [MemoryIn(tenant="stalled", key="m1", text="An edited text, written while the worker stopped")]
+
+    class Stopped(Embedder):  # embeds nothing for 6 s: what a stopped worker looks like to the server
+        def embed_documents(self, texts: Sequence[str], batch_size: int = 16) -> list[Vector]:
+            edits.append(Blocked(wdb, lambda conn: ingest(conn, edited, None)).start())
+            time.sleep(6)
+            return embedder.embed_documents(texts, batch_size)
+
+    started = time.monotonic()
+    with pytest.raises(psycopg.Error) as ended, connect(wdb, autocommit=True) as c:
+        embed_batch(c, Stopped(embedder.spec, None), ensure_model(c, embedder), batch=3, max_attempts=3,
+                    stats=WorkerStats())  # fmt: skip
+    assert edits and edits[0].join() is None and edits[0].result.updated == 1
+    assert time.monotonic() - started < 8
+    assert connection_lost(ended.value)  # the serving worker connects again and goes on
+    assert work(wdb, embedder).embedded == 3
+    with connect(wdb) as c:
+        stored = c.execute(
+            "SELECT m.descriptor, e.embedding FROM spark.memories m JOIN spark.embeddings e "
+            "ON e.tenant = m.tenant AND e.memory_id = m.id WHERE m.tenant = 'stalled' AND m.key = 'm1'"
+        ).fetchone()
+    assert stored is not None and stored[0] == edited[0].text
