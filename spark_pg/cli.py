@@ -227,6 +227,21 @@ def _jsonable(row: Retrieved) -> dict[str, object]:
     return data
 
 
+def _note_a_tenant_without_memories(client: SparkClient, tenant: str) -> None:
+    """A note on stderr when ``tenant`` holds no memory: a misspelt name (`--tenant alcie`) got the pack's
+    answers as if it were the tenant's, and nothing said so."""
+    from spark_pg import queries
+
+    row = client.conn.execute(queries.TENANT_HAS_MEMORIES, {"tenant": tenant}).fetchone()
+    client.conn.rollback()  # the read leaves no transaction open behind the search
+    if row is not None and not row[0]:
+        print(
+            f"spark-pg: note: tenant {printable(repr(tenant))} holds no memories; only the cold-start pack "
+            "can answer (a misspelt --tenant or $SPARK_PG_TENANT?)",
+            file=sys.stderr,
+        )
+
+
 def cmd_search(args: argparse.Namespace) -> int:
     import json
     import shutil
@@ -238,12 +253,14 @@ def cmd_search(args: argparse.Namespace) -> int:
     with _client(args) as client:
         if args.explain:
             rows = client.explain(args.tenant, args.query, k=args.k)
+            _note_a_tenant_without_memories(client, args.tenant)
             if args.json:
                 print(json.dumps([_jsonable(r) for r in rows], indent=2))
             else:
                 _print_explain(rows, width)
             return 0
         hits = client.search(args.tenant, args.query, k=args.k)
+        _note_a_tenant_without_memories(client, args.tenant)
     if args.json:
         print(json.dumps([_jsonable(h) | {"reason": h.reason} for h in hits], indent=2))
     else:

@@ -70,6 +70,19 @@ def test_search_shows_control_characters_as_escapes_and_every_key_whole(
     assert json.loads(out)[0]["text"] == text  # JSON carries the text as stored
 
 
+def test_search_notes_a_tenant_without_memories(
+    cli_env: str, tenant: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Was (audit V): a misspelt tenant got the pack's answers as if they were its own, with no word."""
+    code, out, err = run(capsys, "search", "--tenant", tenant + "-misspelt", "--json", "database migrations")
+    assert code == 0 and isinstance(json.loads(out), list)  # stdout stays JSON
+    assert f"note: tenant '{tenant}-misspelt' holds no memories" in err
+    assert run(capsys, "add", "--tenant", tenant, "Run migrations on staging first")[0] == 0
+    for explain in ([], ["--explain"]):
+        code, _, err = run(capsys, "search", "--tenant", tenant, *explain, "database migrations")
+        assert code == 0 and "note" not in err
+
+
 def test_search_takes_the_tenant_from_the_environment_as_the_hook_does(
     cli_env: str, tenant: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
