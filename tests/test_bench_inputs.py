@@ -71,10 +71,10 @@ def test_bad_counts_are_usage_errors_before_any_work(
         ),
         (("bench", "--n", "5"), "--n is an option of `bench ingest`, not of `bench retrieve`"),
         (("bench", "scale", "--sizes", "300,20000000"), "--sizes must each be from 100 to 10,000,000"),
-        (("eval", "--scenarios", "--k", "5"), "--k apply to --dataset, not --scenarios"),
+        (("eval", "--scenarios", "--k", "5"), "--k applies to --dataset, not --scenarios"),
         (("eval", "--scenarios", "--limit", "3", "--fresh"), "--limit, --fresh apply to --dataset"),
         (("eval", "--dataset", "/nonexistent", "--split", "tune"), "--split applies to --scenarios"),
-        (("eval", "--scenarios", "--conversations", "conv-26"), "--conversations apply to --dataset"),
+        (("eval", "--scenarios", "--conversations", "conv-26"), "--conversations applies to --dataset"),
         (
             ("eval", "--dataset", "/nonexistent", "--conversations", "a,,b"),
             "--conversations must be a comma-separated list",
