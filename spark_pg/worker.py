@@ -47,19 +47,22 @@ REFRESH_EVERY_S = 30.0  # a long drain refreshes the written tenants' statistics
 RECONNECT_FIRST_S = 0.25  # the first wait after a lost connection; doubled per failed attempt
 # how long a batch's claim may sit idle in its transaction, the worker embedding, before the server ends the
 # session and the rows go back to the queue (claim_idle_timeout_s)
-CLAIM_IDLE_FLOOR_S = 60
+CLAIM_IDLE_FLOOR_S = 120
+CLAIM_IDLE_PER_ROW_S = 0.5
+IDLE_TIMEOUT_STATE = "25P03"  # idle_in_transaction_session_timeout ended the session
 # server states that end a session but not the server for good: shutdown (57P01), crash of another backend
 # (57P02), starting up or in recovery (57P03), this worker's batch idle past claim_idle_timeout_s (25P03);
 # class 08 is a connection exception
-_TRANSIENT_STATES = frozenset({"57P01", "57P02", "57P03", "25P03"})
+_TRANSIENT_STATES = frozenset({"57P01", "57P02", "57P03", IDLE_TIMEOUT_STATE})
 
 
 def claim_idle_timeout_s(batch: int) -> int:
-    """The idle_in_transaction_session_timeout of a batch of ``batch`` rows: a quarter of a second a row, at
-    least CLAIM_IDLE_FLOOR_S; some twenty times what embedding takes on 2 cores. A worker stopped mid-batch
-    (SIGSTOP, a frozen container, a model call that hangs) held its claimed rows, and every write of those
-    memories waited, for as long as it stayed stopped; now the server ends its session after this long."""
-    return max(CLAIM_IDLE_FLOOR_S, math.ceil(batch / 4))
+    """The idle_in_transaction_session_timeout of a batch of ``batch`` rows: CLAIM_IDLE_PER_ROW_S a row, at
+    least CLAIM_IDLE_FLOOR_S (the default batch of 32 embeds in well under a second on 2 cores). A worker
+    stopped mid-batch (SIGSTOP, a frozen container, a model call that hangs) held its claimed rows, and every
+    write of those memories waited, for as long as it stayed stopped; now the server ends its session after
+    this long. :func:`run_reconnecting` then halves the batch, and stops at a single row."""
+    return max(CLAIM_IDLE_FLOOR_S, math.ceil(batch * CLAIM_IDLE_PER_ROW_S))
 
 
 @dataclass
@@ -327,7 +330,8 @@ def run_worker(
 def connection_lost(exc: BaseException) -> bool:
     """Whether ``exc`` means the database went away (or is not back yet), not that a statement failed: a
     connection error from libpq (no SQLSTATE, or class 08), an administrator or crash shutdown, a server
-    still starting, or spark_pg's DatabaseError for a connection that could not be opened."""
+    still starting, a batch's claim ended by its idle timeout (25P03: claim_idle_timeout_s), or spark_pg's
+    DatabaseError for a connection that could not be opened."""
     if isinstance(exc, SchemaError):
         return False
     if isinstance(exc, DatabaseError):
@@ -346,6 +350,20 @@ def _stderr(message: str) -> None:
 
 def _one_line(exc: BaseException) -> str:
     return " ".join(str(exc).split())[:200]
+
+
+def _smaller_batch(batch: int, log: Callable[[str], None]) -> int:
+    """The batch after one whose embedding outlasted its claim (claim_idle_timeout_s): half of it, or
+    EmbeddingError at one row, whose text the model has taken that long over: stuck, not slow. The rows were
+    never charged an attempt (the claim rolled back), so the same batch would time out for ever."""
+    if batch <= 1:
+        raise EmbeddingError(
+            f"embedding one text took over {claim_idle_timeout_s(1)} s, so its claim was ended: the model "
+            "looks stuck; nothing was charged, fix the model and start the worker again"
+        )
+    log(f"a batch of {batch} took over {claim_idle_timeout_s(batch)} s to embed (its claim was ended and its "
+        f"rows went back to the queue); the next batches take {batch // 2}")  # fmt: skip
+    return batch // 2
 
 
 def run_reconnecting(
@@ -400,6 +418,8 @@ def run_reconnecting(
             except Exception as exc:
                 if not connection_lost(exc):
                     raise
+                if isinstance(exc, psycopg.Error) and exc.sqlstate == IDLE_TIMEOUT_STATE:
+                    options["batch"] = _smaller_batch(options.get("batch", 32), log)
                 lost_at = time.monotonic()
                 log(f"lost the database connection ({_one_line(exc)}); reconnecting with backoff")
             finally:

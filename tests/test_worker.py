@@ -23,7 +23,7 @@ from spark_pg import queries
 from spark_pg.config import Settings
 from spark_pg.db import connect
 from spark_pg.embedding import Embedder, Vector, model_dir_for
-from spark_pg.errors import InputError, ModelMismatch
+from spark_pg.errors import EmbeddingError, InputError, ModelMismatch
 from spark_pg.ingest import ensure_model, ingest
 from spark_pg.records import MemoryIn
 from spark_pg.worker import (
@@ -842,3 +842,35 @@ def test_a_stopped_workers_claim_ends_and_a_write_of_its_rows_goes_through(
             "ON e.tenant = m.tenant AND e.memory_id = m.id WHERE m.tenant = 'stalled' AND m.key = 'm1'"
         ).fetchone()
     assert stored is not None and stored[0] == edited[0].text
+
+
+def test_a_worker_whose_batches_outlast_their_claim_halves_them_then_stops(
+    wdb: str, embedder: Embedder, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Found in review: the claim rolled back with no attempt charged, so a worker too slow for its batch's
+    idle timeout claimed the same rows again for ever. Now each such batch halves the next; one text alone
+    that slow stops the worker (the model is stuck), with nothing charged."""
+    monkeypatch.setattr("spark_pg.worker.CLAIM_IDLE_FLOOR_S", 1)
+    monkeypatch.setattr("spark_pg.worker.CLAIM_IDLE_PER_ROW_S", 0.01)
+    with connect(wdb) as c:
+        ingest(c, records("slow", 4), None)
+        c.commit()
+    sizes: list[int] = []
+
+    class Stuck(Embedder):
+        def embed_documents(self, texts: Sequence[str], batch_size: int = 16) -> list[Vector]:
+            sizes.append(len(texts))
+            time.sleep(2)
+            return embedder.embed_documents(texts, batch_size)
+
+    lines: list[str] = []
+    stuck = Stuck(embedder.spec, None)
+    with pytest.raises(EmbeddingError, match=r"embedding one text took over 1 s.*the model looks stuck"):
+        run_reconnecting(lambda: connect(wdb, autocommit=True), stuck, log=lines.append, batch=4, once=True)
+    assert sizes == [4, 2, 1]
+    assert sum("the next batches take" in line for line in lines) == 2
+    with connect(wdb) as c:
+        assert c.execute(
+            "SELECT count(*), max(attempts) FROM spark.embed_queue WHERE tenant = 'slow'"
+        ).fetchone() == (4, 0)
+    assert work(wdb, embedder).embedded == 4  # a model that keeps up takes them all
