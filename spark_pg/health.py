@@ -21,6 +21,7 @@ import psycopg
 from psycopg.rows import dict_row
 
 from spark_pg import queries
+from spark_pg.display import printable
 from spark_pg.embed_queue import MAX_ATTEMPTS
 from spark_pg.errors import InputError
 
@@ -98,7 +99,7 @@ def _fmt_ms(value: dict[str, Any]) -> str:
 
 def format_report(report: dict[str, Any]) -> str:
     mem, backlog, drift, advise = report["memories"], report["backlog"], report["drift"], report["advise"]
-    scope = f"tenant {report['tenant']}" if report["tenant"] else "all tenants"
+    scope = f"tenant {printable(report['tenant'])}" if report["tenant"] else "all tenants"
     if report.get("row_security"):
         scope += " visible to this role (row-level security: its own rows and the pack's)"
     lines = [
@@ -127,7 +128,8 @@ def format_report(report: dict[str, Any]) -> str:
         lines.append("north star    share of sessions where surfaced advice later helped:")
         for r in report["north_star"]:
             share = "-" if r["share"] is None else f"{r['share']:.2f}"
-            lines.append(f"  {r['tenant_name']:<24} {r['sessions_helped']}/{r['sessions']} sessions  {share}")
+            name = printable(str(r["tenant_name"]))  # a tenant name is any text: shown, not obeyed
+            lines.append(f"  {name:<24} {r['sessions_helped']}/{r['sessions']} sessions  {share}")
     else:
         lines.append("north star    no advise calls logged yet")
     return "\n".join(lines)

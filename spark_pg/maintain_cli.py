@@ -7,6 +7,8 @@ import argparse
 import json
 import sys
 
+from spark_pg.display import printable
+
 SHOWN = 10  # tenants named per line of the summary; --json lists them all
 
 
@@ -54,7 +56,7 @@ def cmd_maintain(args: argparse.Namespace) -> int:
 
 def _names(tenants: list[str]) -> str:
     more = f" ... ({len(tenants) - SHOWN} more)" if len(tenants) > SHOWN else ""
-    return ", ".join(tenants[:SHOWN]) + more
+    return ", ".join(printable(t) for t in tenants[:SHOWN]) + more  # any text: shown, not obeyed
 
 
 def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

@@ -205,13 +205,14 @@ TENANT_INDEX_UNLOCK = "SELECT pg_advisory_unlock(hashtextextended('spark.tenant_
 TRY_TENANT_INDEX_DDL_LOCK = "SELECT pg_try_advisory_lock(hashtextextended('spark.tenant_index_ddl', 0))"
 TENANT_INDEX_DDL_UNLOCK = "SELECT pg_advisory_unlock(hashtextextended('spark.tenant_index_ddl', 0))"
 
-# after an ingest commits: the touched tenants' statistics and vector indexes, where stale (sql/035)
 # whether a tenant holds a memory (spark-pg search notes a tenant that holds none)
 TENANT_HAS_MEMORIES = "SELECT EXISTS (SELECT 1 FROM spark.memories m WHERE m.tenant = %(tenant)s)"
 
 # a worker's batch: the server ends the session if the transaction sits idle this long (spark_pg.worker)
 SET_IDLE_TIMEOUT = "SELECT set_config('idle_in_transaction_session_timeout', %(ms)s, true)"
 
+# after an ingest commits: the touched tenants' statistics and vector indexes, where stale (sql/035); inside
+# a caller's transaction (build_indexes false) the statistics only
 REFRESH_TENANT_STATS = (
     "SELECT coalesce(sum(spark.refresh_tenant_stats(t, build_indexes => %(build_indexes)s)), 0) "
     "FROM unnest(%(tenants)s::text[]) t"

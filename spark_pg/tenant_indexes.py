@@ -64,10 +64,12 @@ def build_tenant_indexes(
     """Run spark.tenant_index_plan's CONCURRENTLY statements for ``tenants``; returns what was done.
 
     Only on a connection outside a transaction (CONCURRENTLY cannot run inside one): inside a caller's
-    transaction nothing runs here and the refresh builds the indexes itself. A lock or statement timeout, or
-    a cancel, is logged and leaves the tenant to the next refresh. One builder at a time runs statements on
-    spark.embeddings (:func:`_ddl_lock`): a tenant whose plan has steps waits for another builder's to end,
-    up to BUILD_LOCK_TIMEOUT_MS (then it is ``queued``), or as long as it takes when ``patient``."""
+    transaction nothing runs here, and the write's refresh leaves the indexes alone too (build_indexes
+    false: spark_pg.ingest.refresh_after_write) for the next write outside one, the worker or maintain. A
+    lock or statement timeout, or a cancel, is logged and leaves the tenant to the next refresh. One builder
+    at a time runs statements on spark.embeddings (:func:`_ddl_lock`): a tenant whose plan has steps waits
+    for another builder's to end, up to BUILD_LOCK_TIMEOUT_MS (then it is ``queued``), or as long as it
+    takes when ``patient``."""
     work = IndexWork()
     if conn.info.transaction_status != TransactionStatus.IDLE:
         return work

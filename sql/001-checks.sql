@@ -197,37 +197,41 @@ DECLARE
     num numeric;
 BEGIN
     IF NOT defaults ? key THEN
-        RAISE EXCEPTION 'unknown % key "%"; allowed keys: %', name, key,
+        RAISE EXCEPTION 'unknown % key "%"; allowed keys: %', name, left(key, 80),
             (SELECT string_agg(k, ', ' ORDER BY k) FROM jsonb_object_keys(defaults) k)
             USING ERRCODE = 'invalid_parameter_value';
     END IF;
     IF key = 'as_of' THEN  -- the same in every params object: evaluate as if now were this time
         IF jsonb_typeof(value) NOT IN ('string', 'null') THEN
-            RAISE EXCEPTION '%.as_of must be an ISO 8601 time string, got %', name, value
+            RAISE EXCEPTION '%.as_of must be an ISO 8601 time string, got %', name, left(value::text, 80)
                 USING ERRCODE = 'invalid_parameter_value';
         END IF;
         IF jsonb_typeof(value) = 'string' THEN
             BEGIN
                 PERFORM (value #>> '{}')::timestamptz;
             EXCEPTION WHEN OTHERS THEN
-                RAISE EXCEPTION '%.as_of must be an ISO 8601 time string, got %', name, value
+                RAISE EXCEPTION '%.as_of must be an ISO 8601 time string, got %', name, left(value::text, 80)
                     USING ERRCODE = 'invalid_parameter_value';
             END;
             -- 'infinity' parses, then breaks the time arithmetic (or silently ages every memory away)
             IF NOT isfinite((value #>> '{}')::timestamptz) THEN
-                RAISE EXCEPTION '%.as_of must be a finite time, got %', name, value
+                RAISE EXCEPTION '%.as_of must be a finite time, got %', name, left(value::text, 80)
                     USING ERRCODE = 'invalid_parameter_value';
             END IF;
             -- a time near PostgreSQL's first (4714 BC) parses, then as_of - recent_days falls off the range
             IF NOT spark._plausible_time((value #>> '{}')::timestamptz) THEN
-                RAISE EXCEPTION '%.as_of must be a time from year 1 to 9999, got %', name, value
+                RAISE EXCEPTION '%.as_of must be a time from year 1 to 9999, got %', name, left(value::text, 80)
                     USING ERRCODE = 'invalid_parameter_value';
             END IF;
             -- PostgreSQL reads more than ISO 8601 ('tomorrow', '1/2/2020', which DateStyle reads as January or
-            -- February): only a date, with a time and an offset if any, means the same in every session
-            IF (value #>> '{}') !~* '^\s*\d{4}-\d{2}-\d{2}([T ]\d{2}:\d{2}(:\d{2}(\.\d{1,6})?)?(Z|[+-]\d{2}(:?\d{2})?)?)?\s*$' THEN
+            -- February): only a date, with a time and an offset if any, means the same in every session;
+            -- extended or basic format (20240501T123000Z), any fraction (RFC 3339's nanoseconds), an offset
+            -- with seconds (to_jsonb writes +00:17:30 for a historical zone); at most 64 characters, as
+            -- spark.advise logs the params
+            IF length(value #>> '{}') > 64 OR (value #>> '{}') !~* ('^\s*\d{4}-?\d{2}-?\d{2}'
+                   '([T ]\d{2}(:?\d{2}(:?\d{2}(\.\d+)?)?)?(Z|[+-]\d{2}(:?\d{2}(:?\d{2})?)?)?)?\s*$') THEN
                 RAISE EXCEPTION '%.as_of must be an ISO 8601 time string (2024-05-01, 2024-05-01T12:00:00Z, '
-                                '2024-05-01 12:00:00+02:00), got %', name, value
+                                '2024-05-01 12:00:00+02:00), got %', name, left(value::text, 80)
                     USING ERRCODE = 'invalid_parameter_value';
             END IF;
         END IF;
@@ -237,7 +241,8 @@ BEGIN
         RETURN false;
     END IF;
     IF jsonb_typeof(value) IS DISTINCT FROM 'number' THEN
-        RAISE EXCEPTION '%.% must be a number from % to %, got %', name, key, rng ->> 0, rng ->> 1, value
+        RAISE EXCEPTION '%.% must be a number from % to %, got %', name, key, rng ->> 0, rng ->> 1,
+            left(value::text, 80)
             USING ERRCODE = 'invalid_parameter_value';
     END IF;
     num := (value #>> '{}')::numeric;

@@ -79,11 +79,13 @@ BEGIN
         RAISE EXCEPTION 'name must be a model name of 1 to 200 characters, got % characters', length(name)
             USING ERRCODE = 'invalid_parameter_value';
     END IF;
-    -- a name is shown and compared (params.query_model): blank or holding a terminal's control characters
-    -- it could be registered, then activated, and never told apart
-    IF spark._blank(name) OR name ~ '[[:cntrl:]]' THEN
-        RAISE EXCEPTION 'name must be a model name, not blank and without control characters, got %', to_json(name)
-            USING ERRCODE = 'invalid_parameter_value';
+    -- a name is shown and compared (params.query_model): blank, or holding control characters (C0, DEL,
+    -- C1), bidirectional formatting or zero-width characters, it could be registered, then activated, and
+    -- never told apart (the message does not echo it: a terminal would act on it)
+    IF spark._blank(name)
+       OR name ~ '[\u0001-\u001f\u007f-\u009f\u061c\u200b-\u200f\u202a-\u202e\u2066-\u2069\ufeff]' THEN
+        RAISE EXCEPTION 'name must be a model name, not blank and without control, bidirectional or invisible '
+                        'characters' USING ERRCODE = 'invalid_parameter_value';
     END IF;
     IF length(query_prefix) > 1000 OR length(document_prefix) > 1000 THEN
         RAISE EXCEPTION '% is % characters; the limit is 1000',
@@ -132,7 +134,7 @@ END
 $fn$;
 COMMENT ON FUNCTION spark.register_model(text, integer, text, integer, text, text) IS
     'Register an embedding model (idempotent by name) and make sure its HNSW index exists. '
-    'name: model name (1-200 characters, not blank, no control characters); dim: vector dimension (1-2000); '
+    'name: model name (1-200 characters, not blank, no control, bidirectional or invisible characters); dim: vector dimension (1-2000); '
     'pooling: mean|cls; max_tokens: truncation length (1-1000000); query_prefix/document_prefix: text prepended before embedding (up to 1000 characters; '
     'NULL as empty). The first model registered becomes active. Returns the model id. Errors: 22004 NULL name, dim, pooling or max_tokens; 22023 bad values; '
     '22000 if the name is registered with another dim, pooling, max_tokens or prefix.';

@@ -410,3 +410,11 @@ def test_a_tenant_role_refreshes_its_statistics_and_leaves_the_indexes_to_the_ow
             done = maintain(owner)
             assert done.built == [index_name(owner, roles.alice)] and done.index_work == "done"
             assert registry(owner) == [(roles.alice, INDEX_MIN)] and stats(owner, "_system") == 25
+
+
+def test_the_summary_shows_a_tenants_control_characters_as_escapes() -> None:
+    """Found in review: tenant names are any text (SQL takes an ESC sequence), and the summary printed them
+    raw, as search printed memories."""
+    from spark_pg.maintain_cli import _names
+
+    assert _names(["ok", "evil\x1b[2J\u202e"]) == "ok, evil\\x1b[2J\\u202e"

@@ -43,3 +43,11 @@ def test_an_empty_backlog(conn: psycopg.Connection[Any], tenant: str) -> None:
     backlog = collect(conn, tenant, None, MODEL)["backlog"]
     assert backlog == {"queued": 0, "pending": 0, "given_up": 0, "max_attempts": 5, "oldest_s": None}
     assert "backlog       0 awaiting a vector\n" in format_report(collect(conn, tenant, None, MODEL))
+
+
+def test_a_tenant_name_is_shown_with_its_control_characters_as_escapes(conn: psycopg.Connection[Any]) -> None:
+    """Found in review: stats printed a tenant's name raw (SQL takes any text, ESC sequences included)."""
+    tenant = "evil\x1b[2J"
+    ingest(conn, [MemoryIn(tenant=tenant, key="k", text="A memory of an oddly named tenant.")], None)
+    text = format_report(collect(conn, tenant, None, MODEL))
+    assert "\x1b" not in text and "tenant evil\\x1b[2J" in text
