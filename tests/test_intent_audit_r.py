@@ -200,8 +200,14 @@ def test_the_packs_destructive_rule_knows_force_pushes_refspecs_and_powershell(c
         "rm -r -fo C:\\repo",
         "rm -Recurse -Force ./build",
         "ri -rec -fo x",
+        "git push --force origin main",
+        "git push -f",
+        "git push origin --force",
     ]
     misses = [
+        # the safe forms a force-push advice recommends (audit Y: \M ended --force at their hyphen: denied)
+        "git push --force-with-lease origin feature/x",
+        "git push --force-if-includes --force-with-lease",
         "git push origin main",
         "git push -u origin feature-f",
         "git push origin HEAD:main",
@@ -222,6 +228,17 @@ def test_the_packs_destructive_rule_knows_force_pushes_refspecs_and_powershell(c
 
 
 # --- the advisor end to end ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "command", ["git push --force-with-lease origin feature/x", "git push --force-if-includes origin feat"]
+)
+def test_the_safe_force_push_is_not_denied(conn: Conn, embedder: Embedder, command: str) -> None:
+    """Was (audit Y): with interrupts on, the form the pack's own advice recommends was denied."""
+    advisor = Advisor(conn, embedder, T, options=LOUD)
+    advice = advisor.advise("Bash", {"command": command, "description": "x"})
+    assert blocking(advice) is None, [(a.key, a.why.get("trigger")) for a in advice]
+    assert blocking(advisor.advise("Bash", {"command": "git push --force origin main"})) is not None
 
 
 @pytest.mark.parametrize("command", [COMMIT, PR])
