@@ -21,6 +21,8 @@ from spark_pg.hooks.outcomes import Pending, judge
 from spark_pg.hooks.protocol import POST, PRE, HookEvent
 from spark_pg.hooks.server import open_pool
 from spark_pg.hooks.service import HookService
+from spark_pg.ingest import ingest
+from spark_pg.records import MemoryIn
 from tests.conftest import seeded_database
 
 DESTRUCTIVE_KEY = "seed:safety-destructive-ops"
@@ -188,3 +190,44 @@ def test_running_the_warned_command_after_the_advice_records_no_outcome(
         ).fetchall()
     assert ("followed", DESTRUCTIVE_KEY) not in rows
     assert rows == []  # no other surfaced seed memory has a token either
+
+
+def test_repeating_the_command_a_failure_memory_describes_is_not_following_it(
+    seeded: str, embedder: Embedder
+) -> None:
+    """Was (audit Y): a failure's text names the command that failed as well as the fix, and running the
+    failed command again was recorded as following the memory, which raised its outcome signal. A failure
+    (or a trace) is no longer judged by its tokens; other advice still is."""
+    tenant, session = "failures", "F1"
+    failure = (
+        "Failure: `rm -rf $BUILD_DIR/*` with BUILD_DIR unset deleted the home directory contents; "
+        "use `${BUILD_DIR:?}`"
+    )
+    rule = "Run `make clean-build` to clear the build folder, never a bare rm of it."
+    with psycopg.connect(seeded) as conn:
+        # scored as advice whatever the heuristics make of the texts (the test is about the outcome)
+        ingest(conn, [MemoryIn(tenant, "f-rm-build", failure, kind="failure", actionability=0.9),
+                      MemoryIn(tenant, "r-clean", rule, kind="rule", actionability=0.9)], embedder)  # fmt: skip
+        conn.commit()
+    pool = open_pool(seeded, 1)
+    try:
+        service = HookService(pool.connection, lambda: embedder)
+        for command in ("./scripts/clean_build.sh $BUILD_DIR", "rm -rf $BUILD_DIR/* && make clean-build"):
+            event = {"command": command}
+            service.pre(tenant, HookEvent(PRE, "Bash", event, session), interrupts=False)
+            service.post(tenant, HookEvent(POST, "Bash", event, session))
+    finally:
+        pool.close()
+    with psycopg.connect(seeded) as conn:
+        rows = conn.execute(
+            "SELECT o.outcome, m.key FROM spark.outcomes o JOIN spark.memories m "
+            "ON m.tenant = o.memory_tenant AND m.id = o.memory_id WHERE o.tenant = %s AND o.session_id = %s",
+            (tenant, session),
+        ).fetchall()
+        surfaced = conn.execute(
+            "SELECT DISTINCT m.key FROM spark.retrieval_items i JOIN spark.memories m "
+            "ON m.tenant = i.memory_tenant AND m.id = i.memory_id WHERE i.tenant = %s",
+            (tenant,),
+        ).fetchall()
+    assert ("f-rm-build",) in surfaced and ("r-clean",) in surfaced  # both were advice for the first call
+    assert rows == [("followed", "r-clean")]

@@ -17,6 +17,8 @@ C's own, and records at most one verdict per surfaced item (source ``hook``):
   apply it; at most once per memory per session, so that a failing retry loop costs a memory one
   ``ignored``, not one per retry.
 * helpful and unhelpful are never inferred here: a successful call says nothing about the advice.
+* failures and traces are not judged: their text tells what went wrong, and the command it names is as
+  likely the one that failed as the fix (running it again was recorded as following the memory).
 
 Only the latest unjudged surfacing of a memory is judged; a verdict also settles the memory's earlier
 surfacings in the session.
@@ -60,6 +62,9 @@ JOIN spark.retrieval_items i ON i.tenant = r.tenant AND i.retrieval_id = r.id
 JOIN spark.memories m ON m.tenant = i.memory_tenant AND m.id = i.memory_id
 WHERE r.tenant = %(tenant)s AND r.session_id = %(session)s
   AND r.created_at >= now() - make_interval(mins => %(window)s)
+  -- a failure (or a trace) tells what went wrong: the command it names is as likely the one that failed as
+  -- the fix, and running it again was recorded as following the memory
+  AND m.kind NOT IN ('failure', 'trace')
   AND NOT EXISTS (
       SELECT 1 FROM spark.outcomes o
       WHERE o.tenant = r.tenant AND o.session_id = r.session_id AND o.source = %(source)s
