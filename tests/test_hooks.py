@@ -1021,3 +1021,24 @@ def test_log_lines_of_parallel_handlers_never_mix(monkeypatch: pytest.MonkeyPatc
     lines = (tmp_path / "serve.log").read_text().split("\n")
     assert lines[-1] == "" and len(lines) == 8 * 300 + 1
     assert all(line.startswith("spark-pg serve: request failed after ") for line in lines[:-1])
+
+
+def test_the_pools_log_messages_reach_the_server_log_as_one_line_each() -> None:
+    """Was (audit Y): psycopg's pool wrote its connection errors to stderr through logging's last resort,
+    two lines each, the second indented, between the server's one-line messages."""
+    import logging
+
+    from spark_pg.hooks.server import _OneLine, _pool_log_lines
+
+    logger = logging.getLogger("psycopg.pool")
+    lines: list[str] = []
+    try:
+        _pool_log_lines(lines.append)
+        _pool_log_lines(lines.append)  # a second server in the process: still one handler
+        logger.warning("error connecting in %r: connection failed\n\tIs the server running locally?", "pool")
+        logger.info("not a warning")
+    finally:
+        for handler in [h for h in logger.handlers if isinstance(h, _OneLine)]:
+            logger.removeHandler(handler)
+        logger.propagate = True
+    assert lines == ["error connecting in 'pool': connection failed Is the server running locally?"]

@@ -206,8 +206,11 @@ def test_repeating_the_command_a_failure_memory_describes_is_not_following_it(
     rule = "Run `make clean-build` to clear the build folder, never a bare rm of it."
     with psycopg.connect(seeded) as conn:
         # scored as advice whatever the heuristics make of the texts (the test is about the outcome)
-        ingest(conn, [MemoryIn(tenant, "f-rm-build", failure, kind="failure", actionability=0.9),
-                      MemoryIn(tenant, "r-clean", rule, kind="rule", actionability=0.9)], embedder)  # fmt: skip
+        memories = [
+            MemoryIn(tenant, "f-rm-build", failure, kind="failure", actionability=0.9),
+            MemoryIn(tenant, "r-clean", rule, kind="rule", actionability=0.9),
+        ]
+        ingest(conn, memories, embedder)
         conn.commit()
     pool = open_pool(seeded, 1)
     try:

@@ -33,6 +33,7 @@ outage).
 from __future__ import annotations
 
 import fcntl
+import logging
 import os
 import select
 import signal
@@ -458,6 +459,32 @@ def _flush_output() -> None:
             pass
 
 
+class _OneLine(logging.Handler):
+    """A log record as one line through the server's ``log``: the pool's messages (``error connecting in
+    'spark-pg-hooks': ...``) went to stderr through logging's last-resort handler, two lines each, the
+    second indented, between the server's own one-line messages."""
+
+    def __init__(self, log: Callable[[str], None]) -> None:
+        super().__init__(logging.WARNING)
+        self.log = log
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            self.log(" ".join(record.getMessage().split()))
+        except Exception:  # a message that cannot be formatted never stops the server
+            self.handleError(record)
+
+
+def _pool_log_lines(log: Callable[[str], None]) -> None:
+    """Route psycopg's pool logger through ``log``, one line a record (once per logger: a server started
+    again in one process replaces its handler)."""
+    logger = logging.getLogger("psycopg.pool")
+    for old in [h for h in logger.handlers if isinstance(h, _OneLine)]:
+        logger.removeHandler(old)
+    logger.addHandler(_OneLine(log))
+    logger.propagate = False
+
+
 def serve(
     settings: Settings,
     where: str | os.PathLike[str],
@@ -469,6 +496,7 @@ def serve(
     socket is taken."""
     claim = SocketClaim(where)
     path = claim.path
+    _pool_log_lines(log)
     pool: ConnectionPool[Conn] | None = None
     bound: os.stat_result | None = None
     try:
