@@ -954,6 +954,13 @@ def test_observations_and_noise_fall_below_the_gate(text: str) -> None:
         ("[DEPTH:5] Strong systems reasoning: mapped the dependency graph", "training log"),
         ('User said: "ship it"', "user quote"),
         ("class Foo:\n    def bar(self):\n        return 1", "code dump"),
+        ("script: npm ci && npm run build && npm test -- --coverage", "code dump"),  # a YAML key's command
+        # a sentence behind a label read as one YAML key line, as noise (audit Y: the failure scored 0.07)
+        (
+            "Failure: npm install with --legacy-peer-deps silently installed a broken React version; fix "
+            "peer dependencies instead.",
+            "directive",
+        ),
         ("https://example.com/blog/post-1", "bare url"),
         ("Use packet guidance.", "vague placeholder"),
         ("TODO: fill in later", "placeholder"),

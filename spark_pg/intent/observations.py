@@ -65,6 +65,8 @@ _CODE_LINE = re.compile(
     r"^\s*-?\s*[\w.-]+:(?:\s+\S.*)?$|"  # YAML keys and list items
     r"^\s*(?:FROM|RUN|COPY|ADD|WORKDIR|ENV|ARG|USER|CMD|ENTRYPOINT|EXPOSE|LABEL)\s+\S",  # Dockerfile
 )
+# a one-line text behind a label ("Failure: ...", "Decision: ..."): the label and what follows it
+_LABELLED = re.compile(r"^[A-Za-z][\w -]{0,30}:\s+(\S.*)$")
 _SQL_STATEMENT = re.compile(
     r"^\s*(?:SELECT|INSERT|UPDATE|DELETE|CREATE|ALTER|DROP|WITH|TRUNCATE)\b.{0,200}?"
     r"\b(?:FROM|INTO|SET|TABLE|WHERE|INDEX|AS)\b",
@@ -160,6 +162,15 @@ def _code_dump(text: str) -> bool:
         return True
     if len(lines) >= 2:
         return code_lines / len(lines) >= 0.5 and prose < 0.2
+    labelled = _LABELLED.match(stripped)
+    if (
+        labelled
+        and len(re.findall(r"[A-Za-z]{2,}", labelled.group(1))) >= 6
+        and _prose_ratio(labelled.group(1)) >= 0.1
+    ):
+        # "Failure: npm install with --legacy-peer-deps silently installed ...; fix ..." is a sentence behind
+        # a label, which read as one YAML key line (a failure memory scored 0.07, as noise)
+        return False
     return code_lines == 1 and prose < 0.12 and bool(re.search(r"[(){}=;:]", stripped))
 
 
