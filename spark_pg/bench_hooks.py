@@ -144,12 +144,15 @@ class _Server:
             self.proc = subprocess.Popen(
                 [*hook_command(), "serve", "--socket", str(self.path)], stdout=out, stderr=subprocess.STDOUT
             )
-        while wire.ping(self.path) is None:
-            if self.proc.poll() is not None or time.monotonic() - started > SERVER_START_TIMEOUT_S:
-                self.stop()
-                said = log.read_text(errors="replace")[-2000:]
-                raise HookServerError(f"spark-pg serve did not start: {' '.join(said.split())}")
-            time.sleep(0.1)
+        try:
+            while wire.ping(self.path) is None:
+                if self.proc.poll() is not None or time.monotonic() - started > SERVER_START_TIMEOUT_S:
+                    said = log.read_text(errors="replace")[-2000:]
+                    raise HookServerError(f"spark-pg serve did not start: {' '.join(said.split())}")
+                time.sleep(0.1)
+        except BaseException:  # a failed start, or Ctrl-C while waiting: the server is stopped, not orphaned
+            self.stop()
+            raise
         self.ready_s = round(time.monotonic() - started, 2)
 
     def rss_mb(self) -> float | None:

@@ -106,10 +106,11 @@ def concurrent(
     with contextlib.suppress(threading.BrokenBarrierError):
         start_gate.wait()
     began = time.perf_counter()
-    with tqdm(total=round(seconds), desc=f"{clients} clients", unit="s", disable=not progress) as bar:
-        while time.perf_counter() - began < seconds and not errors:
-            time.sleep(1)
-            bar.update(1)
+    with tqdm(total=round(seconds, 1), desc=f"{clients} clients", unit="s", disable=not progress) as bar:
+        while (left := seconds - (time.perf_counter() - began)) > 0 and not errors:
+            step = min(1.0, left)  # the last step only what is left: --seconds 0.2 ran a whole second
+            time.sleep(step)
+            bar.update(round(step, 1))
     stop.set()
     for t in threads:
         t.join()
@@ -382,14 +383,18 @@ def main(args: Any, settings: Settings) -> int:
     for size in spec.sizes:  # too few memories for the tenants: refused now, not after the first sizes
         bench_retrieve.tenant_sizes(spec.bench(size))
     folder = args.report or writable_dir(Path(DEFAULT_BENCH_REPORT))
-    # the report so far is written after each size: an interrupted run keeps the sizes it finished
+    server_url = database_url(settings)
+    # the clients, the single-client connection and the corpus claim's; refused now, not after the build
+    scratch.check_free_connections(server_url, spec.clients + 3, "give fewer --clients")
+
+    def partial(report: dict[str, Any]) -> None:
+        """The report so far, after each size: an interrupted run keeps the sizes it finished. The previous
+        run's plot goes with the report it drew (it showed that run's figures beside this partial one)."""
+        _write_json(folder / "scale.json", report)
+        (folder / "scale.png").unlink(missing_ok=True)
+
     report = run(
-        settings,
-        database_url(settings),
-        load_embedder(settings),
-        spec,
-        progress=not args.quiet,
-        on_size=lambda partial: _write_json(folder / "scale.json", partial),
+        settings, server_url, load_embedder(settings), spec, progress=not args.quiet, on_size=partial
     )
     _write_json(folder / "scale.json", report)  # before the plot: a plot that fails loses no figure
     figure = plot(report, folder / "scale.png")

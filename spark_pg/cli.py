@@ -12,11 +12,10 @@ from spark_pg.cli_args import (
     bench_memories_arg,
     bench_options,
     bench_tenants_arg,
-    count_arg,
+    int_between,
     k_arg,
-    positive_int,
     report_dir,
-    seconds_arg,
+    seconds_upto,
     time_arg,
     writable_dir,
 )
@@ -539,16 +538,23 @@ def build_parser() -> argparse.ArgumentParser:
         help="corpus sizes, comma-separated (scale; tenants: size/1000, "
         "at least 100, unless --tenants is given)",
     )
-    p.add_argument("--clients", type=positive_int, help="concurrent clients (scale; default 8)")
+    # every count and time has a ceiling: `--n 99999999999` filled the machine's memory (audit Z)
     p.add_argument(
-        "--seconds", type=seconds_arg, help="length of the concurrent run per size (scale; default 20)"
+        "--clients", type=int_between(1, 64), help="concurrent clients (scale; 1 to 64; default 8)"
     )
     p.add_argument(
-        "--ingest-sample", type=count_arg, help="memories ingested per size (scale; 0: skip; default 500)"
+        "--seconds",
+        type=seconds_upto(86_400),
+        help="length of the concurrent run per size (scale; up to a day; default 20)",
+    )
+    p.add_argument(
+        "--ingest-sample",
+        type=int_between(0, 100_000),
+        help="memories ingested per size (scale; 0: skip; default 500)",
     )
     p.add_argument(
         "--real",
-        type=positive_int,
+        type=int_between(1, 10_000_000),
         help="corpus texts embedded for real; vectors past them are derived (docs/performance.md; "
         "default 100000)",
     )
@@ -561,7 +567,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="tenants, Zipf-skewed sizes (retrieve: default 100; scale: default max(100, size / 1000))",
     )
     p.add_argument(
-        "--queries", type=positive_int, help="calls measured (retrieve, scale, --hooks: 300; rls: 100)"
+        "--queries",
+        type=int_between(1, 100_000),
+        help="calls measured (retrieve, scale, --hooks: 300; rls: 100; at most 100,000)",
     )
     p.add_argument("--k", type=bench_k_arg, help="results per call (retrieve, scale, rls; default 8)")
     p.add_argument("--fresh", action="store_true", default=None, help="rebuild the cached corpus database")
@@ -576,9 +584,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="also the common Python-side hybrid on the same queries, interleaved (retrieve, scale; on by "
         "default; ~10-15 s more a size)",
     )
-    p.add_argument("--n", type=positive_int, help="memories to ingest (ingest; default 2000)")
+    p.add_argument("--n", type=int_between(1, 1_000_000), help="memories to ingest (ingest; default 2000)")
     p.add_argument("--hooks", action="store_true", help="hook latency: `spark-pg hook` processes, server up")
-    p.add_argument("--parallel", type=positive_int, help="hook processes at once (--hooks; default 1)")
+    p.add_argument(
+        "--parallel", type=int_between(1, 64), help="hook processes at once (--hooks; 1 to 64; default 1)"
+    )
     p.add_argument("--socket", type=Path, help="use the server on this socket, or start one there (--hooks)")
     p.add_argument("--json", action="store_true")
     p.add_argument("--quiet", action="store_true", help="no progress bars")

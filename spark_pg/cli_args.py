@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 from pathlib import Path
 
 
@@ -19,6 +20,31 @@ def positive_int(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
     return value
+
+
+def int_between(low: int, high: int) -> Callable[[str], int]:
+    """An integer from ``low`` to ``high``: a count with a ceiling, so that a slip (`--n 99999999999`) is
+    refused before any work instead of filling the machine's memory."""
+
+    def parse(text: str) -> int:
+        value = _int(text)
+        if not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"must be from {low:,} to {high:,}, got {value:,}")
+        return value
+
+    return parse
+
+
+def seconds_upto(limit: float) -> Callable[[str], float]:
+    """:func:`seconds_arg` with a ceiling (a run of 1e12 seconds never ends)."""
+
+    def parse(text: str) -> float:
+        value = seconds_arg(text)
+        if value > limit:
+            raise argparse.ArgumentTypeError(f"must be at most {limit:,.0f} seconds, got {text}")
+        return value
+
+    return parse
 
 
 def count_arg(text: str) -> int:

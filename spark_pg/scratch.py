@@ -83,3 +83,18 @@ def drop(server_url: str, name: str) -> None:
     """Drop database ``name`` if it exists, disconnecting its sessions."""
     with _admin(server_url) as admin:
         admin.execute(f'DROP DATABASE IF EXISTS "{_checked(name)}" WITH (FORCE)')
+
+
+def check_free_connections(server_url: str, needed: int, fix: str) -> None:
+    """InputError, before any work, when the server has fewer free connection slots than ``needed``
+    (max_connections less the reserved ones and those in use); ``fix`` says what to give fewer of."""
+    from spark_pg import queries
+
+    with _admin(server_url) as conn:
+        row = conn.execute(queries.FREE_CONNECTIONS).fetchone()
+    free = int(row[0]) if row is not None else needed
+    if free < needed:
+        raise InputError(
+            f"the run needs {needed} connections and the server has {free} free (max_connections less the "
+            f"reserved and those in use): {fix}"
+        )

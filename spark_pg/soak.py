@@ -185,18 +185,6 @@ def check_soak_args(seconds: float, writers: int, readers: int, workers: int, ba
         raise InputError(f"batch must be from 1 to 1000, got {batch}")
 
 
-def _check_connections(server_url: str, needed: int) -> None:
-    """InputError when the server has fewer free connection slots than the soak needs."""
-    with connect(server_url, autocommit=True) as conn:
-        row = conn.execute(queries.FREE_CONNECTIONS).fetchone()
-    free = int(row[0]) if row is not None else needed
-    if free < needed:
-        raise InputError(
-            f"the soak needs {needed} connections and the server has {free} free (max_connections less "
-            "the reserved and those in use): run fewer writers, readers or workers"
-        )
-
-
 def run_soak(
     server_url: str,
     embedder: Embedder,
@@ -211,7 +199,10 @@ def run_soak(
 ) -> SoakReport:
     """Run the soak in a fresh scratch database; see the module docstring."""
     check_soak_args(seconds, writers, readers, workers, batch)
-    _check_connections(server_url, writers + readers + workers + 3)  # + the drain, watch and scratch
+    # + the drain, watch and scratch
+    scratch.check_free_connections(
+        server_url, writers + readers + workers + 3, "run fewer writers, readers or workers"
+    )
     name = f"spark_soak_{int(time.time())}_{uuid.uuid4().hex[:6]}"  # two runs in one second: two databases
     url = scratch.create(server_url, name)
     if keep:  # named now: a run that fails or is interrupted keeps it too

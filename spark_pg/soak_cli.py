@@ -8,6 +8,7 @@ import json
 
 def cmd_soak(args: argparse.Namespace) -> int:
     from spark_pg.config import load_settings
+    from spark_pg.console import stop_signals_interrupt
     from spark_pg.db import database_url
     from spark_pg.embedding import load_embedder
     from spark_pg.soak import check_soak_args, run_soak
@@ -15,17 +16,20 @@ def cmd_soak(args: argparse.Namespace) -> int:
     # before the server is started or the model loaded: a refused option changes nothing
     check_soak_args(args.seconds, args.writers, args.readers, args.workers, args.batch)
     settings = load_settings()
-    report = run_soak(
-        database_url(settings),
-        load_embedder(settings),
-        seconds=args.seconds,
-        writers=args.writers,
-        readers=args.readers,
-        workers=args.workers,
-        batch=args.batch,
-        progress=not args.quiet,
-        keep=args.keep,
-    )
+    # SIGTERM or SIGHUP (timeout, CI) ends the run as Ctrl-C does: its scratch database dropped (it was left,
+    # under a name no later run reuses)
+    with stop_signals_interrupt():
+        report = run_soak(
+            database_url(settings),
+            load_embedder(settings),
+            seconds=args.seconds,
+            writers=args.writers,
+            readers=args.readers,
+            workers=args.workers,
+            batch=args.batch,
+            progress=not args.quiet,
+            keep=args.keep,
+        )
     out = report.as_json()
     if args.json:
         print(json.dumps(out))

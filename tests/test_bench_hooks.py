@@ -4,8 +4,10 @@ advice; the bench reported "errors 0" with every call unanswered)."""
 
 from __future__ import annotations
 
+import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -76,3 +78,26 @@ def test_a_run_counts_the_calls_its_database_logged(
         pytest.raises(HookServerError, match="or it serves another database"),
     ):
         bench_hooks.run(settings, CALLS, socket=socket, progress=False)
+
+
+def test_an_interrupt_while_the_server_starts_stops_it(
+    cli_env: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Was (audit Z): Ctrl-C while the bench waited for its `spark-pg serve` left that server running,
+    re-parented to PID 1."""
+
+    def interrupted(path: Path, *args: object, **kwargs: object) -> None:
+        raise KeyboardInterrupt
+
+    started: list[subprocess.Popen[bytes]] = []
+    popen = subprocess.Popen
+
+    def remembered(*args: Any, **kwargs: Any) -> subprocess.Popen[bytes]:
+        started.append(popen(*args, **kwargs))
+        return started[-1]
+
+    monkeypatch.setattr(bench_hooks.wire, "ping", interrupted)
+    monkeypatch.setattr(bench_hooks.subprocess, "Popen", remembered)
+    with pytest.raises(KeyboardInterrupt):
+        bench_hooks._Server(None, tmp_path)
+    assert len(started) == 1 and started[0].poll() is not None  # stopped and reaped

@@ -4,6 +4,7 @@ more tenants than the memories can spread over, and a cached corpus that is not 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -22,17 +23,17 @@ from tests.conftest import bench_corpus, usage_error
 @pytest.mark.parametrize(
     ("argv", "expected"),
     [
-        (("bench", "--queries", "0"), "--queries: must be at least 1, got 0"),
+        (("bench", "--queries", "0"), "--queries: must be from 1 to 100,000, got 0"),
         (("bench", "--memories", "-5"), "--memories: must be at least 1, got -5"),
         (("bench", "--tenants", "0"), "--tenants: must be at least 1, got 0"),
         (("bench", "--k", "0"), "k must be between 1 and 1000, got 0"),
-        (("bench", "--real", "0"), "--real: must be at least 1"),
-        (("bench", "ingest", "--n", "0"), "--n: must be at least 1"),
-        (("bench", "--hooks", "--parallel", "-3"), "--parallel: must be at least 1"),
+        (("bench", "--real", "0"), "--real: must be from 1 to 10,000,000, got 0"),
+        (("bench", "ingest", "--n", "0"), "--n: must be from 1 to 1,000,000, got 0"),
+        (("bench", "--hooks", "--parallel", "-3"), "--parallel: must be from 1 to 64, got -3"),
         (("bench", "scale", "--seconds", "nan"), "must be a finite number of seconds above 0, got nan"),
         (("bench", "scale", "--seconds", "inf"), "must be a finite number of seconds above 0, got inf"),
-        (("bench", "scale", "--clients", "0"), "--clients: must be at least 1"),
-        (("bench", "scale", "--ingest-sample", "-1"), "--ingest-sample: must be 0 or more"),
+        (("bench", "scale", "--clients", "0"), "--clients: must be from 1 to 64, got 0"),
+        (("bench", "scale", "--ingest-sample", "-1"), "--ingest-sample: must be from 0 to 100,000, got -1"),
         (
             ("bench", "--memories", "3000000000"),
             "--memories: must be at most 10,000,000",
@@ -211,3 +212,48 @@ def test_percentiles_of_too_few_calls_come_with_a_note() -> None:
     assert "p95 and p99 are taken from 3 calls" in (bench_retrieve.few_samples_note(3) or "")
     assert (bench_retrieve.few_samples_note(50) or "").startswith("p99 is taken from 50 calls")
     assert bench_retrieve.few_samples_note(100) is None
+
+
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        # each had no ceiling (audit Z): --n filled the machine's memory, --parallel ran 300 hook processes
+        (("bench", "ingest", "--n", "99999999999"), "--n: must be from 1 to 1,000,000"),
+        (("bench", "--queries", "99999999999"), "--queries: must be from 1 to 100,000"),
+        (("bench", "scale", "--seconds", "1e12"), "--seconds: must be at most 86,400 seconds"),
+        (("bench", "--hooks", "--parallel", "9999"), "--parallel: must be from 1 to 64"),
+        (("bench", "scale", "--clients", "300"), "--clients: must be from 1 to 64"),
+        (("bench", "scale", "--ingest-sample", "10000000"), "--ingest-sample: must be from 0 to 100,000"),
+        (("bench", "scale", "--real", "0"), "--real: must be from 1 to 10,000,000"),
+    ],
+)
+def test_bench_counts_and_times_have_a_ceiling(
+    capsys: pytest.CaptureFixture[str], argv: tuple[str, ...], expected: str
+) -> None:
+    assert usage_error(capsys, argv).count(expected) == 1
+
+
+def test_more_clients_than_the_server_has_connections_for_is_refused_before_the_run(
+    cli_env: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """Was (audit Z): refused only after the corpus was built and the single-client phase measured."""
+    seen: list[int] = []
+
+    def few(url: str, needed: int, fix: str) -> None:
+        seen.append(needed)
+        raise InputError(f"the run needs {needed} connections and the server has 5 free: {fix}")
+
+    monkeypatch.setattr(scratch, "check_free_connections", few)
+    report = tmp_path / "report"
+    report.mkdir()
+    argv = ["bench", "scale", "--sizes", "10000", "--clients", "64", "--report", str(report)]
+    assert main(argv) == 2
+    assert "the run needs 67 connections" in capsys.readouterr().err and seen == [67]
+    assert list(report.iterdir()) == []  # nothing was built or written
+
+
+def test_free_connections_are_counted_on_the_server(server_url: str) -> None:
+    scratch.check_free_connections(server_url, 1, "fewer")
+    too_many = r"the run needs 100000 connections and the server has \d+ free.*: fewer"
+    with pytest.raises(InputError, match=too_many):
+        scratch.check_free_connections(server_url, 100_000, "fewer")

@@ -66,7 +66,7 @@ def test_a_tiny_scale_run_reports_every_figure(
     server_url: str, model_settings: Settings, tmp_path: Path
 ) -> None:
     spec = bench_scale.ScaleSpec(
-        sizes=(300, 400), tenants=3, queries=12, clients=2, seconds=1.0, ingest_sample=4, real=300
+        sizes=(300, 400), tenants=3, queries=12, clients=2, seconds=0.4, ingest_sample=4, real=300
     )
     partials: list[dict[str, Any]] = []
     try:
@@ -98,6 +98,7 @@ def test_a_tiny_scale_run_reports_every_figure(
     assert build["load_rows_per_s"] > 0 and build["index_build_s"] >= 0 and build["index_bytes"] > 0
     assert build["maintenance_work_mem_mb"] == 512
     assert row["concurrent"]["clients"] == 2 and row["concurrent"]["calls"] > 2
+    assert row["concurrent"]["seconds"] < 0.9  # --seconds 0.4, not a whole second (audit Z)
     assert row["single_client_ms"]["p50"] > 0 and row["baseline_ratio"]["p50"] > 0
     assert 0 <= row["retrieve_faster_share"] <= 1
     # every query counted once, in the bucket of its tenant's size (all three tenants are under 1,500)

@@ -115,3 +115,38 @@ def test_an_interrupted_kept_soak_stops_its_threads(
             assert row == (0,), f"{row} sessions of the soak still open after the interrupt"
     finally:
         scratch.drop(server_url, named[1])
+
+
+def test_sigterm_ends_a_soak_as_ctrl_c_does(
+    cli_env: str, server_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Was (audit Z): SIGTERM (timeout, CI) ended the process at once and left its scratch database, under
+    a name no later run reuses; Ctrl-C dropped it."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    monkeypatch.setenv("SPARK_PG_DATABASE_URL", server_url)  # the soak makes its own database there
+    listed = "SELECT datname FROM pg_database WHERE datname LIKE 'spark_soak_%'"
+    with connect(server_url, autocommit=True) as admin:
+        before = {r[0] for r in admin.execute(listed).fetchall()}
+        soak = subprocess.Popen(
+            [str(Path(sys.executable).parent / "spark-pg"), "soak", "--seconds", "120", "--writers", "1",
+             "--readers", "1", "--workers", "1", "--quiet"],
+            env=os.environ.copy(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        )  # fmt: skip
+        try:
+            deadline = time.monotonic() + 60
+            while not ({r[0] for r in admin.execute(listed).fetchall()} - before) and soak.poll() is None:
+                assert time.monotonic() < deadline, "the soak made no database"
+                time.sleep(0.2)
+            time.sleep(3)  # writing, reading and embedding by now
+            soak.send_signal(signal.SIGTERM)
+            _, err = soak.communicate(timeout=60)
+        finally:
+            if soak.poll() is None:
+                soak.kill()
+        assert soak.returncode == 130, err
+        assert b"spark-pg: interrupted" in err and b"Traceback" not in err
+        assert {r[0] for r in admin.execute(listed).fetchall()} - before == set()

@@ -88,6 +88,15 @@ def _refuse_unused(args: argparse.Namespace) -> None:
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
+    from spark_pg.console import stop_signals_interrupt
+
+    # SIGTERM or SIGHUP (timeout, CI) ends the run as Ctrl-C does: a scratch database that is not fully
+    # loaded is dropped (it was left empty, with no load recorded)
+    with stop_signals_interrupt():
+        return _eval(args)
+
+
+def _eval(args: argparse.Namespace) -> int:
     _refuse_unused(args)
     if args.scenarios is not None:
         return cmd_scenarios(args)
