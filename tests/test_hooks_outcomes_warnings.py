@@ -159,6 +159,17 @@ def seeded(server_url: str, model_settings: Settings) -> Iterator[str]:
         yield url
 
 
+def session_outcomes(url: str, tenant: str, session: str) -> list[tuple[str, str]]:
+    """(outcome, memory key) of every outcome a session recorded."""
+    with psycopg.connect(url) as conn:
+        rows = conn.execute(
+            "SELECT o.outcome, m.key FROM spark.outcomes o JOIN spark.memories m "
+            "ON m.tenant = o.memory_tenant AND m.id = o.memory_id WHERE o.tenant = %s AND o.session_id = %s",
+            (tenant, session),
+        ).fetchall()
+    return [(str(o), str(k)) for o, k in rows]
+
+
 def test_running_the_warned_command_after_the_advice_records_no_outcome(
     seeded: str, embedder: Embedder
 ) -> None:
@@ -182,12 +193,7 @@ def test_running_the_warned_command_after_the_advice_records_no_outcome(
         call("psql -c 'TRUNCATE sessions'")
     finally:
         pool.close()
-    with psycopg.connect(seeded) as conn:
-        rows = conn.execute(
-            "SELECT o.outcome, m.key FROM spark.outcomes o JOIN spark.memories m "
-            "ON m.tenant = o.memory_tenant AND m.id = o.memory_id WHERE o.tenant = %s AND o.session_id = %s",
-            (tenant, session),
-        ).fetchall()
+    rows = session_outcomes(seeded, tenant, session)
     assert ("followed", DESTRUCTIVE_KEY) not in rows
     assert rows == []  # no other surfaced seed memory has a token either
 
@@ -221,12 +227,8 @@ def test_repeating_the_command_a_failure_memory_describes_is_not_following_it(
             service.post(tenant, HookEvent(POST, "Bash", event, session))
     finally:
         pool.close()
+    rows = session_outcomes(seeded, tenant, session)
     with psycopg.connect(seeded) as conn:
-        rows = conn.execute(
-            "SELECT o.outcome, m.key FROM spark.outcomes o JOIN spark.memories m "
-            "ON m.tenant = o.memory_tenant AND m.id = o.memory_id WHERE o.tenant = %s AND o.session_id = %s",
-            (tenant, session),
-        ).fetchall()
         surfaced = conn.execute(
             "SELECT DISTINCT m.key FROM spark.retrieval_items i JOIN spark.memories m "
             "ON m.tenant = i.memory_tenant AND m.id = i.memory_id WHERE i.tenant = %s",
