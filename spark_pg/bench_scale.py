@@ -90,12 +90,14 @@ def concurrent(
                     retrieve(conn, tenant, text, embedding=vec, k=k)
                 start_gate.wait()
                 j = c * len(calls) // clients
-                while not stop.is_set():
+                while True:  # at least one measured call a client, however short --seconds (no empty figures)
                     tenant, text, vec = calls[j % len(calls)]
                     t0 = time.perf_counter()
                     retrieve(conn, tenant, text, embedding=vec, k=k)
                     latencies[c].append((time.perf_counter() - t0) * 1000)
                     j += 1
+                    if stop.is_set():
+                        break
         except BaseException as exc:  # reported below; the barrier must not hang the others
             errors.append(exc)
             start_gate.abort()
@@ -396,7 +398,9 @@ def main(args: Any, settings: Settings) -> int:
     report = run(
         settings, server_url, load_embedder(settings), spec, progress=not args.quiet, on_size=partial
     )
-    _write_json(folder / "scale.json", report)  # before the plot: a plot that fails loses no figure
+    # the report before the plot (a plot that fails loses no figure), the previous run's plot gone with it
+    (folder / "scale.png").unlink(missing_ok=True)
+    _write_json(folder / "scale.json", report)
     figure = plot(report, folder / "scale.png")
     if args.json:
         print(json.dumps(report | {"plot": str(figure)}))

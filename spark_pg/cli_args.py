@@ -47,14 +47,6 @@ def seconds_upto(limit: float) -> Callable[[str], float]:
     return parse
 
 
-def count_arg(text: str) -> int:
-    """A count that may be 0 (0: skip that part)."""
-    value = _int(text)
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be 0 or more, got {value}")
-    return value
-
-
 def seconds_arg(text: str) -> float:
     """A length of time in seconds: a finite number above 0 (NaN or inf would never end or never start)."""
     import math

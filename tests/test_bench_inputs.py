@@ -224,7 +224,7 @@ def test_percentiles_of_too_few_calls_come_with_a_note() -> None:
         (("bench", "--hooks", "--parallel", "9999"), "--parallel: must be from 1 to 64"),
         (("bench", "scale", "--clients", "300"), "--clients: must be from 1 to 64"),
         (("bench", "scale", "--ingest-sample", "10000000"), "--ingest-sample: must be from 0 to 100,000"),
-        (("bench", "scale", "--real", "0"), "--real: must be from 1 to 10,000,000"),
+        (("bench", "scale", "--real", "20000000"), "--real: must be from 1 to 10,000,000"),
     ],
 )
 def test_bench_counts_and_times_have_a_ceiling(
@@ -257,3 +257,63 @@ def test_free_connections_are_counted_on_the_server(server_url: str) -> None:
     too_many = r"the run needs 100000 connections and the server has \d+ free.*: fewer"
     with pytest.raises(InputError, match=too_many):
         scratch.check_free_connections(server_url, 100_000, "fewer")
+
+
+@pytest.mark.parametrize("fails_at", ["interrupted after a size", "plot"])
+def test_a_run_that_stops_before_its_plot_leaves_no_plot_of_the_previous_run(
+    cli_env: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path, fails_at: str
+) -> None:
+    """Was (audit Z, then its review): the previous run's scale.png stayed beside a new scale.json, showing
+    that run's figures as this one's."""
+    from spark_pg import bench_scale, embedding
+
+    report = tmp_path / "report"
+    report.mkdir()
+    (report / "scale.png").write_bytes(b"the previous run's plot")
+    figures = {"sizes": [], "complete": False}
+
+    def run(*args: Any, on_size: Any = None, **kw: Any) -> dict[str, Any]:
+        if fails_at == "interrupted after a size":
+            on_size(figures)
+            raise KeyboardInterrupt
+        return figures | {"complete": True}
+
+    def plot(*args: Any) -> Path:
+        raise RuntimeError("matplotlib failed")
+
+    monkeypatch.setattr(scratch, "check_free_connections", lambda *a: None)
+    monkeypatch.setattr(embedding, "load_embedder", lambda settings: None)
+    monkeypatch.setattr(bench_scale, "run", run)
+    monkeypatch.setattr(bench_scale, "plot", plot)
+    argv = ["bench", "scale", "--sizes", "10000", "--report", str(report)]
+    if fails_at == "plot":
+        with pytest.raises(RuntimeError, match="matplotlib failed"):
+            main(argv)
+    else:
+        assert main(argv) == 130
+    assert sorted(p.name for p in report.iterdir()) == ["scale.json"]
+
+
+def test_a_client_measures_at_least_one_call_however_short_the_run(
+    db_url: str, embedder: Embedder, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Was (review): a short run (--seconds 0.001) could end before a client's first measured call, and
+    the percentiles of no latencies raised IndexError after the whole single-client phase."""
+    import threading
+
+    from spark_pg import bench_scale
+
+    class StoppedAtOnce(threading.Event):
+        """The stop already set when the clients pass the start gate: the shortest run there can be."""
+
+        def is_set(self) -> bool:
+            return True
+
+    class Threading:  # the module as bench_scale sees it (threading's own Event must stay as it is)
+        def __getattr__(self, name: str) -> Any:
+            return StoppedAtOnce if name == "Event" else getattr(threading, name)
+
+    monkeypatch.setattr(bench_scale, "threading", Threading())
+    vector = embedder.embed_query("a query")
+    result = bench_scale.concurrent(db_url, [("nobody", "a query", vector)], 5, 2, 0.001, False)
+    assert result["calls"] >= 2 and set(result["latency_ms"]) == {"p50", "p95", "p99"}

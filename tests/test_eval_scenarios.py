@@ -251,3 +251,43 @@ def test_a_recall_with_no_relevant_items_prints_as_a_dash_not_zero() -> None:
         {"scenarios": 1, "model": "m", "systems": {"advisor": system | {"by_category": {}}}}
     )
     assert "advisor     1.000  0.000      -" in text
+
+
+def test_sigterm_ends_a_scenario_eval_as_ctrl_c_does(
+    cli_env: str, server_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, embedder: Embedder
+) -> None:
+    """Was (audit Z): SIGTERM (timeout, CI) ended `eval` at once and left its scratch database; Ctrl-C
+    dropped it."""
+    import os
+    import shutil
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from spark_pg.eval.scenarios import default_folder
+
+    folder = tmp_path / "scenarios"
+    shutil.copytree(default_folder(), folder)  # a database name of this test's own
+    name = database_name(folder, embedder.spec.name)
+    monkeypatch.setenv("SPARK_PG_DATABASE_URL", server_url)  # the eval makes its own database there
+    run = subprocess.Popen(
+        [str(Path(sys.executable).parent / "spark-pg"), "eval", "--scenarios", str(folder)],
+        env=os.environ.copy(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 60
+        while not scratch.exists(server_url, name) and run.poll() is None:
+            assert time.monotonic() < deadline, "the eval made no database"
+            time.sleep(0.1)
+        time.sleep(1)  # loading its memories by now (the whole run takes over ten seconds)
+        run.send_signal(signal.SIGTERM)
+        _, err = run.communicate(timeout=60)
+        left = scratch.exists(server_url, name)
+    finally:
+        if run.poll() is None:
+            run.kill()
+        scratch.drop(server_url, name)
+    assert run.returncode == 130, err
+    assert b"spark-pg: interrupted" in err and b"Traceback" not in err
+    assert not left, "the scratch database was left"

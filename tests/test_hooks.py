@@ -1028,7 +1028,7 @@ def test_the_pools_log_messages_reach_the_server_log_as_one_line_each() -> None:
     two lines each, the second indented, between the server's one-line messages."""
     import logging
 
-    from spark_pg.hooks.server import _OneLine, _pool_log_lines
+    from spark_pg.hooks.server import POOL_LOGGERS, _OneLine, _pool_log_lines
 
     logger = logging.getLogger("psycopg.pool")
     lines: list[str] = []
@@ -1037,8 +1037,15 @@ def test_the_pools_log_messages_reach_the_server_log_as_one_line_each() -> None:
         _pool_log_lines(lines.append)  # a second server in the process: still one handler
         logger.warning("error connecting in %r: connection failed\n\tIs the server running locally?", "pool")
         logger.info("not a warning")
+        # the pool's scheduler thread logs under the package's own name
+        logging.getLogger("psycopg_pool.sched").warning("scheduled task run %s failed:\n\tboom", "t")
     finally:
-        for handler in [h for h in logger.handlers if isinstance(h, _OneLine)]:
-            logger.removeHandler(handler)
-        logger.propagate = True
-    assert lines == ["error connecting in 'pool': connection failed Is the server running locally?"]
+        for name in POOL_LOGGERS:
+            named = logging.getLogger(name)
+            for handler in [h for h in named.handlers if isinstance(h, _OneLine)]:
+                named.removeHandler(handler)
+            named.propagate = True
+    assert lines == [
+        "error connecting in 'pool': connection failed Is the server running locally?",
+        "scheduled task run t failed: boom",
+    ]

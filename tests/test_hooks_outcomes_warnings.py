@@ -230,9 +230,11 @@ def test_repeating_the_command_a_failure_memory_describes_is_not_following_it(
     rows = session_outcomes(seeded, tenant, session)
     with psycopg.connect(seeded) as conn:
         surfaced = conn.execute(
-            "SELECT DISTINCT m.key FROM spark.retrieval_items i JOIN spark.memories m "
-            "ON m.tenant = i.memory_tenant AND m.id = i.memory_id WHERE i.tenant = %s",
-            (tenant,),
+            "SELECT m.key FROM spark.retrieval_items i JOIN spark.memories m "
+            "ON m.tenant = i.memory_tenant AND m.id = i.memory_id WHERE i.tenant = %s "
+            "AND i.retrieval_id = (SELECT min(id) FROM spark.retrievals "
+            "WHERE tenant = %s AND session_id = %s)",
+            (tenant, tenant, session),
         ).fetchall()
     assert ("f-rm-build",) in surfaced and ("r-clean",) in surfaced  # both were advice for the first call
     assert rows == [("followed", "r-clean")]

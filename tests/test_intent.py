@@ -961,6 +961,13 @@ def test_observations_and_noise_fall_below_the_gate(text: str) -> None:
             "peer dependencies instead.",
             "directive",
         ),
+        # the same without function words: it still ends as a sentence does (review of the fix)
+        (
+            "Failure: npm install --legacy-peer-deps silently installed broken React version; fix peer "
+            "dependencies instead.",
+            "directive",
+        ),
+        ("run: pytest -x tests/unit && ruff check src tests docs.", "code dump"),  # full stop or not
         ("https://example.com/blog/post-1", "bare url"),
         ("Use packet guidance.", "vague placeholder"),
         ("TODO: fill in later", "placeholder"),

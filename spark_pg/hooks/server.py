@@ -475,14 +475,19 @@ class _OneLine(logging.Handler):
             self.handleError(record)
 
 
+# the pool logs as "psycopg.pool", its scheduler (the thread that reconnects) as "psycopg_pool.sched"
+POOL_LOGGERS = ("psycopg.pool", "psycopg_pool")
+
+
 def _pool_log_lines(log: Callable[[str], None]) -> None:
-    """Route psycopg's pool logger through ``log``, one line a record (once per logger: a server started
+    """Route psycopg's pool loggers through ``log``, one line a record (once per logger: a server started
     again in one process replaces its handler)."""
-    logger = logging.getLogger("psycopg.pool")
-    for old in [h for h in logger.handlers if isinstance(h, _OneLine)]:
-        logger.removeHandler(old)
-    logger.addHandler(_OneLine(log))
-    logger.propagate = False
+    for name in POOL_LOGGERS:
+        logger = logging.getLogger(name)
+        for old in [h for h in logger.handlers if isinstance(h, _OneLine)]:
+            logger.removeHandler(old)
+        logger.addHandler(_OneLine(log))
+        logger.propagate = False
 
 
 def serve(

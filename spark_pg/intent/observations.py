@@ -67,6 +67,8 @@ _CODE_LINE = re.compile(
 )
 # a one-line text behind a label ("Failure: ...", "Decision: ..."): the label and what follows it
 _LABELLED = re.compile(r"^[A-Za-z][\w -]{0,30}:\s+(\S.*)$")
+# a value that ends as a sentence does, with no shell operator or assignment in it
+_SENTENCE_VALUE = re.compile(r"^[^=|&{}<>]*[.!]\s*$")
 _SQL_STATEMENT = re.compile(
     r"^\s*(?:SELECT|INSERT|UPDATE|DELETE|CREATE|ALTER|DROP|WITH|TRUNCATE)\b.{0,200}?"
     r"\b(?:FROM|INTO|SET|TABLE|WHERE|INDEX|AS)\b",
@@ -166,10 +168,11 @@ def _code_dump(text: str) -> bool:
     if (
         labelled
         and len(re.findall(r"[A-Za-z]{2,}", labelled.group(1))) >= 6
-        and _prose_ratio(labelled.group(1)) >= 0.1
+        and (_prose_ratio(labelled.group(1)) >= 0.1 or _SENTENCE_VALUE.search(labelled.group(1)))
     ):
-        # "Failure: npm install with --legacy-peer-deps silently installed ...; fix ..." is a sentence behind
-        # a label, which read as one YAML key line (a failure memory scored 0.07, as noise)
+        # "Failure: npm install --legacy-peer-deps silently installed ...; fix ... instead." is a sentence
+        # behind a label, which read as one YAML key line (a failure memory scored 0.07, as noise); it has
+        # function words or ends as a sentence does, which a key's command or value does not
         return False
     return code_lines == 1 and prose < 0.12 and bool(re.search(r"[(){}=;:]", stripped))
 
