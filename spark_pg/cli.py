@@ -19,7 +19,7 @@ from spark_pg.cli_args import (
     time_arg,
     writable_dir,
 )
-from spark_pg.display import printable
+from spark_pg.display import counted, printable
 from spark_pg.embed_queue import MAX_ATTEMPTS
 from spark_pg.errors import InputError, SparkPgError
 from spark_pg.redact import redact_url
@@ -168,7 +168,7 @@ def cmd_ingest(args: argparse.Namespace) -> int:
 def _warn_dated_ahead(result: IngestResult) -> None:
     if result.future and result.latest is not None:
         print(
-            f"spark-pg: note: {result.future} memories are dated ahead of now (the latest "
+            f"spark-pg: note: {counted(result.future, 'memory', 'memories')} dated ahead of now (the latest "
             f"{result.latest.isoformat()}): retrieval leaves each out until its created_at, unless "
             "params.as_of is later (a time without a zone is taken as UTC)",
             file=sys.stderr,

@@ -28,3 +28,9 @@ def printable(text: str, *, lines: bool = False) -> str:
     an escape: ESC as ``\\x1b``, U+202E as ``\\u202e``. ``lines``: tabs and line feeds are kept (text that
     is wrapped, where they become spaces)."""
     return (_LINES if lines else _ONE_LINE).sub(_escape, text)
+
+
+def counted(n: int, singular: str, plural: str | None = None) -> str:
+    """``n`` and the noun that agrees with it: "1 memory", "2 memories", "0 rules" (``plural``: the noun's
+    plural when it is not ``singular`` + "s")."""
+    return f"{n:,} {singular if n == 1 else (plural or singular + 's')}"

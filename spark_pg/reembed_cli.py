@@ -7,6 +7,8 @@ import argparse
 import json
 import sys
 
+from spark_pg.display import counted
+
 
 def cmd_reembed(args: argparse.Namespace) -> int:
     from spark_pg.config import load_settings
@@ -63,13 +65,14 @@ def cmd_reembed(args: argparse.Namespace) -> int:
         if out["switched"]:
             print(
                 f"set embedding.model to {out['model']} for every worker and client "
-                f"({out['queued_after_switch']} memories queued for the worker)"
+                f"({counted(out['queued_after_switch'], 'memory', 'memories')} queued for the worker)"
             )
         elif out["previous"] is None:  # --no-switch: registering the first model made it active all the same
             print(f"set embedding.model to {out['model']} for every worker and client")
     if report.failed:  # the rest were embedded; these wait in the queue once the model is active
         print(
-            f"spark-pg reembed: {report.failed} memories could not be embedded by {report.model}:",
+            f"spark-pg reembed: {counted(report.failed, 'memory', 'memories')} could not be embedded by "
+            f"{report.model}:",
             file=sys.stderr,
         )
         for error in report.errors[-5:]:

@@ -6,6 +6,8 @@ from __future__ import annotations
 import argparse
 import json
 
+from spark_pg.display import counted
+
 
 def cmd_triggers_load(args: argparse.Namespace) -> int:
     from spark_pg.triggers import check_load_tenant, load_rules
@@ -31,11 +33,11 @@ def cmd_triggers_load(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(summary | {"tenant": args.tenant, "checked_only": args.check}))
     elif args.check:
-        print(f"{args.file}: {len(rules)} rules, all valid (nothing written: --check)")
+        print(f"{args.file}: {counted(len(rules), 'rule')}, all valid (nothing written: --check)")
     else:
         print(
-            f"tenant {args.tenant}: {summary['written']} trigger rules written, {summary['removed']} static "
-            "rules no longer in the file removed"
+            f"tenant {args.tenant}: {counted(written, 'trigger rule')} written, "
+            f"{counted(removed, 'static rule')} no longer in the file removed"
         )
     return 0
 

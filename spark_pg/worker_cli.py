@@ -7,6 +7,7 @@ import json
 import sys
 
 from spark_pg.console import INTERRUPTED
+from spark_pg.display import counted
 from spark_pg.embed_queue import MAX_ATTEMPTS
 
 ONCE_GIVE_UP_S = 60.0  # a one-off run gives up after the database has been unreachable this long
@@ -67,9 +68,10 @@ def cmd_worker(args: argparse.Namespace) -> int:
         print(json.dumps(summary))
     else:
         print(
-            f"embedded {summary['embedded']} memories in {summary['batches']} batches, "
+            f"embedded {counted(summary['embedded'], 'memory', 'memories')} in "
+            f"{counted(summary['batches'], 'batch', 'batches')}, "
             f"{summary['seconds']} s ({summary['per_second']}/s); failed: {summary['failed']}"
-            + (f"; reconnected {summary['reconnects']} times" if summary["reconnects"] else "")
+            + (f"; reconnected {counted(summary['reconnects'], 'time')}" if summary["reconnects"] else "")
         )
         for error in summary["errors"]:
             print(f"spark-pg worker: not embedded: {error}", file=sys.stderr)
@@ -82,7 +84,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
             )
     if args.once and stop.is_set():  # a one-off run stopped by a signal did not do its job: `&& next` stops
         left = (
-            f"{stats.pending} memories"
+            counted(stats.pending, "memory", "memories")
             if stats.pending is not None
             else "an unknown number of memories (the database is unreachable)"
         )

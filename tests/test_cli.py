@@ -233,7 +233,7 @@ def test_ingest_notes_memories_dated_ahead_of_now(
     path.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
     code, out, err = run(capsys, "ingest", str(path), "--tenant", tenant, "--quiet")
     assert code == 0 and out.startswith("2 inserted")
-    assert "1 memories are dated ahead of now (the latest 2100-01-01T00:00:00+00:00)" in err
+    assert "1 memory dated ahead of now (the latest 2100-01-01T00:00:00+00:00)" in err  # not "1 memories"
     path.write_text(json.dumps(rows[1]) + "\n")
     assert run(capsys, "ingest", str(path), "--tenant", tenant, "--quiet")[2] == ""
 
@@ -504,8 +504,12 @@ def test_triggers_load_checks_the_file_then_makes_the_tenants_rules_exactly_its(
         assert code == 0 and f"tenant {tenant}: 2 trigger rules written, 0 static" in out
         assert conn.execute(names, (tenant,)).fetchall() == [("deploys",), ("prod-guard",)]
         rules.write_text("version: 1\nrules:\n  - {name: deploys, pattern: 'kubectl apply', surface: [c]}\n")
+        code, out, _ = run(capsys, "triggers", "load", str(rules), "--tenant", tenant, "--check")
+        assert code == 0 and "1 rule, all valid" in out  # not "1 rules"
+        code, out, _ = run(capsys, "triggers", "load", str(rules), "--tenant", tenant)
+        assert code == 0 and f"tenant {tenant}: 1 trigger rule written, 1 static rule no longer" in out
         code, out, _ = run(capsys, "triggers", "load", str(rules), "--tenant", tenant, "--json")
-        assert code == 0 and (json.loads(out)["written"], json.loads(out)["removed"]) == (1, 1)
+        assert code == 0 and (json.loads(out)["written"], json.loads(out)["removed"]) == (1, 0)
         assert conn.execute(names, (tenant,)).fetchall() == [("deploys",)]
         rules.write_text("version: 1\nrules: {}\n")  # a slip that used to remove every rule
         code, _, err = run(capsys, "triggers", "load", str(rules), "--tenant", tenant)
