@@ -65,6 +65,7 @@ NAME = re.compile(r"[A-Za-z0-9_.:-]{1,64}")  # the whole name (fullmatch: a $ wo
 # on its way into the database, or is stored as a denormal of less precision
 REAL_MIN = 2.0**-126
 RULES_FILE_MAX_BYTES = 16 << 20  # a rules file is read whole before it is checked
+METADATA_MAX_BYTES = 65_536  # a rule's metadata as JSON text (spark.put_trigger_rule refuses more)
 
 
 class TriggerRuleError(InputError):
@@ -168,6 +169,11 @@ def _rule(raw: Any, where: str, source: str, *, origin: str) -> TriggerRule:
         metadata = json.loads(json.dumps(metadata, default=_json_date))
     except (TypeError, ValueError) as exc:
         raise TriggerRuleError(source, where, f"metadata is not JSON: {exc}") from None
+    size = len(json.dumps(metadata, ensure_ascii=False).encode())  # spark.put_trigger_rule's measure, nearly
+    if size > METADATA_MAX_BYTES:
+        raise TriggerRuleError(
+            source, where, f"metadata must be at most {METADATA_MAX_BYTES:,} bytes as JSON text, got {size:,}"
+        )
     pattern = patterns["pattern"]
     assert pattern is not None
     return TriggerRule(

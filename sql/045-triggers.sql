@@ -444,6 +444,11 @@ BEGIN
     IF metadata IS NULL OR jsonb_typeof(metadata) <> 'object' THEN
         RAISE EXCEPTION 'rule %: metadata must be a JSON object', name USING ERRCODE = 'invalid_parameter_value';
     END IF;
+    -- every call of the tenant reads its rules: a rule is not a document store
+    IF octet_length(metadata::text) > 65536 THEN
+        RAISE EXCEPTION 'rule %: metadata must be at most 65,536 bytes as JSON text, got %', name,
+            to_char(octet_length(metadata::text), 'FM999,999,999,990') USING ERRCODE = 'invalid_parameter_value';
+    END IF;
     INSERT INTO spark.trigger_rules AS r (tenant, name, pattern, context_pattern, surface, priority, interrupt,
                                          origin, confidence, shadow, metadata)
     VALUES (tenant, name, pattern, context_pattern, surface, priority, interrupt, origin, confidence, shadow,
@@ -460,7 +465,7 @@ COMMENT ON FUNCTION spark.put_trigger_rule(text, text, text, text[], text, text,
     'regular expressions matched against the call''s trigger text (both must match); surface: memory keys '
     '(of the tenant or the cold-start pack) to surface; priority raises theirs; interrupt: may block the '
     'call (advisor, opt-in); origin static (YAML) or learned; confidence 0..1 (trigger_conf); shadow: matched '
-    'and logged, never surfaced; metadata: a JSON object kept with the rule. Errors: 22004 any NULL argument '
+    'and logged, never surfaced; metadata: a JSON object kept with the rule (at most 64 KiB as JSON text). Errors: 22004 any NULL argument '
     'but context_pattern, 22023 bad tenant (the pack''s _system too, unless spark.pack_writes is on), name, surface, priority, origin, confidence or metadata, 2201B '
     'an empty, unsafe or invalid pattern or context_pattern (backreferences, lookarounds, nested '
     'quantifiers, over 500 characters, what would compile slowly), a pattern that matches an empty text '

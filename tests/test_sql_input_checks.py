@@ -223,6 +223,25 @@ def test_put_trigger_rule_refuses_every_null_argument_with_22004(conn: Conn, fie
     )
 
 
+def test_put_trigger_rule_refuses_metadata_over_64_kib_and_writes_nothing(conn: Conn) -> None:
+    """Was (audit W, left out in session 25): any size was stored, and every call of the tenant reads its
+    rules."""
+    names = ", ".join(f"{k} => %({k})s::{TYPES[k]}" for k in RULE)
+    call = f"SELECT spark.put_trigger_rule(tenant => 'meta-cap', {names})"
+    big = {"note": "x" * 70_000}
+    refused(
+        conn,
+        call,
+        RULE | {"metadata": Jsonb(big)},
+        errors.InvalidParameterValue,
+        "rule r1: metadata must be at most 65,536 bytes as JSON text, got 70,012",
+    )
+    stored = "SELECT count(*) FROM spark.trigger_rules WHERE tenant = 'meta-cap'"
+    assert conn.execute(stored).fetchone() == (0,)
+    conn.execute(call, RULE | {"metadata": Jsonb({"note": "x" * 65_000})})  # under the cap: stored
+    assert conn.execute(stored).fetchone() == (1,)
+
+
 def test_activate_model_refuses_a_null_name_with_22004(conn: Conn) -> None:
     refused(conn, "SELECT * FROM spark.activate_model(NULL)", (), errors.NullValueNotAllowed, "name")
 

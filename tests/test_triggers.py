@@ -58,6 +58,7 @@ def rule(**fields: Any) -> dict[str, Any]:
         (rule(context_pattern="((ab){0,40}c){0,40}"), "context_pattern .* repeats too much"),
         (rule(metadata={"note": float("nan")}), "metadata holds nan"),
         (rule(metadata={"note\x00": 1}), "metadata key"),
+        (rule(metadata={"note": "x" * 70_000}), "metadata must be at most 65,536 bytes .*, got 70,012"),
         ({**rule(), 1: "a", None: "b"}, "unknown key 1"),
     ],
 )
