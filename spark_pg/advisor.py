@@ -113,6 +113,12 @@ class Advice:
         value = self.why.get("trigger")
         return value if isinstance(value, dict) else None
 
+    @property
+    def repeated(self) -> bool:
+        """An earlier call of the session was shown this advice within ``repeat_after_minutes`` (never true
+        of critical advice, or without a session): ``why.repeat`` says which call and when."""
+        return isinstance(self.why.get("repeat"), dict)
+
 
 @dataclass(frozen=True)
 class AdvisorOptions:

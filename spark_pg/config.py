@@ -185,6 +185,16 @@ KEYS: tuple[Key, ...] = (
         choices=("weighted", "rrf"),
     ),
     Key(
+        "retrieval.repeat_after_minutes",
+        int,
+        30,
+        "spark.advise: advice an earlier call of the session was shown within this many minutes is marked a "
+        "repeat (why.repeat), and the hooks leave it out of the context they inject; critical advice is "
+        "never a repeat. 0: every call shows its advice.",
+        lo=0,
+        hi=100_000,
+    ),
+    Key(
         "retrieval.cache_queries",
         bool,
         True,
@@ -230,7 +240,13 @@ KEYS: tuple[Key, ...] = (
 SECRET_KEYS = frozenset({"database.url"})
 _MAY_HOLD_PASSWORD = re.compile(r"password|:[^/@]*@", re.IGNORECASE)  # password=x, user:x@host
 # config keys passed to spark.retrieve as params of the same name (their defaults must match the SQL's)
-RETRIEVE_PARAM_KEYS = ("min_similarity", "min_fusion_score", "precision_mode", "fusion")
+RETRIEVE_PARAM_KEYS = (
+    "min_similarity",
+    "min_fusion_score",
+    "precision_mode",
+    "fusion",
+    "repeat_after_minutes",  # read by spark.advise only
+)
 # config keys passed to spark.reflect as params (their defaults must match spark.reflect_defaults())
 REFLECT_PARAM_KEYS = {
     "reflection.min_score": "min_score",

@@ -63,6 +63,8 @@ SELECT jsonb_build_object(
     'exact_scan_max', 7000,        -- tenants (with the pack) up to this many vectors are scanned exactly
     'keyword_match_budget', 1000,  -- keyword pools match the rarest query lexemes whose counted memories fit
                                    -- this budget together; commoner ones only score (0 = match them all)
+    'repeat_after_minutes', 30,    -- spark.advise only: advice the session was shown within this is marked
+                                   -- why.repeat (never critical advice; 0 = never marked)
     'seed', 0                      -- random-pool seed (mixed with the query text)
 )
 $fn$;
@@ -91,6 +93,7 @@ DECLARE
         "mmr_lambda": [0, 1, 0], "dup_similarity": [0, 1.01, 0], "restate_similarity": [0, 1.01, 0],
         "restate_margin": [0, 2, 0], "ef_search": [1, 1000, 1], "exact_scan_max": [0, 10000000, 1],
         "keyword_match_budget": [0, 10000000, 1], "backlog_watermark": [0, 100000000, 1],
+        "repeat_after_minutes": [0, 100000, 0],
         "seed": [-2147483648, 2147483647, 1]}';
 BEGIN
     IF params IS NULL THEN

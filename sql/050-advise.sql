@@ -22,6 +22,7 @@ DECLARE
     ttext text;
     prm jsonb;
     started timestamptz := clock_timestamp();
+    repeat_window interval;
 BEGIN
     PERFORM spark._check_session(session_id);
     PERFORM spark._check_writer(tenant);
@@ -38,6 +39,12 @@ BEGIN
     VALUES (advise.tenant, advise.session_id, advise.tool_name, advise.intent_family,
             coalesce(advise.query_text, ''), ttext, coalesce(advise.params, '{}'))
     RETURNING l.id INTO rid;
+    -- the repeat window, read without a cast that could fail: spark._retrieve_core refuses a bad value below
+    -- (it runs first: the repeats are read from its rows)
+    repeat_window := make_interval(secs => 60 * CASE
+        WHEN jsonb_typeof(advise.params -> 'repeat_after_minutes') = 'number'
+            THEN least(greatest((advise.params ->> 'repeat_after_minutes')::numeric, 0), 100000)
+        ELSE (spark.retrieve_defaults() ->> 'repeat_after_minutes')::numeric END::double precision);
     RETURN QUERY
     WITH hits AS MATERIALIZED (
         SELECT r.rank AS rnk, r.*, mm.tenant AS owner, mm.source AS src,
@@ -45,19 +52,36 @@ BEGIN
         FROM spark._retrieve_core(advise.tenant, advise.query_text, advise.query_embedding, advise.k,
                                   advise.params, false) r
         JOIN spark.memories mm ON mm.tenant IN (advise.tenant, spark.system_tenant()) AND mm.id = r.memory_id),
+    -- repeats: advice an earlier call of this session showed within the window (an item it marked a repeat
+    -- was not shown). Critical advice (applied priority) is never a repeat, nor is advice without a session
+    seen AS MATERIALIZED (
+        SELECT h.memory_id, s.id AS shown_in, s.created_at AS shown_at
+        FROM hits h
+        CROSS JOIN LATERAL (
+            SELECT r.id, r.created_at
+            FROM spark.retrievals r
+            JOIN spark.retrieval_items i ON i.tenant = r.tenant AND i.retrieval_id = r.id
+                                        AND i.memory_id = h.memory_id
+            WHERE r.tenant = advise.tenant AND r.session_id = advise.session_id AND r.id <> rid
+              AND r.created_at > now() - repeat_window AND i.repeat_of IS NULL
+            ORDER BY r.created_at DESC, r.id DESC
+            LIMIT 1) s
+        WHERE advise.session_id IS NOT NULL AND repeat_window > interval '0' AND h.priority < 0.25),
     items AS (
         INSERT INTO spark.retrieval_items (tenant, retrieval_id, memory_id, memory_tenant, rank, score, signals,
-                                           pools)
+                                           pools, repeat_of)
         SELECT advise.tenant, rid, h.memory_id, h.owner, h.rnk, h.score,
                jsonb_build_object('semantic_sim', h.semantic_sim, 'keyword_score', h.keyword_score,
                                   'recency', h.recency, 'outcome', h.outcome, 'trigger_conf', h.trigger_conf,
                                   'priority', h.priority),
-               h.pools
-        FROM hits h)
+               h.pools, sn.shown_in
+        FROM hits h LEFT JOIN seen sn ON sn.memory_id = h.memory_id)
     SELECT rid, h.rnk, h.memory_id, h.key, h.text, h.category, h.kind, h.src, h.prio_label, h.system_default,
            h.score, h.semantic_sim, h.keyword_score, h.recency, h.outcome, h.trigger_conf, h.priority, h.pools,
-           h.why
-    FROM hits h
+           CASE WHEN sn.shown_in IS NULL THEN h.why
+                ELSE h.why || jsonb_build_object('repeat', jsonb_build_object('shown_in', sn.shown_in,
+                                                                              'shown_at', sn.shown_at)) END
+    FROM hits h LEFT JOIN seen sn ON sn.memory_id = h.memory_id
     ORDER BY h.rnk;
     -- what shadow (learned, unpromoted) rules would have surfaced: their precision decides promotion. Each
     -- as the trigger pool would take it if it were live: the memories it names that exist at as_of, at most
@@ -90,9 +114,11 @@ COMMENT ON FUNCTION spark.advise(text, text, vector, integer, jsonb, text, text,
     'it surfaced (with its signals; pack memories too) to spark.retrieval_items, and what shadow trigger rules '
     'would have surfaced to spark.trigger_shadow_hits (as the trigger pool would: memories created by as_of, '
     'at most pool_trigger a rule). Same tenant, query_text, query_embedding, k, params as '
-    'spark.retrieve (k defaults to 5); session_id, tool_name, intent_family: recorded with the call (NULL '
-    'for none; tool_name and intent_family up to 256 characters). Returns '
-    'the surfaced rows with retrieval_id (for record_outcome), source and priority_label added. Errors: those '
+    'spark.retrieve (k defaults to 5; params.repeat_after_minutes applies here only); session_id, tool_name, '
+    'intent_family: recorded with the call (NULL for none; tool_name and intent_family up to 256 characters). '
+    'Returns the surfaced rows with retrieval_id (for record_outcome), source and priority_label added; '
+    'why.repeat (shown_in, shown_at) marks advice an earlier call of the session showed within '
+    'params.repeat_after_minutes (never critical advice), logged as spark.retrieval_items.repeat_of. Errors: those '
     'of spark.retrieve, and 22023 for an empty or over-long session_id, an over-long tool_name or '
     'intent_family, or for the pack''s tenant _system '
     '(only spark-pg seed writes it); on error nothing is written.';

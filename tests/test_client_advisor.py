@@ -18,6 +18,7 @@ CONFIGURED = {
     "retrieval.precision_mode": "high_precision",
     "retrieval.min_similarity": 0.4,
     "retrieval.min_fusion_score": 0.35,
+    "retrieval.repeat_after_minutes": 5,
 }
 
 
@@ -54,6 +55,7 @@ def test_params_given_to_the_advisor_win_over_the_configured_ones(
             "precision_mode": "high_precision",
             "min_similarity": 0.4,
             "min_fusion_score": 0.35,
+            "repeat_after_minutes": 5,
             "week_cap": 0,
         }
         with pytest.raises(InputError, match="params"):

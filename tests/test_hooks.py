@@ -443,17 +443,21 @@ def test_the_hook_client_imports_nothing_heavy(tmp_path: Path) -> None:
 
 
 def test_a_server_answers_several_agents_at_once(sock: str) -> None:
-    request = {
-        "v": wire.VERSION,
-        "op": "hook",
-        "tenant": T,
-        "interrupts": False,
-        "event": parse_event(
-            PRE, json.loads(event(PRE, "sess-many", "Bash", {"command": "pytest tests/"}))
-        ).to_wire(),
-    }
+    def request(agent: int) -> dict[str, Any]:  # each its own session (a session's repeats are left out)
+        sent = event(PRE, f"sess-many-{agent}", "Bash", {"command": "pytest tests/"})
+        return {
+            "v": wire.VERSION,
+            "op": "hook",
+            "tenant": T,
+            "interrupts": False,
+            "event": parse_event(PRE, json.loads(sent)).to_wire(),
+        }
+
     results: list[dict[str, Any]] = []
-    threads = [threading.Thread(target=lambda: results.append(wire.ask(sock, request, 10))) for _ in range(6)]
+    threads = [
+        threading.Thread(target=lambda r: results.append(wire.ask(sock, r, 10)), args=(request(a),))
+        for a in range(6)
+    ]
     for th in threads:
         th.start()
     for th in threads:

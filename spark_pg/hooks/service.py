@@ -165,7 +165,9 @@ class HookService:
                 raise psycopg.Rollback(tx)  # leaves the block quietly, the log rolled back
         if expired:
             raise DeadlinePassed
-        return pre_output([{"text": a.text, "priority": a.priority, "blocking": a.blocking} for a in advice])
+        # advice the session was shown lately is in the model's context already: not injected again
+        shown = [a for a in advice if a.blocking or not a.repeated]
+        return pre_output([{"text": a.text, "priority": a.priority, "blocking": a.blocking} for a in shown])
 
     def post(self, tenant: str, event: HookEvent) -> list[outcomes.Verdict]:
         if not event.session_id:
