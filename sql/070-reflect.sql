@@ -429,6 +429,7 @@ DECLARE
     rid bigint;
     rp jsonb;
     active text;
+    repeat_window interval;
 BEGIN
     IF warning_min_score IS NULL OR warning_k IS NULL THEN
         RAISE EXCEPTION '% must not be NULL', CASE WHEN warning_k IS NULL THEN 'warning_k' ELSE 'warning_min_score' END
@@ -471,25 +472,54 @@ BEGIN
     END IF;
     -- the id spark.advise just logged this call under (this session's last value of the identity)
     rid := currval(pg_get_serial_sequence('spark.retrievals', 'id'));
+    -- a warning the session was shown within the window is a repeat, as spark.advise marks its advice
+    -- (params checked by spark.advise above; a critical trace is never a repeat)
+    repeat_window := make_interval(secs => 60 * CASE
+        WHEN jsonb_typeof(advise_with_warnings.params -> 'repeat_after_minutes') = 'number'
+            THEN least(greatest((advise_with_warnings.params ->> 'repeat_after_minutes')::numeric, 0), 100000)
+        ELSE (spark.retrieve_defaults() ->> 'repeat_after_minutes')::numeric END::double precision);
     RETURN QUERY
     WITH r AS MATERIALIZED (
         SELECT * FROM spark.reflect(advise_with_warnings.tenant, advise_with_warnings.query_text,
-                                    advise_with_warnings.query_embedding, warning_k, rp))
-    SELECT rid, NULL::integer, r.memory_id, r.key, r.text, r.category, r.kind, mm.source,
-           CASE WHEN mm.priority = 'critical' THEN 'critical' ELSE 'high' END, false, r.score, r.similarity,
-           r.keyword_score, r.recency, mm.reliability,
-           0::real, CASE WHEN mm.priority = 'critical' THEN 0.3 ELSE 0.2 END::real, ARRAY['reflection'],
-           r.why || jsonb_build_object('warning', jsonb_build_object(
-               'rule', format('a past failure: trace outcome failure, score %s >= warning_min_score %s',
-                              round(r.score::numeric, 4), warning_min_score),
-               'learnings', coalesce((SELECT jsonb_agg(jsonb_build_object('key', l.key, 'text', l.text)
-                                                       ORDER BY l.rank)
-                                      FROM r l WHERE l.kind = 'learning' AND l.linked_to = r.key), '[]'))),
+                                    advise_with_warnings.query_embedding, warning_k, rp)),
+    w AS MATERIALIZED (
+        SELECT r.memory_id, r.rank AS rnk, r.key, r.text, r.category, r.kind, mm.source,
+               CASE WHEN mm.priority = 'critical' THEN 'critical' ELSE 'high' END AS prio, r.score,
+               r.similarity, r.keyword_score, r.recency, mm.reliability,
+               r.why || jsonb_build_object('warning', jsonb_build_object(
+                   'rule', format('a past failure: trace outcome failure, score %s >= warning_min_score %s',
+                                  round(r.score::numeric, 4), warning_min_score),
+                   'learnings', coalesce((SELECT jsonb_agg(jsonb_build_object('key', l.key, 'text', l.text)
+                                                           ORDER BY l.rank)
+                                          FROM r l WHERE l.kind = 'learning' AND l.linked_to = r.key), '[]')))
+                   AS why,
+               s.id AS shown_in, s.created_at AS shown_at
+        FROM r
+        JOIN spark.memories mm ON mm.tenant = advise_with_warnings.tenant AND mm.id = r.memory_id
+        LEFT JOIN LATERAL (
+            SELECT p.id, p.created_at FROM spark.retrievals p
+            WHERE advise_with_warnings.session_id IS NOT NULL AND repeat_window > interval '0'
+              AND mm.priority <> 'critical'
+              AND p.tenant = advise_with_warnings.tenant AND p.session_id = advise_with_warnings.session_id
+              AND p.id <> rid AND p.created_at > now() - repeat_window AND r.memory_id = ANY(p.warned)
+            ORDER BY p.created_at DESC, p.id DESC
+            LIMIT 1) s ON true
+        WHERE r.kind = 'trace' AND r.outcome = 'failure'),
+    -- the warnings shown (repeats left out), for the next calls of the session to find
+    logged AS (
+        UPDATE spark.retrievals l
+        SET warned = (SELECT array_agg(w.memory_id ORDER BY w.rnk) FROM w WHERE w.shown_in IS NULL)
+        WHERE l.tenant = advise_with_warnings.tenant AND l.id = rid
+          AND EXISTS (SELECT 1 FROM w WHERE w.shown_in IS NULL))
+    SELECT rid, NULL::integer, w.memory_id, w.key, w.text, w.category, w.kind, w.source, w.prio, false,
+           w.score, w.similarity, w.keyword_score, w.recency, w.reliability,
+           0::real, CASE WHEN w.prio = 'critical' THEN 0.3 ELSE 0.2 END::real, ARRAY['reflection'],
+           CASE WHEN w.shown_in IS NULL THEN w.why
+                ELSE w.why || jsonb_build_object('repeat', jsonb_build_object('shown_in', w.shown_in,
+                                                                              'shown_at', w.shown_at)) END,
            true
-    FROM r
-    JOIN spark.memories mm ON mm.tenant = advise_with_warnings.tenant AND mm.id = r.memory_id
-    WHERE r.kind = 'trace' AND r.outcome = 'failure'
-    ORDER BY r.rank;
+    FROM w
+    ORDER BY w.rnk;
 END
 $fn$;
 COMMENT ON FUNCTION spark.advise_with_warnings(text, text, vector, integer, jsonb, text, text, text,
@@ -501,7 +531,10 @@ COMMENT ON FUNCTION spark.advise_with_warnings(text, text, vector, integer, json
     'vector when it names another model than the active one) reaches warning_min_score '
     '(warning true, priority_label high, or critical if the trace is; retrieval_id: this call; pools '
     '{reflection}; why: spark.reflect''s, plus warning.rule and warning.learnings, the learnings linked to '
-    'the trace). Warnings are not logged in spark.retrieval_items (their signals are not fusion signals). '
+    'the trace; why.repeat (shown_in, shown_at) when the session was shown that warning within '
+    'params.repeat_after_minutes, as spark.advise marks advice, unless the trace is critical). Warnings are not '
+    'logged in spark.retrieval_items (their signals are not fusion signals); those shown (not repeats) go to '
+    'spark.retrievals.warned. '
     'warning_min_score: the lowest reflect score that warns (0..1, default 0.45); warning_k: at most this '
     'many warnings (0..20, default 2; 0 for none). reflect_params: spark.reflect params (kinds, outcome and min_score are set here, lexical_min_words to '
     '2 at least, so that a failure matched on words alone warns only when it holds two of the query''s '

@@ -137,3 +137,45 @@ def test_the_hook_leaves_a_repeat_out_of_the_context_it_injects(seeded: str, emb
             (tenant,),
         ).fetchall()
     assert rows == [("H1", False), ("H1", True), ("H2", False)]
+
+
+def warnings(conn: Conn, session: str | None) -> tuple[int, dict[str, Any]]:
+    """One spark.advise_with_warnings call: its retrieval id and the why of each warning, by key."""
+    rows = conn.execute(
+        "SELECT key, why FROM spark.advise_with_warnings(%s, %s, NULL, 5, %s, %s, "
+        "warning_min_score => 0.01) WHERE warning",
+        (T, QUERY, Jsonb({"include_system": False}), session),
+    ).fetchall()
+    found = conn.execute("SELECT max(id) FROM spark.retrievals WHERE tenant = %s", (T,)).fetchone()
+    assert found is not None
+    return int(found[0]), {str(r[0]): r[1] for r in rows}
+
+
+def warned(conn: Conn, retrieval: int) -> Any:
+    row = conn.execute(
+        "SELECT warned FROM spark.retrievals WHERE tenant = %s AND id = %s", (T, retrieval)
+    ).fetchone()
+    assert row is not None
+    return row[0]
+
+
+def test_a_warning_shown_to_the_session_is_a_repeat_too(conn: Conn) -> None:
+    """A past failure warned with on every call of a session was the same warning again and again; warnings
+    are no items, so the call logs those it showed (spark.retrievals.warned)."""
+    add(conn, T, TEXTS)
+    row = conn.execute(
+        """INSERT INTO spark.memories (tenant, key, text, kind, metadata, created_at)
+           VALUES (%s, 'failed-upgrade', 'Intent: alembic upgrade head on prod without pg_dump. Outcome: '
+                   'failure: the migration locked the users table for an hour', 'trace', %s,
+                   now() - interval '1 day') RETURNING id""",
+        (T, Jsonb({"outcome": "failure"})),
+    ).fetchone()
+    assert row is not None
+    trace = int(row[0])
+    first, why = warnings(conn, "S")
+    assert "repeat" not in why["failed-upgrade"] and warned(conn, first) == [trace]
+    second, why = warnings(conn, "S")
+    assert why["failed-upgrade"]["repeat"]["shown_in"] == first and warned(conn, second) is None
+    assert "repeat" not in warnings(conn, "other")[1]["failed-upgrade"]
+    conn.execute("UPDATE spark.memories SET priority = 'critical' WHERE id = %s", (trace,))
+    assert "repeat" not in warnings(conn, "S")[1]["failed-upgrade"]  # a critical failure: every call

@@ -7,6 +7,10 @@ the model has that advice in its context already, and the same lines on every ca
 An item marked a repeat is not "shown", so a memory surfaced on every call is shown again once the window
 has passed since it was last shown. The items are logged all the same (outcome inference reads them).
 
+``spark.retrievals.warned``: the past failures ``spark.advise_with_warnings`` showed as warnings with the call
+(memory ids; warnings are not logged as items, their signals are not fusion signals). A warning the session
+was shown within the window is a repeat the same way.
+
 Revision ID: 0021_advice_repeats
 Revises: 0020_trigger_rule_patterns
 Create Date: 2026-11-24
@@ -27,9 +31,14 @@ def upgrade() -> None:
         COMMENT ON COLUMN spark.retrieval_items.repeat_of IS
             'The earlier advise call of the same session that showed this memory within repeat_after_minutes '
             '(spark.retrievals.id): this item repeated it and is not shown again; NULL: shown.';
+        ALTER TABLE spark.retrievals ADD COLUMN warned bigint[];
+        COMMENT ON COLUMN spark.retrievals.warned IS
+            'The past failures (memory ids) spark.advise_with_warnings showed with this call as warnings, '
+            'repeats left out; NULL: none.';
         """
     )
 
 
 def downgrade() -> None:
+    op.execute("ALTER TABLE spark.retrievals DROP COLUMN warned")
     op.execute("ALTER TABLE spark.retrieval_items DROP COLUMN repeat_of")
