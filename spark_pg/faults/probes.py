@@ -3,6 +3,7 @@ PreToolUse request, a retrieval on a new connection, and the worker embedding a 
 
 from __future__ import annotations
 
+import itertools
 import subprocess
 import time
 from pathlib import Path
@@ -35,11 +36,16 @@ def hook_memories() -> list[MemoryIn]:
     return [MemoryIn(tenant=HOOK_TENANT, key=k, category=c, text=t) for k, c, t in HOOK_MEMORIES]
 
 
+_PROBES = itertools.count(1)
+
+
 def _hook_request(deadline_ms: int) -> dict[str, Any]:
     from spark_pg.hooks import wire
     from spark_pg.hooks.protocol import PRE, HookEvent
 
-    event = HookEvent(PRE, "Bash", {"command": HOOK_COMMAND}, "faults-session")
+    # a session of its own for each probe: in one session the advice is shown once, and later probes would
+    # get no output however well the server works (the session's repeats are left out: docs/hooks.md)
+    event = HookEvent(PRE, "Bash", {"command": HOOK_COMMAND}, f"faults-session-{next(_PROBES)}")
     return {
         "v": wire.VERSION,
         "op": "hook",
