@@ -15,7 +15,6 @@ the synthetic corpus (:func:`quality`).
 
 from __future__ import annotations
 
-import platform
 import random
 import sys
 import time
@@ -41,6 +40,9 @@ from spark_pg.embedding import Embedder, Vector
 from spark_pg.errors import InputError
 from spark_pg.index_progress import index_build_progress, vacuum_progress
 from spark_pg.ingest import ensure_model
+from spark_pg.report_meta import add_footer
+from spark_pg.report_meta import machine as machine  # bench_scale's and bench_rls's too
+from spark_pg.report_meta import run_info as run_info
 from spark_pg.retrieve import retrieve
 
 STAGE_VECTORS = "CREATE TEMP TABLE _bench_vectors (key text PRIMARY KEY, embedding vector) ON COMMIT DROP"
@@ -530,55 +532,6 @@ def _run(
     } | side_by_side
 
 
-def machine() -> dict[str, Any]:
-    """What a figure was measured on: cores, CPU model, memory, architecture, Python."""
-    import os
-
-    cpu = memory = None
-    try:
-        lines = Path("/proc/cpuinfo").read_text().splitlines()
-        cpu = next((x.split(":", 1)[1].strip() for x in lines if x.startswith("model name")), None)
-        memory = round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30, 1)
-    except (OSError, ValueError):
-        pass
-    return {
-        "cores": os.cpu_count(),
-        "cpu": cpu,
-        "memory_gib": memory,
-        "arch": platform.machine(),
-        "python": platform.python_version(),
-    }
-
-
-def run_info() -> dict[str, Any]:
-    """When and how a report was made: the start time (UTC), the command line, the spark_pg version and,
-    in a git checkout, the commit."""
-    import shlex
-    import subprocess
-    import sys
-
-    from spark_pg import __version__
-
-    try:
-        found = subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"],
-            cwd=Path(__file__).parent,
-            capture_output=True,
-            text=True,
-            timeout=5,
-            check=False,
-        )
-        commit = found.stdout.strip() if found.returncode == 0 else None
-    except (OSError, subprocess.SubprocessError):
-        commit = None
-    return {
-        "at": datetime.now(UTC).isoformat(timespec="seconds"),
-        "command": shlex.join(["spark-pg", *sys.argv[1:]]),
-        "version": __version__,
-        "commit": commit,
-    }
-
-
 SIZE_BUCKETS = ((0, 1_500, "<1,500"), (1_500, 5_000, "1,500-4,999"), (5_000, 10**12, ">=5,000"))
 
 
@@ -704,7 +657,7 @@ def plot(result: dict[str, Any], path: Path) -> Path:
         by_size.set_title("by tenant size")
         by_size.legend(fontsize=8)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, add_footer(fig, result), 1, 1))
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path

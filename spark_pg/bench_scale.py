@@ -324,7 +324,9 @@ def plot(report: dict[str, Any], path: Path) -> Path:
     tput.set_ylabel("retrieve calls per second")
     tput.set_title(f"throughput, {rows[0]['concurrent']['clients']} concurrent clients")
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.tight_layout()
+    from spark_pg.report_meta import add_footer
+
+    fig.tight_layout(rect=(0, add_footer(fig, report), 1, 1))
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path

@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 from tqdm import tqdm
 
-from spark_pg import queries, schema, scratch, synthetic
+from spark_pg import queries, report_meta, schema, scratch, synthetic
 from spark_pg.db import connect
 from spark_pg.embedding import Embedder
 from spark_pg.errors import InputError
@@ -53,6 +53,9 @@ class SoakReport:
     errors: list[str] = field(default_factory=list)
     reconcile: dict[str, Any] = field(default_factory=dict)
     database: str | None = None  # the scratch database, when kept (--keep)
+    # what it ran on; when it started, by which command and code (spark_pg.report_meta)
+    machine: dict[str, Any] = field(default_factory=report_meta.machine)
+    run: dict[str, Any] = field(default_factory=report_meta.run_info)
 
     @property
     def ok(self) -> bool:
@@ -80,6 +83,8 @@ class SoakReport:
             "errors": self.errors[:10],
             "error_count": len(self.errors),
             "reconcile": self.reconcile,
+            "machine": self.machine,
+            "run": self.run,
         }
 
 
@@ -199,6 +204,7 @@ def run_soak(
 ) -> SoakReport:
     """Run the soak in a fresh scratch database; see the module docstring."""
     check_soak_args(seconds, writers, readers, workers, batch)
+    started_run = report_meta.run_info()
     # + the drain, watch and scratch
     scratch.check_free_connections(
         server_url, writers + readers + workers + 3, "run fewer writers, readers or workers"
@@ -212,6 +218,7 @@ def run_soak(
         with connect(url) as conn:
             ensure_model(conn, embedder)
         soak = _Soak(url, embedder, seconds, batch)
+        soak.report.run = started_run
         stop = threading.Event()
         stats: list[WorkerStats] = []
 

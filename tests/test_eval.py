@@ -900,3 +900,35 @@ def test_a_fresh_run_does_not_drop_the_database_under_a_running_one(
             assert scratch.exists(server_url, name)
     finally:
         drop_scratch(server_url, name)
+
+
+# ------------------------------------------------------------------------------------------ when and where
+
+
+def test_the_result_says_when_and_where_it_ran(e2e: EndToEnd) -> None:
+    """The JSON (printed and result.json), the HTML and the chart name the run's start, its command and
+    commit and the machine, as bench's do (spark_pg.report_meta)."""
+    from spark_pg.report_meta import footer_text
+
+    for result in (e2e.result, json.loads((e2e.report / "result.json").read_text()), summarize(e2e.rerun)):
+        machine, run = result["machine"], result["run"]
+        assert set(machine) == {"cores", "cpu", "memory_gib", "arch", "python"} and machine["cores"] >= 1
+        assert set(run) == {"at", "command", "version", "commit"}
+        assert run["at"].endswith("+00:00") and run["at"] <= result["date"]  # the start, the date the end
+    assert f"Started {footer_text(e2e.result)}." in (e2e.report / REPORT_FILE).read_text()
+
+
+def test_the_chart_and_the_page_name_the_run_and_the_machine(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tests.test_report_meta import FOOTER, MEASURED, assert_footer, footers, saved_figures
+
+    saved = saved_figures(monkeypatch)
+    result = _made_up_result("locomo", ["1", "2"], None) | MEASURED
+    page = write_report(result, tmp_path / "new").read_text()
+    assert f"Started {FOOTER}." in page
+    old = write_report(_made_up_result("locomo", ["1", "2"], None), tmp_path / "old").read_text()
+    assert "Started" not in old  # a result of before the run was recorded: no line, no failure
+    (fig, old_fig) = saved
+    assert_footer(fig, FOOTER)
+    assert footers(old_fig) == []

@@ -291,3 +291,48 @@ def test_sigterm_ends_a_scenario_eval_as_ctrl_c_does(
     assert run.returncode == 130, err
     assert b"spark-pg: interrupted" in err and b"Traceback" not in err
     assert not left, "the scratch database was left"
+
+
+def test_the_result_says_when_and_where_it_ran(
+    tmp_path: Path,
+    server_url: str,
+    model_settings: Settings,
+    embedder: Embedder,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The result has "machine" and "run" (its start) beside the figures, as bench's report has; a stand-in
+    does the run (the whole run is test_a_small_scenario_set_runs_end_to_end)."""
+    from datetime import UTC, datetime
+    from typing import Any
+
+    import spark_pg.eval.scenarios as scenarios
+
+    write_small_set(tmp_path)
+    ran: list[str] = []
+
+    def figures(*args: Any) -> dict[str, Any]:
+        ran.append(datetime.now(UTC).isoformat(timespec="seconds"))
+        return {"scenarios": 2, "systems": {}}
+
+    monkeypatch.setattr(scenarios, "_evaluate", figures)
+    result = evaluate_scenarios(model_settings, tmp_path, server_url=server_url, embedder=embedder)
+    assert result["scenarios"] == 2 and set(result) == {"scenarios", "systems", "machine", "run"}
+    assert set(result["machine"]) == {"cores", "cpu", "memory_gib", "arch", "python"}
+    assert set(result["run"]) == {"at", "command", "version", "commit"} and result["run"]["at"] <= ran[0]
+
+
+def test_the_chart_names_the_run_and_the_machine(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from typing import Any
+
+    from spark_pg.eval.scenarios import plot_scenarios
+    from tests.test_report_meta import FOOTER, MEASURED, assert_footer, footers, saved_figures
+
+    scores = {"precision@5": 0.8}
+    system = {"by_category": {"code_editing": scores, "reads": scores}}
+    result: dict[str, Any] = {"scenarios": 2, "params": {}, "systems": {"advisor": system, "keyword": system}}
+    saved = saved_figures(monkeypatch)
+    plot_scenarios(result | MEASURED, tmp_path / "new.png")
+    plot_scenarios(result, tmp_path / "old.png")  # a result of before the run was recorded: no footer
+    (fig, old) = saved
+    assert_footer(fig, FOOTER)
+    assert footers(old) == []

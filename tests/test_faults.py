@@ -240,3 +240,14 @@ def test_a_drill_stopped_by_sigterm_leaves_no_process_and_no_home(
                 with contextlib.suppress(psutil.Error):
                     proc.kill()
             shutil.rmtree(home, ignore_errors=True)
+
+
+def test_the_json_says_when_and_where_it_ran() -> None:
+    """The JSON has "machine" and "run" (the drill's start: the report is made first) beside the verdicts,
+    as bench's report has (the drills themselves are the tests above)."""
+    from spark_pg.faults import FaultReport
+
+    out = FaultReport().as_json()
+    assert set(out["machine"]) == {"cores", "cpu", "memory_gib", "arch", "python"} and out["machine"]["cores"]
+    assert set(out["run"]) == {"at", "command", "version", "commit"} and out["run"]["at"].endswith("+00:00")
+    assert out["cores"] == out["machine"]["cores"] and out["scenarios"] == []  # the keys of before stay

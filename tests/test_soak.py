@@ -150,3 +150,14 @@ def test_sigterm_ends_a_soak_as_ctrl_c_does(
         assert soak.returncode == 130, err
         assert b"spark-pg: interrupted" in err and b"Traceback" not in err
         assert {r[0] for r in admin.execute(listed).fetchall()} - before == set()
+
+
+def test_the_json_says_when_and_where_it_ran() -> None:
+    """The JSON has "machine" and "run" (the soak's start) beside the counts, as bench's report has (the
+    whole soak is test_a_short_soak_reconciles)."""
+    from spark_pg.soak import SoakReport
+
+    out = SoakReport().as_json()
+    assert set(out["machine"]) == {"cores", "cpu", "memory_gib", "arch", "python"} and out["machine"]["cores"]
+    assert set(out["run"]) == {"at", "command", "version", "commit"} and out["run"]["at"].endswith("+00:00")
+    assert {"ok", "writes", "reads", "reconcile"} <= set(out)  # the counts as before

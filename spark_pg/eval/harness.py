@@ -24,7 +24,7 @@ import psycopg
 from psycopg.types.json import Jsonb
 from tqdm import tqdm
 
-from spark_pg import schema, scratch
+from spark_pg import report_meta, schema, scratch
 from spark_pg.config import Settings
 from spark_pg.db import connect, database_url
 from spark_pg.embedding import Embedder, load_embedder
@@ -188,6 +188,9 @@ class EvalRun:
     params: dict[str, Any] = field(default_factory=dict)  # spark.retrieve params besides as_of
     limit: int | None = None  # --limit: only the first N questions were asked
     conversations: tuple[str, ...] | None = None  # --conversations: only the questions of these
+    # what it ran on; when it started, by which command and code (spark_pg.report_meta)
+    machine: dict[str, Any] = field(default_factory=report_meta.machine)
+    run: dict[str, Any] = field(default_factory=report_meta.run_info)
 
 
 def ask_all(
@@ -283,6 +286,7 @@ def evaluate(
     """
     if not 1 <= k <= 1000:
         raise InputError(f"k must be between 1 and 1000, got {k}")
+    started = report_meta.run_info()
     if limit is not None and limit < 1:
         raise InputError(f"limit must be at least 1, got {limit}")
     retrieve_params = dict(params or {})
@@ -337,6 +341,7 @@ def evaluate(
         params=retrieve_params,
         limit=limit,
         conversations=chosen,
+        run=started,
     )
 
 
@@ -437,4 +442,6 @@ def summarize(result: EvalRun) -> dict[str, Any]:
         "date": result.date,
         "params": result.params,
         "systems": systems,
+        "machine": result.machine,
+        "run": result.run,
     }

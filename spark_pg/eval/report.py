@@ -13,6 +13,7 @@ from typing import Any
 from spark_pg.eval.chart_text import literal
 from spark_pg.eval.metrics import METRICS
 from spark_pg.file_writes import replace_file
+from spark_pg.report_meta import add_footer, footer_text
 
 REPORT_FILE = "report.html"
 PLOT_FILE = "recall_by_category.png"
@@ -163,7 +164,7 @@ def plot_recall(result: Mapping[str, Any], path: Path) -> Path:
     ax.grid(axis="y", alpha=0.3)
     if systems:
         ax.legend(loc="upper right", fontsize="small")
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, add_footer(fig, result), 1, 1))
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, format="png")
     return path
@@ -189,6 +190,8 @@ def write_report(result: Mapping[str, Any], folder: Path) -> Path:
     skipped = "".join(f"<li>{html.escape(line)}</li>" for line in _skipped(result))
     part = partial(result)
     title = html.escape(result["dataset"] + (f" ({part})" if part else ""))
+    measured = footer_text(result)  # None in a result of before the run and machine were recorded
+    started = f"<br>Started {html.escape(measured)}." if measured else ""
     descriptions = "".join(
         f"<li><b>{html.escape(name)}</b>: {html.escape(str(s.get('description', '')))}</li>"
         for name, s in _ok(result).items()
@@ -204,7 +207,7 @@ th:first-child, td:first-child {{ text-align: left; }}
 <h1>spark_pg retrieval evaluation: {title}</h1>
 <p>{html.escape(headline(result))}.<br>Run {html.escape(result["date"])} on scratch database
 <code>{html.escape(result["database"])}</code>. Metrics are means over questions; "overall" covers the
-questions with an answer, "no answer" the others.</p>
+questions with an answer, "no answer" the others.{started}</p>
 <ul>{descriptions}</ul>
 <h2>recall@10 by category</h2>
 {_html_table(*_category_rows(result))}

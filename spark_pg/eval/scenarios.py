@@ -30,7 +30,7 @@ import numpy as np
 import yaml
 from tqdm import tqdm
 
-from spark_pg import schema, scratch
+from spark_pg import report_meta, schema, scratch
 from spark_pg.advisor import MAX_TOOL_NAME, Advisor, AdvisorOptions
 from spark_pg.client import SparkClient
 from spark_pg.config import Settings
@@ -252,6 +252,7 @@ def evaluate_scenarios(
 ) -> dict[str, Any]:
     """Run the advisor and the keyword baseline on every scenario (of ``split``, if given); the result object
     of ``--json``. ``options``: the advisor's (default: the product defaults)."""
+    started = report_meta.run_info()
     folder = folder or default_folder()
     every = load_scenarios(folder)
     pool = read_file(folder / "insights.yaml", TENANT)
@@ -268,7 +269,10 @@ def evaluate_scenarios(
                 f"another `eval --scenarios` of {folder} with {embedder.spec.name} is running (it holds "
                 f"{name}): wait for it to finish"
             )
-        return _evaluate(settings, scenarios, folder, pool, split, embedder, server, name, options, progress)
+        result = _evaluate(
+            settings, scenarios, folder, pool, split, embedder, server, name, options, progress
+        )
+    return result | {"machine": report_meta.machine(), "run": started}
 
 
 def _evaluate(
@@ -373,7 +377,7 @@ def plot_scenarios(result: Mapping[str, Any], path: Path) -> Path:
     ax.axhline(0.85, color="grey", linestyle=":", label="bar 0.85")
     ax.legend()
     ax.set_title(literal(plot_title(result)), wrap=True)
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, report_meta.add_footer(fig, result), 1, 1))
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=100)
     plt.close(fig)

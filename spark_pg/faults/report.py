@@ -9,6 +9,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
+from spark_pg import report_meta
+
 Say = Callable[[str], None]
 
 
@@ -102,6 +104,9 @@ class FaultReport:
     setup_s: float = 0.0
     seconds: float = 0.0
     server: str = ""
+    # what it ran on; when it started (the report is made first), by which command and code
+    machine: dict[str, Any] = field(default_factory=report_meta.machine)
+    run: dict[str, Any] = field(default_factory=report_meta.run_info)
 
     @property
     def ok(self) -> bool:
@@ -115,6 +120,8 @@ class FaultReport:
             "server": self.server,
             "cores": os.cpu_count(),
             "scenarios": [s.as_json() for s in self.scenarios],
+            "machine": self.machine,
+            "run": self.run,
         }
 
 
