@@ -545,18 +545,10 @@ def test_the_charts_title_stays_on_the_image_with_many_conversations(
 ) -> None:
     """The title names every conversation of --conversations on one line: with several, it ran off both
     sides of the image."""
-    from matplotlib.figure import Figure
-
     from spark_pg.eval.report import plot_recall
+    from tests.test_report_meta import saved_figures
 
-    saved: list[Figure] = []
-    save = Figure.savefig
-
-    def keep(fig: Figure, *args: Any, **kwargs: Any) -> None:
-        saved.append(fig)
-        save(fig, *args, **kwargs)
-
-    monkeypatch.setattr(Figure, "savefig", keep)
+    saved = saved_figures(monkeypatch)
     conversations = [f"conv-{n}" for n in (26, 30, 41, 42, 43, 44, 47, 48, 49, 50)]
     plot_recall(_made_up_result("locomo", ["1", "2", "3", "4", "5"], conversations), tmp_path / "chart.png")
     (fig,) = saved
