@@ -92,6 +92,14 @@ WHERE now_r.tenant = %(tenant)s AND now_r.id = %(retrieval_id)s AND now_r.sessio
 """
 
 
+# what an advise call recorded as shown to its session, taken back (spark.advice_shown, migration 0021)
+_FORGET_SHOWN = """
+DELETE FROM spark.advice_shown
+WHERE tenant = %(tenant)s AND session_id = %(session)s AND retrieval_id = %(retrieval_id)s
+  AND memory_id = ANY(%(memory_ids)s::bigint[])
+"""
+
+
 @dataclass(frozen=True)
 class Advice:
     """One piece of advice: what to tell the agent, how sure, and why."""
@@ -304,6 +312,25 @@ class Advisor:
         warnings = [a for a in advice if a.warning]
         warned = {a.memory_id for a in warnings}
         return warnings + [a for a in advice if not a.warning and a.memory_id not in warned]
+
+    def forget_shown(self, advice: Sequence[Advice]) -> None:
+        """The caller showed none of ``advice`` (one call's; the hook, when an interrupt denies the call and
+        only its reason reaches the model): the session's next calls do not take them for repeats."""
+        if self.session_id is None or not advice:
+            return
+        calls = {a.retrieval_id for a in advice}
+        if len(calls) > 1:
+            raise InputError("forget_shown takes the advice of one advise call")
+        with one_statement(self.conn), self.conn.cursor() as cur:
+            cur.execute(
+                _FORGET_SHOWN,
+                {
+                    "tenant": self.tenant,
+                    "session": self.session_id,
+                    "retrieval_id": calls.pop(),
+                    "memory_ids": [a.memory_id for a in advice],
+                },
+            )
 
     def _runs_what_it_blocks(self, advice: list[Advice], tool_name: str, clean: CleanInput) -> list[Advice]:
         """An item blocks only when an interrupting rule that surfaced it (sure enough) also matches what the

@@ -1,5 +1,22 @@
 -- The advisor's round trip (retrieve + log) and its outcomes (tables: migration 0006).
 
+CREATE OR REPLACE FUNCTION spark._repeat_window(params jsonb)
+RETURNS interval
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+    -- read without a cast that could fail (1e400 overflows a double, 1e-330 underflows): the value itself is
+    -- checked, and refused by name, by spark._retrieve_params in the same call (the default meanwhile)
+    SELECT make_interval(secs => 60 * CASE
+        WHEN params IS NULL OR jsonb_typeof(params -> 'repeat_after_minutes') IS DISTINCT FROM 'number'
+            THEN (spark.retrieve_defaults() ->> 'repeat_after_minutes')::numeric
+        WHEN (params ->> 'repeat_after_minutes')::numeric < 0.000001 THEN 0
+        ELSE least((params ->> 'repeat_after_minutes')::numeric, 100000) END::double precision)
+$fn$;
+COMMENT ON FUNCTION spark._repeat_window(jsonb) IS
+    'Internal: the repeat window of spark.advise and spark.advise_with_warnings from params '
+    '(repeat_after_minutes, default 30, as spark.retrieve_defaults()), never failing on a bad value.';
+
 CREATE OR REPLACE FUNCTION spark.advise(
     tenant text,
     query_text text,
@@ -41,10 +58,7 @@ BEGIN
     RETURNING l.id INTO rid;
     -- the repeat window, read without a cast that could fail: spark._retrieve_core refuses a bad value below
     -- (it runs first: the repeats are read from its rows)
-    repeat_window := make_interval(secs => 60 * CASE
-        WHEN jsonb_typeof(advise.params -> 'repeat_after_minutes') = 'number'
-            THEN least(greatest((advise.params ->> 'repeat_after_minutes')::numeric, 0), 100000)
-        ELSE (spark.retrieve_defaults() ->> 'repeat_after_minutes')::numeric END::double precision);
+    repeat_window := spark._repeat_window(advise.params);
     RETURN QUERY
     WITH hits AS MATERIALIZED (
         SELECT r.rank AS rnk, r.*, mm.tenant AS owner, mm.source AS src,
@@ -52,21 +66,14 @@ BEGIN
         FROM spark._retrieve_core(advise.tenant, advise.query_text, advise.query_embedding, advise.k,
                                   advise.params, false) r
         JOIN spark.memories mm ON mm.tenant IN (advise.tenant, spark.system_tenant()) AND mm.id = r.memory_id),
-    -- repeats: advice an earlier call of this session showed within the window (an item it marked a repeat
-    -- was not shown). Critical advice (applied priority) is never a repeat, nor is advice without a session
+    -- repeats: advice the session was shown within the window (spark.advice_shown: one probe an item).
+    -- Critical advice (applied priority) is never a repeat, nor is advice without a session
     seen AS MATERIALIZED (
-        SELECT h.memory_id, s.id AS shown_in, s.created_at AS shown_at
+        SELECT h.memory_id, s.retrieval_id AS shown_in, s.shown_at
         FROM hits h
-        CROSS JOIN LATERAL (
-            SELECT r.id, r.created_at
-            FROM spark.retrievals r
-            JOIN spark.retrieval_items i ON i.tenant = r.tenant AND i.retrieval_id = r.id
-                                        AND i.memory_id = h.memory_id
-            WHERE r.tenant = advise.tenant AND r.session_id = advise.session_id AND r.id <> rid
-              AND r.created_at > now() - repeat_window AND i.repeat_of IS NULL
-            ORDER BY r.created_at DESC, r.id DESC
-            LIMIT 1) s
-        WHERE advise.session_id IS NOT NULL AND repeat_window > interval '0' AND h.priority < 0.25),
+        JOIN spark.advice_shown s ON s.tenant = advise.tenant AND s.session_id = advise.session_id
+                                 AND s.memory_id = h.memory_id
+        WHERE advise.session_id IS NOT NULL AND h.priority < 0.25 AND s.shown_at > now() - repeat_window),
     items AS (
         INSERT INTO spark.retrieval_items (tenant, retrieval_id, memory_id, memory_tenant, rank, score, signals,
                                            pools, repeat_of)
@@ -75,7 +82,18 @@ BEGIN
                                   'recency', h.recency, 'outcome', h.outcome, 'trigger_conf', h.trigger_conf,
                                   'priority', h.priority),
                h.pools, sn.shown_in
-        FROM hits h LEFT JOIN seen sn ON sn.memory_id = h.memory_id)
+        FROM hits h LEFT JOIN seen sn ON sn.memory_id = h.memory_id),
+    -- what this call shows the session, for its next calls (in memory_id order: two calls of a session
+    -- upserting the same memories take their row locks in one order, never a deadlock)
+    shown AS (
+        INSERT INTO spark.advice_shown AS a (tenant, session_id, memory_id, retrieval_id, shown_at)
+        SELECT advise.tenant, advise.session_id, h.memory_id, rid, now()
+        FROM hits h
+        WHERE advise.session_id IS NOT NULL
+          AND NOT EXISTS (SELECT 1 FROM seen sn WHERE sn.memory_id = h.memory_id)
+        ORDER BY h.memory_id
+        ON CONFLICT (tenant, session_id, memory_id)
+            DO UPDATE SET retrieval_id = EXCLUDED.retrieval_id, shown_at = EXCLUDED.shown_at)
     SELECT rid, h.rnk, h.memory_id, h.key, h.text, h.category, h.kind, h.src, h.prio_label, h.system_default,
            h.score, h.semantic_sim, h.keyword_score, h.recency, h.outcome, h.trigger_conf, h.priority, h.pools,
            CASE WHEN sn.shown_in IS NULL THEN h.why
@@ -117,8 +135,9 @@ COMMENT ON FUNCTION spark.advise(text, text, vector, integer, jsonb, text, text,
     'spark.retrieve (k defaults to 5; params.repeat_after_minutes applies here only); session_id, tool_name, '
     'intent_family: recorded with the call (NULL for none; tool_name and intent_family up to 256 characters). '
     'Returns the surfaced rows with retrieval_id (for record_outcome), source and priority_label added; '
-    'why.repeat (shown_in, shown_at) marks advice an earlier call of the session showed within '
-    'params.repeat_after_minutes (never critical advice), logged as spark.retrieval_items.repeat_of. Errors: those '
+    'why.repeat (shown_in, shown_at) marks advice the session was shown within params.repeat_after_minutes '
+    '(spark.advice_shown; never critical advice), logged as spark.retrieval_items.repeat_of; what it shows '
+    'goes to spark.advice_shown. Errors: those '
     'of spark.retrieve, and 22023 for an empty or over-long session_id, an over-long tool_name or '
     'intent_family, or for the pack''s tenant _system '
     '(only spark-pg seed writes it); on error nothing is written.';

@@ -474,10 +474,7 @@ BEGIN
     rid := currval(pg_get_serial_sequence('spark.retrievals', 'id'));
     -- a warning the session was shown within the window is a repeat, as spark.advise marks its advice
     -- (params checked by spark.advise above; a critical trace is never a repeat)
-    repeat_window := make_interval(secs => 60 * CASE
-        WHEN jsonb_typeof(advise_with_warnings.params -> 'repeat_after_minutes') = 'number'
-            THEN least(greatest((advise_with_warnings.params ->> 'repeat_after_minutes')::numeric, 0), 100000)
-        ELSE (spark.retrieve_defaults() ->> 'repeat_after_minutes')::numeric END::double precision);
+    repeat_window := spark._repeat_window(advise_with_warnings.params);
     RETURN QUERY
     WITH r AS MATERIALIZED (
         SELECT * FROM spark.reflect(advise_with_warnings.tenant, advise_with_warnings.query_text,
@@ -493,24 +490,24 @@ BEGIN
                                                            ORDER BY l.rank)
                                           FROM r l WHERE l.kind = 'learning' AND l.linked_to = r.key), '[]')))
                    AS why,
-               s.id AS shown_in, s.created_at AS shown_at
+               s.retrieval_id AS shown_in, s.shown_at
         FROM r
         JOIN spark.memories mm ON mm.tenant = advise_with_warnings.tenant AND mm.id = r.memory_id
-        LEFT JOIN LATERAL (
-            SELECT p.id, p.created_at FROM spark.retrievals p
-            WHERE advise_with_warnings.session_id IS NOT NULL AND repeat_window > interval '0'
-              AND mm.priority <> 'critical'
-              AND p.tenant = advise_with_warnings.tenant AND p.session_id = advise_with_warnings.session_id
-              AND p.id <> rid AND p.created_at > now() - repeat_window AND r.memory_id = ANY(p.warned)
-            ORDER BY p.created_at DESC, p.id DESC
-            LIMIT 1) s ON true
+        LEFT JOIN spark.advice_shown s
+            ON advise_with_warnings.session_id IS NOT NULL AND mm.priority <> 'critical'
+               AND s.tenant = advise_with_warnings.tenant AND s.session_id = advise_with_warnings.session_id
+               AND s.memory_id = r.memory_id AND s.shown_at > now() - repeat_window
+               AND s.retrieval_id <> rid  -- shown by this very call, as advice above: not a repeat
         WHERE r.kind = 'trace' AND r.outcome = 'failure'),
-    -- the warnings shown (repeats left out), for the next calls of the session to find
-    logged AS (
-        UPDATE spark.retrievals l
-        SET warned = (SELECT array_agg(w.memory_id ORDER BY w.rnk) FROM w WHERE w.shown_in IS NULL)
-        WHERE l.tenant = advise_with_warnings.tenant AND l.id = rid
-          AND EXISTS (SELECT 1 FROM w WHERE w.shown_in IS NULL))
+    -- the warnings shown (repeats left out), for the session's next calls (memory_id order, as spark.advise)
+    shown AS (
+        INSERT INTO spark.advice_shown AS a (tenant, session_id, memory_id, retrieval_id, shown_at)
+        SELECT advise_with_warnings.tenant, advise_with_warnings.session_id, w.memory_id, rid, now()
+        FROM w
+        WHERE advise_with_warnings.session_id IS NOT NULL AND w.shown_in IS NULL
+        ORDER BY w.memory_id
+        ON CONFLICT (tenant, session_id, memory_id)
+            DO UPDATE SET retrieval_id = EXCLUDED.retrieval_id, shown_at = EXCLUDED.shown_at)
     SELECT rid, NULL::integer, w.memory_id, w.key, w.text, w.category, w.kind, w.source, w.prio, false,
            w.score, w.similarity, w.keyword_score, w.recency, w.reliability,
            0::real, CASE WHEN w.prio = 'critical' THEN 0.3 ELSE 0.2 END::real, ARRAY['reflection'],
@@ -532,9 +529,9 @@ COMMENT ON FUNCTION spark.advise_with_warnings(text, text, vector, integer, json
     '(warning true, priority_label high, or critical if the trace is; retrieval_id: this call; pools '
     '{reflection}; why: spark.reflect''s, plus warning.rule and warning.learnings, the learnings linked to '
     'the trace; why.repeat (shown_in, shown_at) when the session was shown that warning within '
-    'params.repeat_after_minutes, as spark.advise marks advice, unless the trace is critical). Warnings are not '
-    'logged in spark.retrieval_items (their signals are not fusion signals); those shown (not repeats) go to '
-    'spark.retrievals.warned. '
+    'params.repeat_after_minutes, as spark.advise marks advice, unless the trace is critical; those shown go '
+    'to spark.advice_shown). Warnings are not logged in spark.retrieval_items (their signals are not fusion '
+    'signals). '
     'warning_min_score: the lowest reflect score that warns (0..1, default 0.45); warning_k: at most this '
     'many warnings (0..20, default 2; 0 for none). reflect_params: spark.reflect params (kinds, outcome and min_score are set here, lexical_min_words to '
     '2 at least, so that a failure matched on words alone warns only when it holds two of the query''s '

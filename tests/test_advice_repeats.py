@@ -63,19 +63,24 @@ def test_advice_shown_to_the_session_is_a_repeat_until_the_window_passes(conn: C
     assert "repeat" not in advise(conn, "other")[1]["dump"]
     assert "repeat" not in advise(conn, None)[1]["dump"]
     # 31 minutes later (the default window is 30): shown again, and that call is the one repeated after
-    conn.execute(
-        "UPDATE spark.retrievals SET created_at = created_at - interval '31 minutes' WHERE tenant = %s", (T,)
-    )
+    back = "UPDATE spark.advice_shown SET shown_at = shown_at - interval '31 minutes' WHERE tenant = %s"
+    conn.execute(back, (T,))
     fourth, why = advise(conn, "S")
     assert "repeat" not in why["dump"] and repeat_of(conn, fourth) == [None]
     assert advise(conn, "S")[1]["dump"]["repeat"]["shown_in"] == fourth
-    # the window is a param: 0 never marks a repeat (that call showed it), and 60 minutes reaches back past
-    # the 31 to the last call that showed it
+    # the window is a param: 0 never marks a repeat (that call showed it); 31 minutes on, a window of 60
+    # still finds it, one of 20 does not (and that call shows it again)
     shown, why = advise(conn, "S", repeat_after_minutes=0)
     assert "repeat" not in why["dump"] and repeat_of(conn, shown) == [None]
-    conn.execute("DELETE FROM spark.retrievals WHERE tenant = %s AND id >= %s", (T, fourth))
-    assert advise(conn, "S", repeat_after_minutes=60)[1]["dump"]["repeat"]["shown_in"] == first
-    assert "repeat" not in advise(conn, "S", repeat_after_minutes=20)[1]["dump"]
+    conn.execute(back, (T,))
+    assert advise(conn, "S", repeat_after_minutes=60)[1]["dump"]["repeat"]["shown_in"] == shown
+    again, why = advise(conn, "S", repeat_after_minutes=20)
+    assert "repeat" not in why["dump"] and repeat_of(conn, again) == [None]
+    # what each session was last shown: one row a memory, however many calls
+    rows = conn.execute(
+        "SELECT session_id, retrieval_id FROM spark.advice_shown WHERE tenant = %s ORDER BY session_id", (T,)
+    ).fetchall()
+    assert [r[0] for r in rows] == ["S", "other"] and rows[0][1] == again
 
 
 def test_critical_advice_is_never_a_repeat(conn: Conn) -> None:
@@ -86,20 +91,15 @@ def test_critical_advice_is_never_a_repeat(conn: Conn) -> None:
         assert "repeat" not in why["dump"] and repeat_of(conn, rid) == [None]
 
 
-@pytest.mark.parametrize(("value", "message"), [(-1, "repeat_after_minutes"), ("30", "repeat_after_minutes")])
-def test_a_bad_window_is_refused_by_name_and_nothing_is_logged(conn: Conn, value: Any, message: str) -> None:
+@pytest.mark.parametrize("value", ["-1", '"30"', "1e-330", "100001", "1e400"])
+def test_a_bad_window_is_refused_by_name_and_nothing_is_logged(conn: Conn, value: str) -> None:
+    """As JSON text: 1e-330 underflowed the window's cast to double precision (a raw 22003 that named
+    nothing), and 1e400 would overflow it."""
     add(conn, T, TEXTS)
-    with pytest.raises(errors.InvalidParameterValue, match=message), conn.transaction():
-        advise(conn, "S", repeat_after_minutes=value)
-    assert conn.execute("SELECT count(*) FROM spark.retrievals WHERE tenant = %s", (T,)).fetchone() == (0,)
-
-
-def test_a_window_past_doubles_is_refused_by_name_not_by_a_cast(conn: Conn) -> None:
-    """1e400 is a JSON number that double precision cannot hold: the window is read without that cast."""
-    add(conn, T, TEXTS)
+    params = f'{{"include_system": false, "repeat_after_minutes": {value}}}'
     with pytest.raises(errors.InvalidParameterValue, match="repeat_after_minutes"), conn.transaction():
-        params = '{"repeat_after_minutes": 1e400}'
         conn.execute("SELECT * FROM spark.advise(%s, %s, NULL, 5, %s, 'S')", (T, QUERY, params))
+    assert conn.execute("SELECT count(*) FROM spark.retrievals WHERE tenant = %s", (T,)).fetchone() == (0,)
 
 
 @pytest.fixture(scope="module")
@@ -151,17 +151,18 @@ def warnings(conn: Conn, session: str | None) -> tuple[int, dict[str, Any]]:
     return int(found[0]), {str(r[0]): r[1] for r in rows}
 
 
-def warned(conn: Conn, retrieval: int) -> Any:
+def shown_in(conn: Conn, session: str, memory: int) -> Any:
+    """The call that last showed ``memory`` to ``session`` (None: never)."""
     row = conn.execute(
-        "SELECT warned FROM spark.retrievals WHERE tenant = %s AND id = %s", (T, retrieval)
+        "SELECT retrieval_id FROM spark.advice_shown "
+        "WHERE tenant = %s AND session_id = %s AND memory_id = %s",
+        (T, session, memory),
     ).fetchone()
-    assert row is not None
-    return row[0]
+    return None if row is None else row[0]
 
 
 def test_a_warning_shown_to_the_session_is_a_repeat_too(conn: Conn) -> None:
-    """A past failure warned with on every call of a session was the same warning again and again; warnings
-    are no items, so the call logs those it showed (spark.retrievals.warned)."""
+    """A past failure warned with on every call of a session was the same warning again and again."""
     add(conn, T, TEXTS)
     row = conn.execute(
         """INSERT INTO spark.memories (tenant, key, text, kind, metadata, created_at)
@@ -173,9 +174,34 @@ def test_a_warning_shown_to_the_session_is_a_repeat_too(conn: Conn) -> None:
     assert row is not None
     trace = int(row[0])
     first, why = warnings(conn, "S")
-    assert "repeat" not in why["failed-upgrade"] and warned(conn, first) == [trace]
-    second, why = warnings(conn, "S")
-    assert why["failed-upgrade"]["repeat"]["shown_in"] == first and warned(conn, second) is None
+    assert "repeat" not in why["failed-upgrade"] and shown_in(conn, "S", trace) == first
+    why = warnings(conn, "S")[1]
+    assert why["failed-upgrade"]["repeat"]["shown_in"] == first and shown_in(conn, "S", trace) == first
     assert "repeat" not in warnings(conn, "other")[1]["failed-upgrade"]
     conn.execute("UPDATE spark.memories SET priority = 'critical' WHERE id = %s", (trace,))
     assert "repeat" not in warnings(conn, "S")[1]["failed-upgrade"]  # a critical failure: every call
+
+
+def test_advice_a_deny_kept_from_the_model_is_shown_on_the_retry(seeded: str, embedder: Embedder) -> None:
+    """Was (review): with --interrupts, a denied call shows only the deny's reason, yet its other advice was
+    recorded as shown, so the retry, which the deny lets through, left that advice out as a repeat: the
+    tenant's own advice for a DROP TABLE never reached the model."""
+    tenant = "deny-repeats"
+    archive = "Before you DROP TABLE orders, copy it: CREATE TABLE orders_archive AS SELECT * FROM orders."
+    with psycopg.connect(seeded) as conn:
+        ingest(conn, [MemoryIn(tenant, "orders-archive", archive, kind="rule", actionability=0.9)], embedder)
+        conn.commit()
+    pool = open_pool(seeded, 1)
+    try:
+        service = HookService(pool.connection, lambda: embedder)
+        event = HookEvent(PRE, "Bash", {"command": "psql -c 'DROP TABLE orders'"}, "D1")
+        answers = [service.pre(tenant, event, interrupts=True) for _ in range(3)]
+    finally:
+        pool.close()
+    assert answers[0] is not None and answers[0]["hookSpecificOutput"]["permissionDecision"] == "deny"
+    assert "orders_archive" not in answers[0]["hookSpecificOutput"]["permissionDecisionReason"]
+    retry = answers[1]
+    assert retry is not None and "orders_archive" in retry["hookSpecificOutput"]["additionalContext"]
+    third = answers[2]  # shown by the retry: a repeat now; the critical pack item comes every time
+    assert third is not None and "orders_archive" not in third["hookSpecificOutput"]["additionalContext"]
+    assert "destructive" in third["hookSpecificOutput"]["additionalContext"]

@@ -476,3 +476,28 @@ def test_a_tenant_roles_refresh_of_every_tenant_refreshes_its_own(rls_db: tuple[
         after = dict(admin.execute(stamps).fetchall())
     assert sorted(before) == sorted(after) == sorted([roles.alice, roles.bob, "_system"])
     assert [t for t in before if after[t] != before[t]] == [roles.alice]
+
+
+def test_a_tenant_role_is_shown_advice_once_a_session_and_sees_only_its_own(
+    rls_db: tuple[str, Roles],
+) -> None:
+    """spark.advice_shown (migration 0021) is written by a tenant role's advise calls under the documented
+    grants and policies, and keeps each role to its own sessions."""
+    url, roles = rls_db
+    with connect(url, autocommit=True) as admin:
+        admin.execute(renamed(doc_block("rls-grants"), roles))
+        for tenant in (roles.alice, roles.bob):
+            admin.execute(renamed(doc_block("rls-tenant"), roles).replace(roles.alice, tenant))
+        admin.execute(renamed(doc_block("rls-policies"), roles))
+        call = (
+            "SELECT key, why ? 'repeat' FROM spark.advise(%s, 'deploy the service', %s::vector, 3, '{}', 'S')"
+        )
+        for role in (roles.alice, roles.bob):
+            with as_role(admin, role):
+                first = dict(admin.execute(call, (role, VEC)).fetchall())
+                second = dict(admin.execute(call, (role, VEC)).fetchall())
+            assert first and not any(first.values()), role
+            assert any(second.values()), role  # shown by the first call: a repeat (critical items aside)
+        with as_role(admin, roles.alice):
+            seen = {r[0] for r in admin.execute("SELECT tenant FROM spark.advice_shown").fetchall()}
+        assert seen == {roles.alice}

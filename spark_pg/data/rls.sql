@@ -12,8 +12,9 @@ END $$;
 GRANT USAGE ON SCHEMA spark TO spark_tenant;
 GRANT SELECT ON ALL TABLES IN SCHEMA spark TO spark_tenant;
 GRANT INSERT, UPDATE, DELETE ON spark.memories, spark.embeddings, spark.embed_queue, spark.trigger_rules,
-    spark.trigger_shadow_hits, spark.retrievals, spark.retrieval_items, spark.outcomes, spark.query_embeddings,
-    spark.revaluations, spark.fusion_weights, spark.tenant_stats, spark.lexeme_stats TO spark_tenant;
+    spark.trigger_shadow_hits, spark.retrievals, spark.retrieval_items, spark.advice_shown, spark.outcomes,
+    spark.query_embeddings, spark.revaluations, spark.fusion_weights, spark.tenant_stats, spark.lexeme_stats
+    TO spark_tenant;
 GRANT SELECT ON SEQUENCE spark.retrievals_id_seq TO spark_tenant;  -- currval() in spark.advise_with_warnings
 GRANT SELECT ON public.spark_alembic_version TO spark_tenant;   -- the CLI and SparkClient check the schema
 
@@ -25,6 +26,7 @@ ALTER TABLE spark.trigger_rules ENABLE ROW LEVEL SECURITY;
 ALTER TABLE spark.trigger_shadow_hits ENABLE ROW LEVEL SECURITY;
 ALTER TABLE spark.retrievals ENABLE ROW LEVEL SECURITY;
 ALTER TABLE spark.retrieval_items ENABLE ROW LEVEL SECURITY;
+ALTER TABLE spark.advice_shown ENABLE ROW LEVEL SECURITY;
 ALTER TABLE spark.outcomes ENABLE ROW LEVEL SECURITY;
 ALTER TABLE spark.query_embeddings ENABLE ROW LEVEL SECURITY;
 ALTER TABLE spark.revaluations ENABLE ROW LEVEL SECURITY;
@@ -41,6 +43,7 @@ CREATE POLICY tenant_own ON spark.trigger_shadow_hits USING (tenant = current_us
 CREATE POLICY tenant_own ON spark.retrievals USING (tenant = current_user::text);
 CREATE POLICY tenant_own ON spark.retrieval_items USING (tenant = current_user::text)
     WITH CHECK (tenant = current_user::text AND memory_tenant IN (current_user::text, spark.system_tenant()));
+CREATE POLICY tenant_own ON spark.advice_shown USING (tenant = current_user::text);
 CREATE POLICY tenant_own ON spark.outcomes USING (tenant = current_user::text)
     WITH CHECK (tenant = current_user::text AND memory_tenant IN (current_user::text, spark.system_tenant()));
 CREATE POLICY tenant_own ON spark.query_embeddings USING (tenant = current_user::text);

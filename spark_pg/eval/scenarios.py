@@ -295,9 +295,11 @@ def _evaluate(
             check_params(url, options.params)
         noise = _load_pool(url, pool, embedder, settings)
         with connect(url) as conn:
-            advisor = Advisor(conn, embedder, TENANT, session_id="eval", options=options)
 
             def advise(s: Scenario) -> list[str]:
+                # each scenario a session of its own, as the independent call it is: in one session the
+                # advice an earlier scenario was shown would come back as a repeat, which the hook leaves out
+                advisor = Advisor(conn, embedder, TENANT, session_id=f"eval-{s.id}", options=options)
                 return [a.key for a in advisor.advise(s.tool_name, s.tool_input, s.task_context)]
 
             def keyword(s: Scenario) -> list[str]:

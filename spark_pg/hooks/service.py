@@ -20,7 +20,7 @@ import psycopg
 from psycopg.conninfo import make_conninfo
 
 from spark_pg import __version__
-from spark_pg.advisor import Advisor, AdvisorOptions
+from spark_pg.advisor import Advisor, AdvisorOptions, blocking
 from spark_pg.config import RETRIEVE_PARAM_KEYS, Settings
 from spark_pg.embedding import Embedder
 from spark_pg.errors import InputError
@@ -160,13 +160,16 @@ class HookService:
                 options=AdvisorOptions(interrupts=interrupts, params=self.params),
             )
             advice = advisor.advise(event.tool_name, tool_input, intent=intent)
+            stop = blocking(advice)
+            if stop is not None:  # the deny shows its reason only: the rest was not shown, nor a repeat later
+                advisor.forget_shown([a for a in advice if a is not stop])
             if (deadline is not None and time.monotonic() >= deadline) or (client_left and client_left()):
                 expired = True
                 raise psycopg.Rollback(tx)  # leaves the block quietly, the log rolled back
         if expired:
             raise DeadlinePassed
         # advice the session was shown lately is in the model's context already: not injected again
-        shown = [a for a in advice if a.blocking or not a.repeated]
+        shown = [a for a in advice if a is stop or not a.repeated]
         return pre_output([{"text": a.text, "priority": a.priority, "blocking": a.blocking} for a in shown])
 
     def post(self, tenant: str, event: HookEvent) -> list[outcomes.Verdict]:
