@@ -169,7 +169,7 @@ def _rule(raw: Any, where: str, source: str, *, origin: str) -> TriggerRule:
         metadata = json.loads(json.dumps(metadata, default=_json_date))
     except (TypeError, ValueError) as exc:
         raise TriggerRuleError(source, where, f"metadata is not JSON: {exc}") from None
-    size = len(json.dumps(metadata, ensure_ascii=False).encode())  # spark.put_trigger_rule's measure, nearly
+    size = jsonb_text_bytes(metadata)  # spark.put_trigger_rule's measure
     if size > METADATA_MAX_BYTES:
         raise TriggerRuleError(
             source, where, f"metadata must be at most {METADATA_MAX_BYTES:,} bytes as JSON text, got {size:,}"
@@ -212,6 +212,28 @@ def _empty_match_problem(pattern: str) -> str | None:
     except (re.error, OverflowError, RecursionError) as exc:
         return f"cannot be checked for matching an empty text: {exc}"
     return "matches an empty text, so every call: say what it seeks" if matches else None
+
+
+def jsonb_text_bytes(value: Any) -> int:
+    """The bytes of ``value`` (JSON as :func:`json.loads` reads it) as PostgreSQL prints it as jsonb text:
+    ", " and ": " between items, and numbers in full (jsonb keeps them as numeric: 1e300 is 301 digits,
+    where json.dumps writes 1e+300)."""
+    from decimal import Decimal
+
+    if isinstance(value, bool) or value is None:
+        return 4 if value in (True, None) else 5
+    if isinstance(value, int):
+        return len(str(value))
+    if isinstance(value, float):
+        return len(format(Decimal(repr(value)), "f"))
+    if isinstance(value, str):
+        return len(json.dumps(value, ensure_ascii=False).encode())
+    if isinstance(value, list):
+        return 2 + sum(jsonb_text_bytes(v) for v in value) + 2 * max(0, len(value) - 1)
+    if isinstance(value, dict):
+        items = [jsonb_text_bytes(str(k)) + 2 + jsonb_text_bytes(v) for k, v in value.items()]
+        return 2 + sum(items) + 2 * max(0, len(items) - 1)
+    raise TypeError(f"not JSON: {type(value).__name__}")
 
 
 def parse_rules(data: Any, source: str = "<rules>") -> list[TriggerRule]:

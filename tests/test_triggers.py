@@ -3,6 +3,7 @@ inside spark.retrieve (actionability, action domains)."""
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,7 +16,14 @@ from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
 from spark_pg.trigger_patterns import pattern_problem, written_out_size
-from spark_pg.triggers import TriggerRule, TriggerRuleError, load_rules, parse_rules, sync_rules
+from spark_pg.triggers import (
+    TriggerRule,
+    TriggerRuleError,
+    jsonb_text_bytes,
+    load_rules,
+    parse_rules,
+    sync_rules,
+)
 from tests.conftest import rolled_back, temp_database
 
 Conn = psycopg.Connection[Any]
@@ -670,3 +678,24 @@ def test_tiers_follow_outcomes_and_the_archive_waits_its_turn(conn: Conn) -> Non
     assert ("good", "pinned", "active") in conn.execute(
         "SELECT key, old_tier, new_tier FROM spark.assign_tiers('acme')"
     ).fetchall()
+
+
+@pytest.mark.parametrize(
+    "metadata",
+    [
+        {"big": [1.0e300] * 3, "text": 'tab\\t quote" é \u0001'},
+        {"none": None, "yes": True, "no": False, "zero": 0.0, "tiny": -1.5e-7, "huge": 12345678901234567890},
+        {"empty": {}, "list": [], "nested": {"x": [1.5, 2.0, 100.0, 1e16, 5e-324, 1.7976931348623157e308]}},
+    ],
+)
+def test_metadata_is_measured_as_the_database_prints_it(conn: Conn, metadata: dict[str, Any]) -> None:
+    """Was (review): json.dumps writes 1e+300 where jsonb prints 301 digits, so `--check` passed metadata
+    that spark.put_trigger_rule then refused as over 64 KiB."""
+    row = conn.execute("SELECT octet_length(%s::jsonb::text)", (json.dumps(metadata),)).fetchone()
+    assert row is not None and jsonb_text_bytes(metadata) == row[0]
+
+
+def test_metadata_of_many_huge_numbers_is_refused_at_check() -> None:
+    raw = rule(metadata={"n": [1.0e300] * 220})  # 8 bytes a number to json.dumps, 301 to the database
+    with pytest.raises(TriggerRuleError, match="metadata must be at most 65,536 bytes"):
+        parse_rules({"version": 1, "rules": [raw]}, "rules.yaml")
