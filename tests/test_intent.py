@@ -968,6 +968,8 @@ def test_observations_and_noise_fall_below_the_gate(text: str) -> None:
             "directive",
         ),
         ("run: pytest -x tests/unit && ruff check src tests docs.", "code dump"),  # full stop or not
+        # a command that ends in a file or a build context's "." is no sentence (review)
+        ("cmd: pg_restore --clean --if-exists --no-owner --dbname prod backup.dump.", "code dump"),
         ("https://example.com/blog/post-1", "bare url"),
         ("Use packet guidance.", "vague placeholder"),
         ("TODO: fill in later", "placeholder"),

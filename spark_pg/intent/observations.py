@@ -69,6 +69,18 @@ _CODE_LINE = re.compile(
 _LABELLED = re.compile(r"^[A-Za-z][\w -]{0,30}:\s+(\S.*)$")
 # a value that ends as a sentence does, with no shell operator or assignment in it
 _SENTENCE_VALUE = re.compile(r"^[^=|&{}<>]*[.!]\s*$")
+_PLAIN_WORD = re.compile(r"[A-Za-z]+[,;:.!?]?")
+
+
+def _sentence_value(value: str) -> bool:
+    """A sentence without function words ("npm install --legacy-peer-deps silently installed broken React
+    version; fix peer dependencies instead."): it ends as a sentence and plain words are most of its tokens,
+    which a command ending in a file or a build context (`pg_restore --clean ... backup.dump.`) is not."""
+    tokens = value.split()
+    plain = sum(1 for t in tokens if _PLAIN_WORD.fullmatch(t))
+    return bool(_SENTENCE_VALUE.search(value)) and plain >= 6 and plain >= 0.6 * len(tokens)
+
+
 _SQL_STATEMENT = re.compile(
     r"^\s*(?:SELECT|INSERT|UPDATE|DELETE|CREATE|ALTER|DROP|WITH|TRUNCATE)\b.{0,200}?"
     r"\b(?:FROM|INTO|SET|TABLE|WHERE|INDEX|AS)\b",
@@ -168,7 +180,7 @@ def _code_dump(text: str) -> bool:
     if (
         labelled
         and len(re.findall(r"[A-Za-z]{2,}", labelled.group(1))) >= 6
-        and (_prose_ratio(labelled.group(1)) >= 0.1 or _SENTENCE_VALUE.search(labelled.group(1)))
+        and (_prose_ratio(labelled.group(1)) >= 0.1 or _sentence_value(labelled.group(1)))
     ):
         # "Failure: npm install --legacy-peer-deps silently installed ...; fix ... instead." is a sentence
         # behind a label, which read as one YAML key line (a failure memory scored 0.07, as noise); it has
