@@ -108,26 +108,35 @@ def seeded(server_url: str, model_settings: Settings) -> Iterator[str]:
         yield url
 
 
+def hook_answers(
+    url: str, embedder: Embedder, memory: MemoryIn, command: str, sessions: list[str], *, interrupts: bool
+) -> list[dict[str, Any] | None]:
+    """``memory`` stored, then the PreToolUse answer to ``command`` for each session in turn."""
+    with psycopg.connect(url) as conn:
+        ingest(conn, [memory], embedder)
+        conn.commit()
+    pool = open_pool(url, 1)
+    try:
+        service = HookService(pool.connection, lambda: embedder)
+        events = [HookEvent(PRE, "Bash", {"command": command}, session) for session in sessions]
+        return [service.pre(memory.tenant, event, interrupts=interrupts) for event in events]
+    finally:
+        pool.close()
+
+
+def context(answer: dict[str, Any] | None) -> str:
+    return "" if answer is None else str(answer["hookSpecificOutput"].get("additionalContext", ""))
+
+
 def test_the_hook_leaves_a_repeat_out_of_the_context_it_injects(seeded: str, embedder: Embedder) -> None:
     tenant = "hook-repeats"
     rule = "Run `make clean-build` to clear the build folder, never a bare rm of it."
-    with psycopg.connect(seeded) as conn:
-        ingest(conn, [MemoryIn(tenant, "r-clean", rule, kind="rule", actionability=0.9)], embedder)
-        conn.commit()
-    pool = open_pool(seeded, 1)
-    try:
-        service = HookService(pool.connection, lambda: embedder)
-
-        def context(session: str) -> str:
-            event = HookEvent(PRE, "Bash", {"command": "./scripts/clean_build.sh $BUILD_DIR"}, session)
-            output = service.pre(tenant, event, interrupts=False)
-            return "" if output is None else str(output["hookSpecificOutput"]["additionalContext"])
-
-        assert "make clean-build" in context("H1")
-        assert "make clean-build" not in context("H1")  # the same session, a minute later: in its context
-        assert "make clean-build" in context("H2")
-    finally:
-        pool.close()
+    memory = MemoryIn(tenant, "r-clean", rule, kind="rule", actionability=0.9)
+    command = "./scripts/clean_build.sh $BUILD_DIR"
+    answers = hook_answers(seeded, embedder, memory, command, ["H1", "H1", "H2"], interrupts=False)
+    assert "make clean-build" in context(answers[0])
+    assert "make clean-build" not in context(answers[1])  # the same session, a minute later: in its context
+    assert "make clean-build" in context(answers[2])
     with psycopg.connect(seeded) as conn:  # logged all the same (outcome inference reads the items)
         rows = conn.execute(
             "SELECT r.session_id, i.repeat_of IS NOT NULL FROM spark.retrieval_items i "
@@ -186,22 +195,12 @@ def test_advice_a_deny_kept_from_the_model_is_shown_on_the_retry(seeded: str, em
     """Was (review): with --interrupts, a denied call shows only the deny's reason, yet its other advice was
     recorded as shown, so the retry, which the deny lets through, left that advice out as a repeat: the
     tenant's own advice for a DROP TABLE never reached the model."""
-    tenant = "deny-repeats"
     archive = "Before you DROP TABLE orders, copy it: CREATE TABLE orders_archive AS SELECT * FROM orders."
-    with psycopg.connect(seeded) as conn:
-        ingest(conn, [MemoryIn(tenant, "orders-archive", archive, kind="rule", actionability=0.9)], embedder)
-        conn.commit()
-    pool = open_pool(seeded, 1)
-    try:
-        service = HookService(pool.connection, lambda: embedder)
-        event = HookEvent(PRE, "Bash", {"command": "psql -c 'DROP TABLE orders'"}, "D1")
-        answers = [service.pre(tenant, event, interrupts=True) for _ in range(3)]
-    finally:
-        pool.close()
+    memory = MemoryIn("deny-repeats", "orders-archive", archive, kind="rule", actionability=0.9)
+    command = "psql -c 'DROP TABLE orders'"
+    answers = hook_answers(seeded, embedder, memory, command, ["D1"] * 3, interrupts=True)
     assert answers[0] is not None and answers[0]["hookSpecificOutput"]["permissionDecision"] == "deny"
     assert "orders_archive" not in answers[0]["hookSpecificOutput"]["permissionDecisionReason"]
-    retry = answers[1]
-    assert retry is not None and "orders_archive" in retry["hookSpecificOutput"]["additionalContext"]
-    third = answers[2]  # shown by the retry: a repeat now; the critical pack item comes every time
-    assert third is not None and "orders_archive" not in third["hookSpecificOutput"]["additionalContext"]
-    assert "destructive" in third["hookSpecificOutput"]["additionalContext"]
+    assert "orders_archive" in context(answers[1])
+    # shown by the retry: a repeat now; the critical pack item comes every time
+    assert "orders_archive" not in context(answers[2]) and "destructive" in context(answers[2])
