@@ -92,11 +92,21 @@ WHERE now_r.tenant = %(tenant)s AND now_r.id = %(retrieval_id)s AND now_r.sessio
 """
 
 
-# what an advise call recorded as shown to its session, taken back (spark.advice_shown, migration 0021)
+# what an advise call recorded as shown to its session, taken back (spark.advice_shown, migration 0022): the
+# record it replaced is put back (an earlier call of the session showed the memory, within the window or
+# not), else the row goes
 _FORGET_SHOWN = """
-DELETE FROM spark.advice_shown
-WHERE tenant = %(tenant)s AND session_id = %(session)s AND retrieval_id = %(retrieval_id)s
-  AND memory_id = ANY(%(memory_ids)s::bigint[])
+WITH restored AS (
+    UPDATE spark.advice_shown a
+    SET retrieval_id = a.prev_retrieval_id, shown_at = a.prev_shown_at,
+        prev_retrieval_id = NULL, prev_shown_at = NULL
+    WHERE a.tenant = %(tenant)s AND a.session_id = %(session)s AND a.retrieval_id = %(retrieval_id)s
+      AND a.memory_id = ANY(%(memory_ids)s::bigint[])
+      AND EXISTS (SELECT 1 FROM spark.retrievals r WHERE r.tenant = a.tenant AND r.id = a.prev_retrieval_id)
+    RETURNING a.memory_id)
+DELETE FROM spark.advice_shown a
+WHERE a.tenant = %(tenant)s AND a.session_id = %(session)s AND a.retrieval_id = %(retrieval_id)s
+  AND a.memory_id = ANY(%(memory_ids)s::bigint[]) AND a.memory_id NOT IN (SELECT memory_id FROM restored)
 """
 
 

@@ -93,7 +93,8 @@ BEGIN
           AND NOT EXISTS (SELECT 1 FROM seen sn WHERE sn.memory_id = h.memory_id)
         ORDER BY h.memory_id
         ON CONFLICT (tenant, session_id, memory_id)
-            DO UPDATE SET retrieval_id = EXCLUDED.retrieval_id, shown_at = EXCLUDED.shown_at)
+            DO UPDATE SET retrieval_id = EXCLUDED.retrieval_id, shown_at = EXCLUDED.shown_at,
+                          prev_retrieval_id = a.retrieval_id, prev_shown_at = a.shown_at)
     SELECT rid, h.rnk, h.memory_id, h.key, h.text, h.category, h.kind, h.src, h.prio_label, h.system_default,
            h.score, h.semantic_sim, h.keyword_score, h.recency, h.outcome, h.trigger_conf, h.priority, h.pools,
            CASE WHEN sn.shown_in IS NULL THEN h.why

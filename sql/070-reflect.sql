@@ -507,7 +507,8 @@ BEGIN
         WHERE advise_with_warnings.session_id IS NOT NULL AND w.shown_in IS NULL
         ORDER BY w.memory_id
         ON CONFLICT (tenant, session_id, memory_id)
-            DO UPDATE SET retrieval_id = EXCLUDED.retrieval_id, shown_at = EXCLUDED.shown_at)
+            DO UPDATE SET retrieval_id = EXCLUDED.retrieval_id, shown_at = EXCLUDED.shown_at,
+                          prev_retrieval_id = a.retrieval_id, prev_shown_at = a.shown_at)
     SELECT rid, NULL::integer, w.memory_id, w.key, w.text, w.category, w.kind, w.source, w.prio, false,
            w.score, w.similarity, w.keyword_score, w.recency, w.reliability,
            0::real, CASE WHEN w.prio = 'critical' THEN 0.3 ELSE 0.2 END::real, ARRAY['reflection'],

@@ -1,18 +1,20 @@
-"""Advice a session was shown lately is a repeat (spark.advise, migration 0021), and the hook leaves it out.
+"""Advice a session was shown lately is a repeat (spark.advise, migration 0022); the hook leaves it out.
 
 Was: the same advice was injected on every call of a session (audit Y, left out in session 25), the same
 lines again and again in the model's context."""
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Iterator
 from typing import Any
 
 import psycopg
 import pytest
-from psycopg import errors
+from psycopg import errors, sql
 from psycopg.types.json import Jsonb
 
+from spark_pg import schema
 from spark_pg.config import Settings
 from spark_pg.embedding import Embedder
 from spark_pg.hooks.protocol import PRE, HookEvent
@@ -89,6 +91,31 @@ def test_critical_advice_is_never_a_repeat(conn: Conn) -> None:
     for _ in range(3):
         rid, why = advise(conn, "S")
         assert "repeat" not in why["dump"] and repeat_of(conn, rid) == [None]
+
+
+def test_taking_a_call_back_restores_what_an_earlier_call_showed(conn: Conn) -> None:
+    """Was (second review): Advisor.forget_shown deleted the row the taken-back call had overwritten, so what
+    an earlier call of the session showed was forgotten and shown again (a critical item, rewritten by every
+    call, or a parallel call's)."""
+    from spark_pg.advisor import Advice, Advisor
+
+    ids = add(conn, T, TEXTS)
+    conn.execute("UPDATE spark.memories SET priority = 'critical' WHERE id = %s", (ids["dump"],))
+    first, _ = advise(conn, "S")
+    second, _ = advise(conn, "S")
+    row = (
+        "SELECT retrieval_id, prev_retrieval_id FROM spark.advice_shown WHERE tenant = %s AND memory_id = %s"
+    )
+    assert conn.execute(row, (T, ids["dump"])).fetchone() == (second, first)
+
+    def taken_back(call: int) -> None:
+        item = Advice(ids["dump"], "dump", TEXTS["dump"], 1.0, "critical", "user", "general", {}, call)
+        Advisor(conn, None, T, session_id="S").forget_shown([item])
+
+    taken_back(second)  # the deny of the second call: the first one's record is back
+    assert conn.execute(row, (T, ids["dump"])).fetchone() == (first, None)
+    taken_back(first)  # nothing before it: the row goes
+    assert conn.execute(row, (T, ids["dump"])).fetchone() is None
 
 
 @pytest.mark.parametrize("value", ["-1", '"30"', "1e-330", "100001", "1e400"])
@@ -204,3 +231,53 @@ def test_advice_a_deny_kept_from_the_model_is_shown_on_the_retry(seeded: str, em
     assert "orders_archive" in context(answers[1])
     # shown by the retry: a repeat now; the critical pack item comes every time
     assert "orders_archive" not in context(answers[2]) and "destructive" in context(answers[2])
+
+
+def test_the_upgrade_gives_the_table_the_policies_and_grants_of_a_deployment_with_rls(fresh_db: str) -> None:
+    """Was (second review): the first form of the migration wrote a current_user policy, which refused
+    every advise of the shared-pool variant (policies on the spark.tenant setting: docs/security.md); it
+    missed grants another role made, and a grant to PUBLIC made the upgrade fail."""
+    suffix = uuid.uuid4().hex[:8]
+    pool, dba, tenant = (f"rls_{name}_{suffix}" for name in ("pool", "dba", "tenant"))
+    schema.upgrade(fresh_db, "0021_advice_repeats")
+    with psycopg.connect(fresh_db, autocommit=True) as admin:
+        for role in (pool, dba, tenant):
+            admin.execute(sql.SQL("CREATE ROLE {}").format(sql.Identifier(role)))
+        try:
+            setting = "tenant = current_setting('spark.tenant', true)"
+            admin.execute("ALTER TABLE spark.retrievals ENABLE ROW LEVEL SECURITY")
+            admin.execute(
+                f"CREATE POLICY tenant_own ON spark.retrievals USING ({setting}) WITH CHECK ({setting})"
+            )
+            grants = [
+                sql.SQL("GRANT INSERT ON spark.retrieval_items TO {}").format(sql.Identifier(pool)),
+                sql.SQL("GRANT USAGE ON SCHEMA spark TO {}").format(sql.Identifier(dba)),
+                sql.SQL("GRANT INSERT ON spark.retrieval_items TO {} WITH GRANT OPTION").format(
+                    sql.Identifier(dba)
+                ),
+                sql.SQL("SET ROLE {}").format(sql.Identifier(dba)),
+                sql.SQL("GRANT INSERT ON spark.retrieval_items TO {}").format(sql.Identifier(tenant)),
+                sql.SQL("RESET ROLE"),
+                sql.SQL("GRANT INSERT ON spark.retrieval_items TO PUBLIC"),
+            ]
+            for grant in grants:
+                admin.execute(grant)
+            schema.upgrade(fresh_db, "0022_advice_shown")
+            secured = "SELECT relrowsecurity FROM pg_class WHERE oid = 'spark.advice_shown'::regclass"
+            assert admin.execute(secured).fetchone() == (True,)
+            policies = admin.execute(
+                "SELECT policyname, qual, with_check FROM pg_policies WHERE tablename = 'advice_shown'"
+            ).fetchall()
+            assert [p[0] for p in policies] == ["tenant_own"]
+            assert all("current_setting('spark.tenant'" in str(p[1]) + str(p[2]) for p in policies)
+            for role in (pool, tenant, "public"):
+                can = admin.execute("SELECT has_table_privilege(%s, 'spark.advice_shown', 'INSERT')", (role,))
+                assert can.fetchone() == (True,), role
+        finally:
+            admin.execute(
+                sql.SQL("DROP OWNED BY {}").format(
+                    sql.SQL(", ").join(map(sql.Identifier, (tenant, dba, pool)))
+                )
+            )
+            for role in (tenant, dba, pool):
+                admin.execute(sql.SQL("DROP ROLE {}").format(sql.Identifier(role)))

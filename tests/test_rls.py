@@ -481,7 +481,7 @@ def test_a_tenant_roles_refresh_of_every_tenant_refreshes_its_own(rls_db: tuple[
 def test_a_tenant_role_is_shown_advice_once_a_session_and_sees_only_its_own(
     rls_db: tuple[str, Roles],
 ) -> None:
-    """spark.advice_shown (migration 0021) is written by a tenant role's advise calls under the documented
+    """spark.advice_shown (migration 0022) is written by a tenant role's advise calls under the documented
     grants and policies, and keeps each role to its own sessions."""
     url, roles = rls_db
     with connect(url, autocommit=True) as admin:

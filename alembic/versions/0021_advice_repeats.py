@@ -1,21 +1,18 @@
-"""Advice a session was shown lately is marked as a repeat: ``spark.advice_shown`` remembers what each session
-was shown, and when.
+"""Advice a session was shown lately is marked as a repeat, and the log says where it was shown.
 
-``spark.advice_shown`` (tenant, session_id, memory_id): the advise call (``spark.retrievals.id``) that last
-showed the memory to the session, and when. ``spark.advise`` reads it for each item it surfaces (one
-primary-key probe an item, however long the session) and writes it for each item it shows; an item the
-session was shown within ``repeat_after_minutes`` (a params key, default 30) is a repeat instead, and
-``spark.advise_with_warnings`` does the same for its past-failure warnings. A caller that shows none of a
-call's items (the hook, when an interrupt denies the call) removes that call's rows
-(``Advisor.forget_shown``). Rows go with their advise call (foreign key, ON DELETE CASCADE).
+``spark.retrieval_items.repeat_of``: for an item ``spark.advise`` surfaced that the same session was shown
+within ``repeat_after_minutes`` (a params key, default 30), the earlier call (``spark.retrievals.id``) that
+showed it; NULL for an item shown now. The Claude Code hook leaves repeats out of the context it injects:
+the model has that advice in its context already, and the same lines on every call of a session were noise.
+An item marked a repeat is not "shown", so a memory surfaced on every call is shown again once the window
+has passed since it was last shown. The items are logged all the same (outcome inference reads them).
 
-``spark.retrieval_items.repeat_of``: for an item that was a repeat, the earlier call that showed it; NULL for
-an item shown. The Claude Code hook leaves repeats out of the context it injects: the model has that advice
-in its context already, and the same lines on every call of a session were noise. Repeats are logged as
-items all the same (outcome inference reads them).
+``spark.retrievals.warned``: the past failures ``spark.advise_with_warnings`` showed as warnings with the call
+(memory ids; warnings are not logged as items, their signals are not fusion signals). A warning the session
+was shown within the window is a repeat the same way.
 
-A deployment with row-level security (docs/security.md) gets the new table's policy and the grants its
-tenant roles hold on ``spark.retrieval_items``.
+0022 replaced both look-backs with ``spark.advice_shown`` and dropped ``warned``: this revision is kept as it
+first ran, so that a database stamped with it upgrades.
 
 Revision ID: 0021_advice_repeats
 Revises: 0020_trigger_rule_patterns
@@ -35,41 +32,16 @@ def upgrade() -> None:
         """
         ALTER TABLE spark.retrieval_items ADD COLUMN repeat_of bigint;
         COMMENT ON COLUMN spark.retrieval_items.repeat_of IS
-            'For an item the session was shown within repeat_after_minutes: the earlier advise call that '
-            'showed it (spark.retrievals.id); this item is a repeat, not shown again. NULL: shown.';
-        CREATE TABLE spark.advice_shown (
-            tenant       text NOT NULL,
-            session_id   text NOT NULL,
-            memory_id    bigint NOT NULL,
-            retrieval_id bigint NOT NULL,
-            shown_at     timestamptz NOT NULL,
-            PRIMARY KEY (tenant, session_id, memory_id),
-            FOREIGN KEY (tenant, retrieval_id) REFERENCES spark.retrievals (tenant, id) ON DELETE CASCADE
-        );
-        CREATE INDEX advice_shown_retrieval_idx ON spark.advice_shown (tenant, retrieval_id);
-        COMMENT ON TABLE spark.advice_shown IS
-            'What each advise session was last shown, and when (spark.advise, spark.advise_with_warnings): '
-            'an item shown within repeat_after_minutes is a repeat.';
-        DO $$
-        DECLARE
-            grantee text;
-        BEGIN
-            IF (SELECT c.relrowsecurity FROM pg_catalog.pg_class c WHERE c.oid = 'spark.retrievals'::regclass) THEN
-                ALTER TABLE spark.advice_shown ENABLE ROW LEVEL SECURITY;
-                CREATE POLICY tenant_own ON spark.advice_shown USING (tenant = current_user::text);
-            END IF;
-            FOR grantee IN
-                SELECT DISTINCT g.grantee FROM information_schema.role_table_grants g
-                WHERE g.table_schema = 'spark' AND g.table_name = 'retrieval_items'
-                  AND g.privilege_type = 'INSERT' AND g.grantee <> current_user
-            LOOP
-                EXECUTE format('GRANT SELECT, INSERT, UPDATE, DELETE ON spark.advice_shown TO %I', grantee);
-            END LOOP;
-        END $$;
+            'The earlier advise call of the same session that showed this memory within repeat_after_minutes '
+            '(spark.retrievals.id): this item repeated it and is not shown again; NULL: shown.';
+        ALTER TABLE spark.retrievals ADD COLUMN warned bigint[];
+        COMMENT ON COLUMN spark.retrievals.warned IS
+            'The past failures (memory ids) spark.advise_with_warnings showed with this call as warnings, '
+            'repeats left out; NULL: none.';
         """
     )
 
 
 def downgrade() -> None:
-    op.execute("DROP TABLE spark.advice_shown")
+    op.execute("ALTER TABLE spark.retrievals DROP COLUMN warned")
     op.execute("ALTER TABLE spark.retrieval_items DROP COLUMN repeat_of")
