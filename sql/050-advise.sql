@@ -93,8 +93,13 @@ BEGIN
           AND NOT EXISTS (SELECT 1 FROM seen sn WHERE sn.memory_id = h.memory_id)
         ORDER BY h.memory_id
         ON CONFLICT (tenant, session_id, memory_id)
+            -- the record replaced kept for Advisor.forget_shown (this very call's own, when it showed the
+            -- memory twice, as advice and as a warning, keeps the one before)
             DO UPDATE SET retrieval_id = EXCLUDED.retrieval_id, shown_at = EXCLUDED.shown_at,
-                          prev_retrieval_id = a.retrieval_id, prev_shown_at = a.shown_at)
+                          prev_retrieval_id = CASE WHEN a.retrieval_id = EXCLUDED.retrieval_id
+                                                   THEN a.prev_retrieval_id ELSE a.retrieval_id END,
+                          prev_shown_at = CASE WHEN a.retrieval_id = EXCLUDED.retrieval_id
+                                               THEN a.prev_shown_at ELSE a.shown_at END)
     SELECT rid, h.rnk, h.memory_id, h.key, h.text, h.category, h.kind, h.src, h.prio_label, h.system_default,
            h.score, h.semantic_sim, h.keyword_score, h.recency, h.outcome, h.trigger_conf, h.priority, h.pools,
            CASE WHEN sn.shown_in IS NULL THEN h.why

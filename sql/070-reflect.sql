@@ -507,8 +507,13 @@ BEGIN
         WHERE advise_with_warnings.session_id IS NOT NULL AND w.shown_in IS NULL
         ORDER BY w.memory_id
         ON CONFLICT (tenant, session_id, memory_id)
+            -- the record replaced kept for Advisor.forget_shown (this very call's own, when it showed the
+            -- memory twice, as advice and as a warning, keeps the one before)
             DO UPDATE SET retrieval_id = EXCLUDED.retrieval_id, shown_at = EXCLUDED.shown_at,
-                          prev_retrieval_id = a.retrieval_id, prev_shown_at = a.shown_at)
+                          prev_retrieval_id = CASE WHEN a.retrieval_id = EXCLUDED.retrieval_id
+                                                   THEN a.prev_retrieval_id ELSE a.retrieval_id END,
+                          prev_shown_at = CASE WHEN a.retrieval_id = EXCLUDED.retrieval_id
+                                               THEN a.prev_shown_at ELSE a.shown_at END)
     SELECT rid, NULL::integer, w.memory_id, w.key, w.text, w.category, w.kind, w.source, w.prio, false,
            w.score, w.similarity, w.keyword_score, w.recency, w.reliability,
            0::real, CASE WHEN w.prio = 'critical' THEN 0.3 ELSE 0.2 END::real, ARRAY['reflection'],

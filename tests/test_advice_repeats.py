@@ -211,6 +211,9 @@ def test_a_warning_shown_to_the_session_is_a_repeat_too(conn: Conn) -> None:
     trace = int(row[0])
     first, why = warnings(conn, "S")
     assert "repeat" not in why["failed-upgrade"] and shown_in(conn, "S", trace) == first
+    # shown twice by that call, as advice and as a warning: the record it replaced is none, not its own
+    prev = "SELECT prev_retrieval_id FROM spark.advice_shown WHERE tenant = %s AND memory_id = %s"
+    assert conn.execute(prev, (T, trace)).fetchone() == (None,)
     why = warnings(conn, "S")[1]
     assert why["failed-upgrade"]["repeat"]["shown_in"] == first and shown_in(conn, "S", trace) == first
     assert "repeat" not in warnings(conn, "other")[1]["failed-upgrade"]
