@@ -1101,3 +1101,19 @@ def test_an_mcp_tool_of_a_known_server_with_other_fields_is_read_from_them() -> 
     skipped as blank (a bare verb), though it runs `rm -rf`."""
     intent = extract_intent("mcp__shell__exec", {"code": "rm -rf build/cache"})
     assert not intent.trivial and "rm" in intent.text, intent
+
+
+@pytest.mark.parametrize(
+    ("text", "directive"),
+    [
+        # was 0.0 (audit Y): an instruction after a leading phrase without a comma, 0.28 overall
+        ("On large tables use CREATE INDEX CONCURRENTLY.", 0.8),
+        ("Before deploying run the migrations.", 0.8),
+        ("With pytest use the -x flag to stop early.", 0.8),
+        # statements that start the same way
+        ("In the logs run ids appear twice.", 0.0),
+        ("On Monday the team will review the deploy.", 0.0),
+    ],
+)
+def test_an_instruction_after_a_leading_phrase_is_a_directive(text: str, directive: float) -> None:
+    assert actionability(text).directive == directive

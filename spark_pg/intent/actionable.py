@@ -139,6 +139,28 @@ def _imperative(clause: str) -> bool:
     return words[1] not in _NOT_IMPERATIVE_NEXT
 
 
+_LEAD_PREPOSITIONS = frozenset(
+    {"on", "in", "for", "with", "without", "during", "after", "before", "at", "inside", "across", "under",
+     "within", "behind", "outside"}
+)  # fmt: skip
+_DETERMINERS = frozenset({"the", "a", "an", "this", "that", "these", "those", "its", "their", "our", "your"})
+
+
+def _lead_phrase_imperative(clause: str) -> bool:
+    """True for a short leading phrase, then a bare verb, without a comma between ("On large tables use
+    CREATE INDEX CONCURRENTLY", "Before deploying run the migrations"): the verb is a known imperative, one
+    to three words after the preposition, after no determiner, and followed by what starts an object (a
+    determiner, a pronoun, an upper-case keyword): "In the logs run ids appear" stays a statement."""
+    given = re.findall(r"[A-Za-z][A-Za-z'-]*", clause)[:7]
+    words = [w.lower() for w in given]
+    if len(words) < 4 or words[0] not in _LEAD_PREPOSITIONS:
+        return False
+    for i in range(2, min(5, len(words) - 1)):
+        if words[i] in _IMPERATIVES and words[i - 1] not in _DETERMINERS:
+            return words[i + 1] in _OBJECT_START or (len(given[i + 1]) > 1 and given[i + 1].isupper())
+    return False
+
+
 def _directive(text: str) -> tuple[float, str]:
     """(directive strength, kind): an imperative opening 1.0; deontic words (never, must, should, needs)
     or a later imperative 0.8-0.9; preferences, decisions, rules stated as facts ("Every X needs ...",
@@ -157,6 +179,7 @@ def _directive(text: str) -> tuple[float, str]:
     if (
         any(_imperative(c) for c in clauses[1:])
         or any(_conditional_command(s) for s in sentence_starts)
+        or any(_lead_phrase_imperative(s) for s in sentence_starts)
         or any(_verb_object(c, first=i == 0) for i, c in enumerate(clauses))
     ):
         return 0.8, "directive"
