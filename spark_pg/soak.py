@@ -89,12 +89,12 @@ class SoakReport:
 
 
 class _Soak:
-    def __init__(self, url: str, embedder: Embedder, seconds: float, batch: int) -> None:
+    def __init__(self, url: str, embedder: Embedder, seconds: float, batch: int, run: dict[str, Any]) -> None:
         self.url = url
         self.embedder = embedder
         self.deadline = time.monotonic() + seconds
         self.batch = batch
-        self.report = SoakReport()
+        self.report = SoakReport(run=run)  # when the run started, not when its database was ready
         self.lock = threading.Lock()
         self.expected: dict[tuple[str, str], str] = {}  # (tenant, key) -> the last text written
         self.texts = synthetic.texts(5000, seed=11)
@@ -217,8 +217,7 @@ def run_soak(
         schema.install(url)
         with connect(url) as conn:
             ensure_model(conn, embedder)
-        soak = _Soak(url, embedder, seconds, batch)
-        soak.report.run = started_run
+        soak = _Soak(url, embedder, seconds, batch, started_run)
         stop = threading.Event()
         stats: list[WorkerStats] = []
 
