@@ -92,11 +92,12 @@ def add_footer(fig: Figure, result: Mapping[str, Any]) -> float:
     text = footer_text(result)
     if text is None:
         return 0.0
-    # "$" drawn as written: a pair of them would be read as math (spark_pg.eval.chart_text)
+    from spark_pg.eval.chart_text import literal
+
     fig.text(
         0.01,
         0.005,
-        text.replace("$", r"\$"),
+        literal(text),
         fontsize=FOOTER_POINTS,
         color="grey",
         ha="left",
